@@ -1,0 +1,16 @@
+"""sb3-snake: fast Snake environments and an attention DQN for Stable-Baselines3.
+
+Importing the package registers the Gymnasium id ``sb3_snake/Snake-v0``.
+"""
+
+import gymnasium as gym
+
+from sb3_snake.envs import BatchedSnakeVecEnv, SnakeEnv
+
+__version__ = "0.1.0"
+__all__ = ["BatchedSnakeVecEnv", "SnakeEnv", "__version__"]
+
+SNAKE_ENV_ID = "sb3_snake/Snake-v0"
+
+if SNAKE_ENV_ID not in gym.registry:
+    gym.register(id=SNAKE_ENV_ID, entry_point="sb3_snake.envs.snake_env:SnakeEnv")

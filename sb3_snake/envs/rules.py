@@ -1,0 +1,160 @@
+"""The rules of Snake, shared by :class:`SnakeEnv` and :class:`BatchedSnakeVecEnv`.
+
+Everything both environments must agree on lives here: the action encoding, the
+observation channels, the validated game configuration, where a new snake may start,
+and the validation of an explicit state given to ``set_state``. The step logic itself
+is written twice on purpose - once as a readable per-game reference (``SnakeEnv``) and
+once as batched tensor code (``BatchedSnakeVecEnv``) - and the test suite checks that
+the two agree step by step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+UP, RIGHT, DOWN, LEFT = 0, 1, 2, 3
+#: (row, col) displacement of the head for each absolute action.
+DIRECTION_DELTAS = np.array([(-1, 0), (0, 1), (1, 0), (0, -1)], dtype=np.int64)
+ACTION_NAMES = ("up", "right", "down", "left")
+
+#: Observation channels, in order.
+HEAD, BODY, FOOD, TAIL, NECK = 0, 1, 2, 3, 4
+CHANNEL_NAMES = ("head", "body", "food", "tail", "neck")
+NUM_CHANNELS = len(CHANNEL_NAMES)
+
+MIN_BOARD_SIZE = 4
+MIN_START_LENGTH = 2
+
+
+def opposite(direction: int) -> int:
+    """The direction that would reverse into the neck."""
+    return (direction + 2) % 4
+
+
+@dataclass(frozen=True)
+class SnakeRules:
+    """Validated parameters of one game of Snake.
+
+    :param board_size: side of the square board, at least 4.
+    :param start_length: cells of the snake at the start, at least 2 (the neck defines the
+        direction, so a reversing action can always be recognised).
+    :param dist_to_border: minimum distance of the starting head from every wall; reduced to
+        ``(board_size - 1) // 2`` on boards too small for it.
+    :param max_steps_without_food: consecutive steps without eating after which the episode
+        is truncated; ``None`` means ``board_size ** 2``.
+    """
+
+    board_size: int = 10
+    start_length: int = 3
+    dist_to_border: int = 3
+    max_steps_without_food: int | None = None
+
+    def __post_init__(self) -> None:
+        n = self.board_size
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < MIN_BOARD_SIZE:
+            raise ValueError(f"board_size must be an integer >= {MIN_BOARD_SIZE}, got {n!r}")
+        if self.dist_to_border < 0:
+            raise ValueError(f"dist_to_border must be >= 0, got {self.dist_to_border!r}")
+        max_length = n - self.effective_dist_to_border
+        if not MIN_START_LENGTH <= self.start_length <= max_length:
+            raise ValueError(
+                f"start_length must be between {MIN_START_LENGTH} and {max_length} on a {n}x{n} board, "
+                f"got {self.start_length!r}"
+            )
+        if self.max_steps_without_food is not None and self.max_steps_without_food < 1:
+            raise ValueError(f"max_steps_without_food must be >= 1, got {self.max_steps_without_food!r}")
+
+    @property
+    def effective_dist_to_border(self) -> int:
+        return min(self.dist_to_border, (self.board_size - 1) // 2)
+
+    @property
+    def truncation_steps(self) -> int:
+        return self.max_steps_without_food if self.max_steps_without_food is not None else self.board_size**2
+
+    @property
+    def num_cells(self) -> int:
+        return self.board_size**2
+
+    def head_bounds(self) -> np.ndarray:
+        """Inclusive start ranges of the head for each direction, shape ``(4, 2, 2)``.
+
+        ``bounds[direction, axis] = (low, high)`` for axis 0 (row) and 1 (col): the head is at
+        least ``effective_dist_to_border`` from every wall and the straight body behind it fits
+        on the board. Both environments sample uniformly inside these ranges.
+        """
+        n, d, tail_offset = self.board_size, self.effective_dist_to_border, self.start_length - 1
+        bounds = np.tile(np.array([d, n - 1 - d], dtype=np.int64), (4, 2, 1))
+        for direction, (d_row, d_col) in enumerate(DIRECTION_DELTAS):
+            for axis, step in ((0, d_row), (1, d_col)):
+                if step > 0:  # moving towards high indices: the body lies at lower ones
+                    bounds[direction, axis, 0] = max(d, tail_offset)
+                elif step < 0:
+                    bounds[direction, axis, 1] = min(n - 1 - d, n - 1 - tail_offset)
+        return bounds
+
+    def validate_state(
+        self, body: Sequence[Sequence[int]], direction: int, food: Sequence[int] | None
+    ) -> tuple[np.ndarray, int, tuple[int, int] | None]:
+        """Check an explicit game state and return it normalised.
+
+        :param body: cells as ``(row, col)``, head first, each adjacent to the next.
+        :param direction: the direction the snake is moving in (0 up, 1 right, 2 down, 3 left).
+        :param food: the food cell, or ``None`` only when the snake fills the whole board.
+        :return: ``(body as an int64 array of shape (L, 2), direction, food)``.
+        :raises ValueError: naming what is wrong with the state.
+        """
+        n = self.board_size
+        cells = np.asarray(body, dtype=np.int64)
+        if cells.ndim != 2 or cells.shape[1] != 2 or len(cells) < MIN_START_LENGTH:
+            raise ValueError(f"body must be a list of at least {MIN_START_LENGTH} (row, col) cells, got {body!r}")
+        if ((cells < 0) | (cells >= n)).any():
+            raise ValueError(f"body cells must lie on the {n}x{n} board, got {body!r}")
+        if len({tuple(c) for c in cells.tolist()}) != len(cells):
+            raise ValueError(f"body cells must be distinct, got {body!r}")
+        if (np.abs(np.diff(cells, axis=0)).sum(axis=1) != 1).any():
+            raise ValueError(f"consecutive body cells must be adjacent, got {body!r}")
+        if direction not in range(4):
+            raise ValueError(f"direction must be 0 (up), 1 (right), 2 (down) or 3 (left), got {direction!r}")
+        if (cells[0] + DIRECTION_DELTAS[direction] == cells[1]).all():
+            raise ValueError(f"direction {ACTION_NAMES[direction]} points into the neck {tuple(cells[1])}")
+        if food is None:
+            if len(cells) != self.num_cells:
+                raise ValueError("food may only be None when the snake fills the board")
+            return cells, int(direction), None
+        food_cell = tuple(int(x) for x in food)
+        if len(food_cell) != 2 or not all(0 <= x < n for x in food_cell):
+            raise ValueError(f"food must be a (row, col) cell on the {n}x{n} board, got {food!r}")
+        if any(food_cell == tuple(c) for c in cells.tolist()):
+            raise ValueError(f"food {food_cell} lies on the snake's body")
+        return cells, int(direction), food_cell
+
+    def neighbor_table(self) -> np.ndarray:
+        """``table[cell, direction]``: the flat cell one step away, or -1 off the board."""
+        n = self.board_size
+        rows, cols = np.divmod(np.arange(self.num_cells), n)
+        new_rows = rows[:, None] + DIRECTION_DELTAS[:, 0]
+        new_cols = cols[:, None] + DIRECTION_DELTAS[:, 1]
+        on_board = (new_rows >= 0) & (new_rows < n) & (new_cols >= 0) & (new_cols < n)
+        return np.where(on_board, new_rows * n + new_cols, -1)
+
+    def start_states(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every possible starting snake: ``(bodies, directions)``.
+
+        ``bodies[s]`` holds the flat cells of start ``s``, head first. Each direction has the
+        same number of starts (the bounds are symmetric), so drawing a start uniformly is the
+        same as drawing the direction, then the head, uniformly - as ``SnakeEnv.reset`` does.
+        """
+        bodies, directions = [], []
+        for direction, ((row_low, row_high), (col_low, col_high)) in enumerate(self.head_bounds()):
+            for row in range(row_low, row_high + 1):
+                for col in range(col_low, col_high + 1):
+                    cells = np.array([row, col]) - np.outer(np.arange(self.start_length), DIRECTION_DELTAS[direction])
+                    bodies.append(cells[:, 0] * self.board_size + cells[:, 1])
+                    directions.append(direction)
+        counts = np.bincount(directions, minlength=4)
+        assert (counts == counts[0]).all(), f"start positions per direction differ: {counts}"
+        return np.array(bodies, dtype=np.int64), np.array(directions, dtype=np.int64)

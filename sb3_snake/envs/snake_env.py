@@ -1,0 +1,212 @@
+"""``SnakeEnv``: one game of Snake as a Gymnasium environment (the reference implementation)."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from sb3_snake.envs.render import render_ansi, render_rgb
+from sb3_snake.envs.rules import (
+    BODY,
+    DIRECTION_DELTAS,
+    FOOD,
+    HEAD,
+    NECK,
+    NUM_CHANNELS,
+    TAIL,
+    SnakeRules,
+    opposite,
+)
+
+
+class SnakeEnv(gym.Env[np.ndarray, np.int64]):
+    """
+    ## Description
+
+    The classic game: a snake moves on a square board, grows by one cell for each food it
+    eats and dies when it leaves the board or runs into itself. This class is the readable
+    per-game reference for the rules; :class:`~sb3_snake.BatchedSnakeVecEnv` steps thousands
+    of games with the same rules as tensors.
+
+    ## Action Space
+
+    ``Discrete(4)``, absolute directions: 0 up, 1 right, 2 down, 3 left. An action that would
+    reverse into the neck is ignored and the snake keeps its direction.
+
+    ## Observation Space
+
+    ``Box(0, 1, (5, board_size, board_size), uint8)``, channel-first binary planes:
+
+    | channel | meaning |
+    |---------|---------|
+    | 0 | head |
+    | 1 | body cells other than the head (neck and tail included) |
+    | 2 | food (empty once the board is full) |
+    | 3 | tail: the cell freed next step unless the snake eats |
+    | 4 | neck: the cell behind the head, so head and neck give the direction of travel |
+
+    ## Rewards
+
+    +1 for eating (including the move that fills the board), -1 for dying, 0 otherwise.
+
+    ## Starting State
+
+    A straight snake of ``start_length`` cells. Its head is uniformly random among the cells at
+    least ``dist_to_border`` from every wall (reduced on small boards) from which the body,
+    extending straight behind it, fits on the board; its direction is uniformly random. One
+    food on a uniformly random free cell.
+
+    ## Episode End
+
+    Terminated when the head leaves the board or enters a cell still occupied after this
+    step's move (the cell the tail leaves is free, unless the snake eats), with the board left
+    as it was before the fatal move; also terminated, with ``info["is_success"] = True``, when
+    the snake fills the whole board. Truncated after ``max_steps_without_food`` consecutive
+    steps without eating.
+
+    ## Arguments
+
+    - ``board_size`` (default 10, minimum 4), ``start_length`` (default 3),
+      ``dist_to_border`` (default 3), ``max_steps_without_food`` (default ``board_size ** 2``).
+    - ``render_mode``: ``"ansi"`` (a text board) or ``"rgb_array"``.
+
+    ``info`` always holds ``score`` (food eaten this episode) and ``length``; at the end of an
+    episode also ``is_success``.
+
+    ```python
+    import gymnasium as gym
+    import sb3_snake  # registers the id
+
+    env = gym.make("sb3_snake/Snake-v0", board_size=10)
+    ```
+    """
+
+    metadata = {"render_modes": ["ansi", "rgb_array"], "render_fps": 10}
+
+    def __init__(
+        self,
+        board_size: int = 10,
+        start_length: int = 3,
+        dist_to_border: int = 3,
+        max_steps_without_food: int | None = None,
+        render_mode: str | None = None,
+    ):
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None, got {render_mode!r}")
+        self.rules = SnakeRules(board_size, start_length, dist_to_border, max_steps_without_food)
+        self.render_mode = render_mode
+        self.observation_space = spaces.Box(0, 1, (NUM_CHANNELS, board_size, board_size), np.uint8)
+        self.action_space = spaces.Discrete(4)
+        self._body: deque[tuple[int, int]] = deque()
+        self._occupied = np.zeros((board_size, board_size), dtype=bool)
+        self._direction = 0
+        self._food: tuple[int, int] | None = None
+        self._steps_without_food = 0
+        self._score = 0
+
+    @property
+    def state(self) -> tuple[list[tuple[int, int]], int, tuple[int, int] | None]:
+        """The game as ``(body, direction, food)``, in the form :meth:`set_state` takes."""
+        return list(self._body), self._direction, self._food
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        direction = int(self.np_random.integers(4))
+        bounds = self.rules.head_bounds()[direction]
+        head = np.array([self.np_random.integers(low, high + 1) for low, high in bounds])
+        body = [tuple(int(x) for x in head - k * DIRECTION_DELTAS[direction]) for k in range(self.rules.start_length)]
+        self._place(body, direction)
+        self._food = self._random_free_cell()
+        return self._observation(), self._info()
+
+    def set_state(self, body: Sequence[Sequence[int]], direction: int, food: Sequence[int] | None) -> np.ndarray:
+        """Put a given snake on the board and return the observation.
+
+        :param body: cells as ``(row, col)``, head first.
+        :param direction: 0 up, 1 right, 2 down, 3 left; must not point into the neck.
+        :param food: the food cell, or ``None`` when the snake fills the board.
+        :raises ValueError: when the state is not a valid game state.
+
+        The score and the steps-without-food counter start again from zero.
+        """
+        cells, direction, food = self.rules.validate_state(body, direction, food)
+        self._place([(int(r), int(c)) for r, c in cells], direction)
+        self._food = food
+        return self._observation()
+
+    def step(self, action):
+        action = int(action)
+        if action == opposite(self._direction):
+            action = self._direction
+        d_row, d_col = DIRECTION_DELTAS[action]
+        head_row, head_col = self._body[0]
+        new_head = (head_row + int(d_row), head_col + int(d_col))
+        n = self.rules.board_size
+        eats = new_head == self._food
+        off_board = not (0 <= new_head[0] < n and 0 <= new_head[1] < n)
+        hits_body = not off_board and self._occupied[new_head] and new_head != self._body[-1]
+
+        terminated, truncated, success = False, False, False
+        if off_board or hits_body:
+            reward, terminated = -1.0, True
+        else:
+            self._direction = action
+            if eats:
+                self._steps_without_food = 0
+                self._score += 1
+            else:
+                self._occupied[self._body.pop()] = False
+                self._steps_without_food += 1
+            self._body.appendleft(new_head)
+            self._occupied[new_head] = True
+            reward = 1.0 if eats else 0.0
+            if eats:
+                if len(self._body) == self.rules.num_cells:
+                    self._food, terminated, success = None, True, True
+                else:
+                    self._food = self._random_free_cell()
+            truncated = not terminated and self._steps_without_food >= self.rules.truncation_steps
+
+        info = self._info()
+        if terminated or truncated:
+            info["is_success"] = success
+        return self._observation(), reward, terminated, truncated, info
+
+    def render(self):
+        if self.render_mode == "ansi":
+            return render_ansi(self._observation())
+        if self.render_mode == "rgb_array":
+            return render_rgb(self._observation())
+        return None
+
+    def _place(self, body: Sequence[tuple[int, int]], direction: int) -> None:
+        self._body = deque(body)
+        self._occupied[:] = False
+        for cell in body:
+            self._occupied[cell] = True
+        self._direction = direction
+        self._steps_without_food = 0
+        self._score = 0
+
+    def _random_free_cell(self) -> tuple[int, int]:
+        free = np.flatnonzero(~self._occupied)
+        return divmod(int(free[self.np_random.integers(len(free))]), self.rules.board_size)
+
+    def _observation(self) -> np.ndarray:
+        obs = np.zeros(self.observation_space.shape, dtype=np.uint8)
+        obs[BODY] = self._occupied
+        obs[BODY][self._body[0]] = 0
+        obs[HEAD][self._body[0]] = 1
+        obs[TAIL][self._body[-1]] = 1
+        obs[NECK][self._body[1]] = 1
+        if self._food is not None:
+            obs[FOOD][self._food] = 1
+        return obs
+
+    def _info(self) -> dict[str, Any]:
+        return {"score": self._score, "length": len(self._body)}

@@ -1,0 +1,74 @@
+"""Shared helpers: one interface over both environments, and random valid game states."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from sb3_snake import BatchedSnakeVecEnv, SnakeEnv
+from sb3_snake.envs.rules import DIRECTION_DELTAS
+
+
+class SingleGame:
+    """Plays one game of either environment through the same calls.
+
+    For ``BatchedSnakeVecEnv`` the single game is game 0 of a batch of one; when it finishes,
+    the observation returned is the terminal one (as ``SnakeEnv`` does), not the restarted game.
+    """
+
+    def __init__(self, kind: str, **rules):
+        self.kind = kind
+        if kind == "single":
+            self.env = SnakeEnv(**rules)
+            self.env.reset(seed=0)
+        else:
+            self.env = BatchedSnakeVecEnv(1, seed=0, **rules)
+            self.env.reset()
+
+    def set_state(self, body, direction, food):
+        if self.kind == "single":
+            return self.env.set_state(body, direction, food)
+        return self.env.set_state(0, body, direction, food)
+
+    def step(self, action: int):
+        if self.kind == "single":
+            return self.env.step(action)
+        obs, rewards, dones, infos = self.env.step(np.array([action]))
+        info = dict(infos[0])
+        if not dones[0]:
+            return obs[0], float(rewards[0]), False, False, info
+        truncated = info["TimeLimit.truncated"]
+        return info["terminal_observation"], float(rewards[0]), not truncated, truncated, info
+
+
+@pytest.fixture(params=["single", "batched"])
+def game_kind(request) -> str:
+    return request.param
+
+
+def random_state(rng: np.random.Generator, board_size: int, max_length: int | None = None):
+    """A random valid ``(body, direction, food)``: a self-avoiding walk from a random head."""
+    n = board_size
+    max_length = max_length or n * n
+    target_length = int(rng.integers(2, max_length + 1))
+    while True:
+        body = [(int(rng.integers(n)), int(rng.integers(n)))]
+        while len(body) < target_length:
+            row, col = body[-1]
+            options = [(row + dr, col + dc) for dr, dc in DIRECTION_DELTAS.tolist()]
+            options = [c for c in options if 0 <= c[0] < n and 0 <= c[1] < n and c not in body]
+            if not options:
+                break
+            body.append(options[int(rng.integers(len(options)))])
+        if len(body) >= 2:
+            break
+    neck_direction = next(d for d, delta in enumerate(DIRECTION_DELTAS.tolist())
+                          if (body[0][0] + delta[0], body[0][1] + delta[1]) == body[1])
+    direction = int(rng.choice([d for d in range(4) if d != neck_direction]))
+    free = [(r, c) for r in range(n) for c in range(n) if (r, c) not in body]
+    food = free[int(rng.integers(len(free)))] if free else None
+    return body, direction, food
+
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

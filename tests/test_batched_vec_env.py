@@ -1,0 +1,234 @@
+"""BatchedSnakeVecEnv: same rules as SnakeEnv, SB3's VecEnv contract, seeding, bad arguments."""
+
+import numpy as np
+import pytest
+import torch
+from stable_baselines3 import DQN
+
+from sb3_snake import BatchedSnakeVecEnv, SnakeEnv
+from sb3_snake.envs.rules import BODY, FOOD, HEAD, NECK, TAIL
+from tests.conftest import cuda, random_state
+
+
+def _food_of(obs):
+    rows, cols = np.nonzero(obs[FOOD])
+    return (int(rows[0]), int(cols[0])) if len(rows) else None
+
+
+@pytest.mark.parametrize(("board_size", "max_steps"), [(4, 12), (6, 20), (10, 15)])
+def test_equivalent_to_snake_env_step_by_step(board_size, max_steps):
+    """Same random states, same random actions: same observations, rewards and flags."""
+    num_games, rng = 32, np.random.default_rng(board_size)
+    rules = {"board_size": board_size, "max_steps_without_food": max_steps}
+    batched = BatchedSnakeVecEnv(num_games, seed=0, **rules)
+    batched.reset()
+    singles = [SnakeEnv(**rules) for _ in range(num_games)]
+    for i, env in enumerate(singles):
+        env.reset(seed=i)
+
+    def restart(i):
+        state = random_state(rng, board_size, max_length=board_size * board_size // 2)
+        np.testing.assert_array_equal(singles[i].set_state(*state), batched.set_state(i, *state))
+
+    for i in range(num_games):
+        restart(i)
+    events = {"ate": 0, "died": 0, "truncated": 0}
+    for _ in range(150):
+        actions = rng.integers(4, size=num_games)
+        obs, rewards, dones, infos = batched.step(actions)
+        for i, env in enumerate(singles):
+            expected_obs, reward, terminated, truncated, info = env.step(actions[i])
+            got_obs = infos[i]["terminal_observation"] if dones[i] else obs[i]
+            ate = reward == 1.0 and not dones[i]
+            compared = [c for c in range(5) if not (ate and c == FOOD)]  # new food differs by RNG
+            np.testing.assert_array_equal(got_obs[compared], expected_obs[compared])
+            assert rewards[i] == reward
+            assert dones[i] == (terminated or truncated)
+            assert infos[i]["length"] == info["length"] and infos[i]["score"] == info["score"]
+            if dones[i]:
+                assert infos[i]["TimeLimit.truncated"] == truncated
+                assert infos[i]["is_success"] == info["is_success"]
+                events["truncated" if truncated else "died"] += 1
+                restart(i)
+            elif ate:
+                events["ate"] += 1
+                # Food spawns differ by RNG: carry the single env's new food over.
+                batched.set_state(i, *env.state)
+                env.set_state(*env.state)  # both counters restart from zero together
+    assert all(count > 0 for count in events.values()), events
+
+
+def test_vec_env_contract_on_episode_end():
+    env = BatchedSnakeVecEnv(3, seed=1, max_steps_without_food=2)
+    obs = env.reset()
+    assert obs.shape == (3, 5, 10, 10) and obs.dtype == np.uint8
+    env.set_state(0, [(0, 5), (1, 5), (2, 5)], 0, (9, 9))  # dies going up
+    env.set_state(1, [(5, 5), (5, 4), (5, 3)], 1, (5, 6))  # eats going right
+    env.set_state(2, [(5, 2), (5, 1), (5, 0)], 1, (0, 0))  # truncated after two steps
+    before = env.set_state(0, [(0, 5), (1, 5), (2, 5)], 0, (9, 9))
+    obs, rewards, dones, infos = env.step(np.array([0, 1, 1]))
+    assert rewards.dtype == np.float32 and dones.dtype == bool
+    np.testing.assert_array_equal(rewards, [-1.0, 1.0, 0.0])
+    np.testing.assert_array_equal(dones, [True, False, False])
+    np.testing.assert_array_equal(infos[0]["terminal_observation"], before)
+    assert infos[0]["TimeLimit.truncated"] is False and infos[0]["is_success"] is False
+    assert infos[0]["episode"]["r"] == -1.0 and infos[0]["episode"]["l"] == 1
+    assert infos[0]["score"] == 0 and infos[0]["length"] == 3
+    # The returned observation is the new game's: a fresh straight snake of three cells.
+    assert obs[0][HEAD].sum() == 1 and obs[0][BODY].sum() == 2 and obs[0][FOOD].sum() == 1
+    assert infos[1] == {"score": 1, "length": 4}
+
+    obs, rewards, dones, infos = env.step(np.array([1, 1, 1]))
+    assert dones[2] and infos[2]["TimeLimit.truncated"] is True
+    assert infos[2]["episode"] == {"r": 0.0, "l": 2, "t": infos[2]["episode"]["t"]}
+    assert infos[1]["score"] == 1  # game 1 goes on, its counters kept
+
+
+def test_episode_statistics_sum_the_rewards():
+    env = BatchedSnakeVecEnv(64, board_size=6, seed=3)
+    env.reset()
+    rng = np.random.default_rng(3)
+    returns, lengths, finished = np.zeros(64), np.zeros(64, dtype=int), 0
+    for _ in range(200):
+        _, rewards, dones, infos = env.step(rng.integers(4, size=64))
+        returns += rewards
+        lengths += 1
+        for i in np.flatnonzero(dones):
+            assert infos[i]["episode"]["r"] == pytest.approx(returns[i])
+            assert infos[i]["episode"]["l"] == lengths[i]
+            assert infos[i]["score"] == infos[i]["length"] - 3
+            returns[i], lengths[i] = 0, 0
+            finished += 1
+    assert finished > 100
+
+
+def test_seeded_runs_repeat():
+    def run(seed):
+        env = BatchedSnakeVecEnv(16, seed=seed)
+        frames = [env.reset()]
+        rng = np.random.default_rng(0)
+        for _ in range(100):
+            frames.append(env.step(rng.integers(4, size=16))[0])
+        return np.stack(frames)
+
+    np.testing.assert_array_equal(run(5), run(5))
+    assert not np.array_equal(run(5), run(6))
+
+
+def test_sb3_seed_applies_at_next_reset():
+    env = BatchedSnakeVecEnv(8)
+    env.seed(11)
+    first = env.reset()
+    env.seed(11)
+    np.testing.assert_array_equal(env.reset(), first)
+
+
+def test_restarts_cover_every_start_and_only_starts():
+    env = BatchedSnakeVecEnv(4096, seed=0)
+    obs = env.reset()
+    heads = {tuple(np.argwhere(o[HEAD])[0]) for o in obs}
+    assert heads == {(r, c) for r in range(3, 7) for c in range(3, 7)}
+    necks = obs[:, NECK].reshape(len(obs), -1).argmax(1)
+    tails = obs[:, TAIL].reshape(len(obs), -1).argmax(1)
+    head_cells = obs[:, HEAD].reshape(len(obs), -1).argmax(1)
+    np.testing.assert_array_equal(head_cells - necks, necks - tails)  # straight
+
+
+def test_food_is_uniform_over_free_cells():
+    """Chi-square check of food positions over many restarts of one start state (fixed seed)."""
+    env = BatchedSnakeVecEnv(20000, board_size=4, seed=0)
+    obs = env.reset().reshape(20000, 5, 16)
+    snake = obs[:, HEAD] * 2 + obs[:, BODY]
+    first = snake[0]
+    same_start = (snake == first).all(axis=1)
+    food = obs[same_start, FOOD].argmax(1)
+    counts = np.bincount(food, minlength=16)[first == 0]
+    assert counts.sum() == same_start.sum() and (np.bincount(food, minlength=16)[first > 0] == 0).all()
+    expected = counts.sum() / len(counts)
+    chi_square = ((counts - expected) ** 2 / expected).sum()
+    assert chi_square < 45, (counts, chi_square)  # 12 degrees of freedom: p < 1e-5 above 45
+
+
+def test_trains_with_sb3_dqn_and_fills_episode_buffer():
+    env = BatchedSnakeVecEnv(8, board_size=6, seed=0)
+    model = DQN("MlpPolicy", env, learning_starts=64, buffer_size=2000, batch_size=32, seed=0,
+                policy_kwargs={"net_arch": [32]})
+    model.learn(total_timesteps=800)
+    assert len(model.ep_info_buffer) > 0
+    assert {"r", "l", "t"} <= set(model.ep_info_buffer[0])
+
+
+def test_tensor_interface_matches_vec_env_interface():
+    a, b = BatchedSnakeVecEnv(32, seed=9), BatchedSnakeVecEnv(32, seed=9)
+    np.testing.assert_array_equal(a.reset(), b.reset_tensors().numpy())
+    rng = np.random.default_rng(9)
+    for _ in range(50):
+        actions = rng.integers(4, size=32)
+        obs, rewards, dones, _ = a.step(actions)
+        step = b.step_tensors(torch.as_tensor(actions))
+        np.testing.assert_array_equal(obs, step.observations.numpy())
+        np.testing.assert_array_equal(rewards, step.rewards.numpy())
+        np.testing.assert_array_equal(dones, (step.terminated | step.truncated).numpy())
+    assert b.scores.shape == (32,) and (b.lengths >= 3).all()
+
+
+def test_returned_observations_are_not_reused():
+    env = BatchedSnakeVecEnv(4, seed=0)
+    first = env.reset()
+    kept = first.copy()
+    env.step(np.zeros(4, dtype=int))
+    np.testing.assert_array_equal(first, kept)
+
+
+def test_render_and_attributes():
+    env = BatchedSnakeVecEnv(20, board_size=5, seed=0, render_mode="rgb_array")
+    env.reset()
+    assert env.render().shape == (4 * 5 * 16, 4 * 5 * 16, 3)  # the first 16 games, 4 x 4
+    assert env.render("ansi").count("H") == 1
+    assert len(env.get_images()) == 20
+    assert env.get_attr("render_mode") == ["rgb_array"] * 20
+    assert env.env_is_wrapped(object) == [False] * 20
+    with pytest.raises(AttributeError, match="share one configuration"):
+        env.set_attr("board_size", 6)
+    with pytest.raises(AttributeError, match="no per-game 'reset'"):
+        env.env_method("reset")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"num_envs": 0}, "num_envs must be a positive integer, got 0"),
+        ({"num_envs": 2, "board_size": 3}, "board_size must be an integer >= 4, got 3"),
+        ({"num_envs": 2, "device": "tpu"}, "device must be"),
+        ({"num_envs": 2, "render_mode": "human"}, "render_mode must be one of"),
+    ],
+)
+def test_bad_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        BatchedSnakeVecEnv(**kwargs)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without CUDA")
+def test_cuda_without_gpu_is_a_clear_error():
+    with pytest.raises(ValueError, match="CUDA is not available"):
+        BatchedSnakeVecEnv(2, device="cuda")
+
+
+def test_set_state_index_out_of_range():
+    with pytest.raises(ValueError, match=r"index must be in \[0, 2\)"):
+        BatchedSnakeVecEnv(2).set_state(2, [(0, 0), (0, 1)], 2, (5, 5))
+
+
+@cuda
+def test_cuda_matches_cpu():
+    cpu, gpu = BatchedSnakeVecEnv(64, seed=1), BatchedSnakeVecEnv(64, seed=1, device="cuda")
+    cpu.reset(), gpu.reset()
+    rng = np.random.default_rng(1)
+    for i in range(64):
+        state = random_state(rng, 10, max_length=30)
+        np.testing.assert_array_equal(cpu.set_state(i, *state), gpu.set_state(i, *state))
+    for _ in range(30):
+        actions = rng.integers(4, size=64)
+        c, g = cpu.step_tensors(torch.as_tensor(actions)), gpu.step_tensors(torch.as_tensor(actions, device="cuda"))
+        np.testing.assert_array_equal(c.rewards.numpy(), g.rewards.cpu().numpy())
+        np.testing.assert_array_equal(c.terminated.numpy(), g.terminated.cpu().numpy())

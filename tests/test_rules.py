@@ -1,0 +1,172 @@
+"""Each rule of the game as a scripted scenario, played on both environments."""
+
+import numpy as np
+import pytest
+
+from sb3_snake.envs.rules import BODY, DOWN, FOOD, HEAD, LEFT, NECK, RIGHT, TAIL, UP, SnakeRules
+from tests.conftest import SingleGame
+
+
+def cells(obs, channel):
+    return sorted(zip(*np.nonzero(obs[channel]), strict=True))
+
+
+def test_observation_channels(game_kind):
+    game = SingleGame(game_kind)
+    obs = game.set_state([(5, 5), (5, 4), (5, 3), (4, 3)], RIGHT, (0, 0))
+    assert obs.shape == (5, 10, 10) and obs.dtype == np.uint8
+    assert cells(obs, HEAD) == [(5, 5)]
+    assert cells(obs, BODY) == [(4, 3), (5, 3), (5, 4)]
+    assert cells(obs, FOOD) == [(0, 0)]
+    assert cells(obs, TAIL) == [(4, 3)]
+    assert cells(obs, NECK) == [(5, 4)]
+
+
+def test_moving_forward_frees_the_tail(game_kind):
+    game = SingleGame(game_kind)
+    game.set_state([(5, 5), (5, 4), (5, 3)], RIGHT, (0, 0))
+    obs, reward, terminated, truncated, info = game.step(RIGHT)
+    assert (reward, terminated, truncated) == (0.0, False, False)
+    assert cells(obs, HEAD) == [(5, 6)]
+    assert cells(obs, BODY) == [(5, 4), (5, 5)]
+    assert cells(obs, TAIL) == [(5, 4)]
+    assert cells(obs, NECK) == [(5, 5)]
+
+
+def test_leaving_the_board_kills_and_keeps_the_board(game_kind):
+    game = SingleGame(game_kind)
+    before = game.set_state([(0, 5), (1, 5), (2, 5)], UP, (9, 9))
+    obs, reward, terminated, truncated, info = game.step(UP)
+    assert (reward, terminated, truncated) == (-1.0, True, False)
+    assert info["is_success"] is False
+    np.testing.assert_array_equal(obs, before)
+
+
+def test_running_into_the_body_kills(game_kind):
+    game = SingleGame(game_kind)
+    # A hook: the head at (2, 2) moving left; going down enters (3, 2), a body cell that stays.
+    body = [(2, 2), (2, 3), (3, 3), (3, 2), (3, 1)]
+    game.set_state(body, LEFT, (0, 0))
+    obs, reward, terminated, truncated, _ = game.step(DOWN)
+    assert (reward, terminated, truncated) == (-1.0, True, False)
+
+
+def test_entering_the_cell_the_tail_just_left_is_safe(game_kind):
+    game = SingleGame(game_kind)
+    # A 2x2 loop: the head at (1, 1) moves down into (2, 1), the tail, which moves away.
+    game.set_state([(1, 1), (1, 2), (2, 2), (2, 1)], LEFT, (5, 5))
+    obs, reward, terminated, truncated, info = game.step(DOWN)
+    assert (reward, terminated, truncated) == (0.0, False, False)
+    assert cells(obs, HEAD) == [(2, 1)]
+    assert cells(obs, TAIL) == [(2, 2)]
+    assert info["length"] == 4
+
+
+def test_eating_grows_and_the_tail_stays(game_kind):
+    game = SingleGame(game_kind)
+    game.set_state([(5, 5), (5, 4), (5, 3)], RIGHT, (5, 6))
+    obs, reward, terminated, truncated, info = game.step(RIGHT)
+    assert (reward, terminated, truncated) == (1.0, False, False)
+    assert (info["score"], info["length"]) == (1, 4)
+    assert cells(obs, HEAD) == [(5, 6)]
+    assert cells(obs, TAIL) == [(5, 3)]
+    assert cells(obs, BODY) == [(5, 3), (5, 4), (5, 5)]
+    assert len(cells(obs, FOOD)) == 1
+    assert not (obs[FOOD] & (obs[BODY] | obs[HEAD])).any()
+
+
+def test_reversing_into_the_neck_is_ignored(game_kind):
+    game = SingleGame(game_kind)
+    game.set_state([(5, 5), (5, 4), (5, 3)], RIGHT, (0, 0))
+    obs, reward, terminated, truncated, _ = game.step(LEFT)
+    assert (reward, terminated, truncated) == (0.0, False, False)
+    assert cells(obs, HEAD) == [(5, 6)]
+
+
+def test_filling_the_board_wins(game_kind):
+    game = SingleGame(game_kind, board_size=4)
+    # A snake snaking through all cells but (3, 0); its head at (3, 1) moves left onto the food.
+    body = [(3, 1), (3, 2), (3, 3), (2, 3), (2, 2), (2, 1), (2, 0), (1, 0), (1, 1), (1, 2), (1, 3),
+            (0, 3), (0, 2), (0, 1), (0, 0)]
+    game.set_state(body, LEFT, (3, 0))
+    obs, reward, terminated, truncated, info = game.step(LEFT)
+    assert (reward, terminated, truncated) == (1.0, True, False)
+    assert info["is_success"] is True
+    assert (info["length"], info["score"]) == (16, 1)
+    assert obs[HEAD].sum() + obs[BODY].sum() == 16 and obs[FOOD].sum() == 0
+
+
+def test_truncation_after_steps_without_food(game_kind):
+    game = SingleGame(game_kind, max_steps_without_food=3)
+    game.set_state([(5, 2), (5, 1), (5, 0)], RIGHT, (0, 0))
+    flags = [game.step(RIGHT)[2:4] for _ in range(3)]
+    assert flags == [(False, False), (False, False), (False, True)]
+
+
+def test_eating_resets_the_steps_without_food(game_kind):
+    game = SingleGame(game_kind, max_steps_without_food=3)
+    game.set_state([(5, 2), (5, 1), (5, 0)], RIGHT, (5, 4))
+    results = [game.step(RIGHT) for _ in range(4)]
+    assert [r[1] for r in results] == [0.0, 1.0, 0.0, 0.0]
+    assert not any(r[3] for r in results)
+    assert game.step(RIGHT)[3]
+
+
+@pytest.mark.parametrize("board_size", [4, 6, 10])
+def test_food_never_lies_on_the_snake(game_kind, board_size):
+    game = SingleGame(game_kind, board_size=board_size)
+    rng = np.random.default_rng(1)
+    for _ in range(2000):
+        obs = game.step(int(rng.integers(4)))[0]
+        assert not (obs[FOOD] & (obs[BODY] | obs[HEAD])).any()
+        assert obs[HEAD].sum() == 1
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"board_size": 3}, "board_size must be an integer >= 4, got 3"),
+        ({"board_size": 10.5}, "board_size"),
+        ({"start_length": 1}, "start_length must be between 2 and"),
+        ({"board_size": 4, "start_length": 4}, "start_length must be between 2 and 3 on a 4x4 board"),
+        ({"dist_to_border": -1}, "dist_to_border"),
+        ({"max_steps_without_food": 0}, "max_steps_without_food"),
+    ],
+)
+def test_bad_rules_name_the_value(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        SnakeRules(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("body", "direction", "food", "message"),
+    [
+        ([(0, 0), (0, 1), (0, 10)], LEFT, (5, 5), "on the 10x10 board"),
+        ([(0, 0), (0, 1), (0, 0)], LEFT, (5, 5), "distinct"),
+        ([(0, 0), (0, 2), (0, 3)], LEFT, (5, 5), "adjacent"),
+        ([(0, 0), (0, 1), (0, 2)], LEFT, (0, 2), "lies on the snake"),
+        ([(0, 0), (0, 1), (0, 2)], RIGHT, (5, 5), "points into the neck"),
+        ([(0, 0), (0, 1), (0, 2)], 4, (5, 5), "direction must be"),
+        ([(0, 0)], LEFT, (5, 5), "at least 2"),
+        ([(0, 0), (0, 1), (0, 2)], LEFT, None, "food may only be None"),
+        ([(0, 0), (0, 1), (0, 2)], LEFT, (10, 0), "food must be"),
+    ],
+)
+def test_invalid_states_are_rejected(game_kind, body, direction, food, message):
+    game = SingleGame(game_kind)
+    with pytest.raises(ValueError, match=message):
+        game.set_state(body, direction, food)
+
+
+def test_start_states_are_uniform_over_directions_and_fit():
+    for board_size, start_length in [(4, 2), (4, 3), (5, 3), (10, 3), (10, 7), (17, 3)]:
+        rules = SnakeRules(board_size, start_length)
+        bodies, directions = rules.start_states()
+        assert np.bincount(directions, minlength=4).min() > 0
+        d = rules.effective_dist_to_border
+        rows, cols = np.divmod(bodies, board_size)
+        assert ((rows[:, 0] >= d) & (rows[:, 0] < board_size - d)).all()
+        assert ((cols[:, 0] >= d) & (cols[:, 0] < board_size - d)).all()
+        assert ((rows >= 0) & (rows < board_size) & (cols >= 0) & (cols < board_size)).all()
+        steps = np.abs(np.diff(rows, axis=1)) + np.abs(np.diff(cols, axis=1))
+        assert (steps == 1).all()

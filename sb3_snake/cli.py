@@ -1,0 +1,69 @@
+"""The ``sb3-snake`` command line: parses options, builds settings, calls library functions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import torch
+import typer
+
+from sb3_snake.benchmark.env_throughput import DEFAULT_NUM_ENVS, format_table, run_env_benchmark
+from sb3_snake.benchmark.system import RESULTS_DIR, save_results
+
+app = typer.Typer(
+    name="sb3-snake",
+    help="Train, evaluate and benchmark Stable-Baselines3 agents on Snake.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+
+@app.callback()
+def _main() -> None:
+    """Train, evaluate and benchmark Stable-Baselines3 agents on Snake."""
+
+
+def _parse_int_list(text: str, option: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        raise typer.BadParameter(f"expected comma-separated positive integers such as 64,4096, got {text!r}",
+                                 param_hint=option)
+    return values
+
+
+@app.command("benchmark-env")
+def benchmark_env(
+    num_envs: Annotated[str, typer.Option(help="Comma-separated numbers of games.")] = ",".join(
+        map(str, DEFAULT_NUM_ENVS)
+    ),
+    device: Annotated[list[str] | None, typer.Option(help="cpu or cuda; repeat for both (default: all present).")] = None,
+    repeats: Annotated[int, typer.Option(min=1, help="Timed runs per configuration (median reported).")] = 5,
+    seconds: Annotated[float, typer.Option(min=0.01, help="Seconds per timed run.")] = 0.5,
+    threads: Annotated[int | None, typer.Option(min=1, help="torch intra-op threads (default: torch's).")] = None,
+    output: Annotated[Path, typer.Option(help="Folder for the JSON results.")] = RESULTS_DIR,
+) -> None:
+    """Env steps/s of the batched env at several sizes against a Python loop over one SnakeEnv."""
+    sizes = _parse_int_list(num_envs, "--num-envs")
+    for name in device or []:
+        if name not in ("cpu", "cuda"):
+            raise typer.BadParameter(f"expected cpu or cuda, got {name!r}", param_hint="--device")
+        if name == "cuda" and not torch.cuda.is_available():
+            raise typer.BadParameter("cuda was requested but no CUDA GPU is available; use --device cpu",
+                                     param_hint="--device")
+    if threads is not None:
+        torch.set_num_threads(threads)
+    typer.echo(f"Measuring {len(sizes)} sizes, {repeats} runs of {seconds:g}s each, "
+               f"{torch.get_num_threads()} torch threads...")
+    report = run_env_benchmark(sizes, device or None, seconds_per_repeat=seconds, repeats=repeats,
+                               progress=lambda r: typer.echo(f"  {r.env} {r.api} {r.device} x{r.num_envs}: "
+                                                             f"{r.steps_per_second:,.0f} steps/s"))
+    typer.echo(format_table(report))
+    typer.echo(f"Saved {save_results('env_throughput', report, output)}")
+
+
+def main() -> None:
+    app()

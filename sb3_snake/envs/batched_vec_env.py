@@ -52,15 +52,17 @@ from stable_baselines3.common.vec_env import VecEnv
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvObs, VecEnvStepReturn, tile_images
 
 from sb3_snake.envs.render import render_ansi, render_rgb
-from sb3_snake.envs.rules import BODY, FOOD, HEAD, NECK, NUM_CHANNELS, TAIL, SnakeRules
+from sb3_snake.envs.rules import BODY, FOOD, HEAD, NECK, NUM_CHANNELS, TAIL, TURNS, SnakeRules
 
 #: How many games ``render("rgb_array")`` tiles into one image.
 RENDERED_GAMES = 16
 
-# Rows of the per-game state: flat head cell, ring pointer of the head, direction, snake
-# length, flat food cell (-1 when the board is full), steps without food, food eaten, steps.
-_HEAD, _HEAD_PTR, _DIRECTION, _LENGTH, _FOOD, _STEPS_WITHOUT_FOOD, _SCORE, _EPISODE_LENGTH = range(8)
-_STATE_ROWS = 8
+# Rows of the per-game state: flat head and neck cells, ring pointers of head and tail,
+# direction, snake length, flat food cell (-1 when the board is full), steps without food,
+# food eaten, steps in the episode.
+(_HEAD, _NECK, _HEAD_PTR, _TAIL_PTR, _DIRECTION, _LENGTH, _FOOD, _STEPS_WITHOUT_FOOD, _SCORE,
+ _EPISODE_LENGTH) = range(10)
+_STATE_ROWS = 10
 
 
 @dataclass(frozen=True)
@@ -136,22 +138,26 @@ class BatchedSnakeVecEnv(VecEnv):
         )
 
         cells, dev = self.rules.num_cells, self.device
-        # Observation planes of all games, plus one sink element that absorbs masked writes.
-        self._storage = torch.zeros(num_envs * NUM_CHANNELS * cells + 1, dtype=torch.uint8, device=dev)
-        self._planes = self._storage[:-1].view(num_envs, NUM_CHANNELS, board_size, board_size)
-        self._sink = num_envs * NUM_CHANNELS * cells
+        self._cells = cells
+        # Observation planes of all games, and a flat view of them for indexed reads and writes.
+        self._planes = torch.zeros((num_envs, NUM_CHANNELS, board_size, board_size), dtype=torch.uint8, device=dev)
+        self._planes_flat = self._planes.view(-1)
         self._plane_offsets = torch.arange(num_envs, device=dev) * (NUM_CHANNELS * cells)
-        # Body cells of each game in order, tail to head; one extra sink column per game.
+        self._body_offsets = self._plane_offsets + BODY * cells
+        # Body cells of each game in order, tail to head, in a ring buffer of power-of-two size.
         self._ring_mask = (1 << (cells - 1).bit_length()) - 1
-        self._ring = torch.zeros((num_envs, self._ring_mask + 2), dtype=torch.int64, device=dev)
+        self._ring = torch.zeros((num_envs, self._ring_mask + 1), dtype=torch.int64, device=dev)
         self._ring_offsets = torch.arange(num_envs, device=dev) * self._ring.shape[1]
-        self._ring_sinks = self._ring_offsets + self._ring_mask + 1
-
         # Per-game scalars, one row each (see the _HEAD ... _EPISODE_LENGTH constants), so that
         # each quantity is contiguous over games.
         self._state = torch.zeros((_STATE_ROWS, num_envs), dtype=torch.int64, device=dev)
 
-        self._neighbors = torch.as_tensor(self.rules.neighbor_table(), device=dev).view(-1)
+        # Moves as lookups: index ``action * 4 + direction`` gives the direction taken (the
+        # reversal rule applied), and ``16 * cell + action * 4 + direction`` the cell entered.
+        turns = torch.as_tensor(TURNS, device=dev)
+        self._turn_table = turns.reshape(-1)
+        neighbors = torch.as_tensor(self.rules.neighbor_table(), device=dev)
+        self._move_table = neighbors[:, turns].reshape(-1)
         self._start_states, self._start_planes, self._start_rings, self._start_free = self._start_tables()
         # Offsets of (channel, cell) for the cells cleared and set by a step, one row per game.
         self._clear_offsets = self._channel_offsets(HEAD, NECK, BODY, TAIL, FOOD)
@@ -174,28 +180,78 @@ class BatchedSnakeVecEnv(VecEnv):
         return self._planes.clone()
 
     def step_tensors(self, actions: torch.Tensor) -> BatchedStep:
-        """Apply one action per game (``(N,)`` integers on ``device``) and restart finished games."""
-        rewards, dies, eats, wins = self._advance(actions.to(torch.int64))
+        """Apply one action per game (``(N,)`` integers on ``device``) and restart finished games.
+
+        Games that die this step are restarted before anyone sees their board again, so the
+        writes of a step need no per-game masks: a dying game may scribble on its own planes,
+        and its last observation is copied before the writes.
+        """
+        ring, mask, cells = self._ring.view(-1), self._ring_mask, self._cells
+        head, neck, head_ptr, tail_ptr, direction, length, food, steps_without_food, score, episode_length = (
+            self._state.unbind(0)
+        )
+        turn = torch.add(direction, actions.to(torch.int64), alpha=4)
+        target = self._move_table.index_select(0, torch.add(turn, head, alpha=16))  # -1: off the board
+        direction = self._turn_table.index_select(0, turn)
+        off_board = target < 0
+        target.clamp_(min=0)
+        tail = ring.index_select(0, self._ring_offsets + tail_ptr)
+        # The head enters an occupied cell when the body is there and it is not the tail,
+        # whose cell is freed this very step (food never lies on the body).
+        on_body = self._planes_flat.index_select(0, self._body_offsets + target).bool()
+        dies = off_board | (on_body & (target != tail))
+        eats = ~dies & (target == food)
+        dead = dies.nonzero().squeeze(1)
+        dead_observations = self._planes.index_select(0, dead)
+
+        # Where the snake eats, its tail stays: the tail writes then land on the food cell,
+        # which holds no body or tail, and change nothing.
+        next_tail = ring.index_select(0, self._ring_offsets + ((tail_ptr + 1) & mask))
+        freed = torch.where(eats, target, tail)
+        new_tail = torch.where(eats, tail, next_tail)
+        self._write(0, self._clear_offsets, (head, neck, freed, freed, target))
+        self._write(1, self._set_offsets, (target, head, head, new_tail))
+        head_ptr = (head_ptr + 1) & mask
+        ring.scatter_(0, self._ring_offsets + head_ptr, target)
+        length = length + eats
+        wins = eats & (length == cells)
+        self._state = torch.stack((
+            target,
+            head,
+            head_ptr,
+            (tail_ptr + ~eats) & mask,
+            direction,
+            length,
+            food.masked_fill(wins, -1),
+            torch.where(eats, 0, steps_without_food + 1),
+            score + eats,
+            episode_length + 1,
+        ))
         eaters = (eats & ~wins).nonzero().squeeze(1)
         if len(eaters):
             self._place_food(eaters, self._free_cells(self._planes.index_select(0, eaters)))
 
+        rewards = eats.float() - dies.float()
         terminated = dies | wins
         truncated = ~terminated & (self._state[_STEPS_WITHOUT_FOOD] >= self.rules.truncation_steps)
         finished = (terminated | truncated).nonzero().squeeze(1)
         final_state = self._state.index_select(1, finished)
+        final_observations = self._planes.index_select(0, finished)
+        final_dies = dies.index_select(0, finished)
+        if len(dead):  # dead and finished are both ascending, so the rows line up
+            _copy_rows(final_observations, final_dies.nonzero().squeeze(1), dead_observations)
         step = BatchedStep(
             observations=self._planes,  # replaced by a copy once the finished games restarted
             rewards=rewards,
             terminated=terminated,
             truncated=truncated,
             final_indices=finished,
-            final_observations=self._planes.index_select(0, finished),
-            final_returns=(final_state[_SCORE] - dies[finished].long()).float(),
+            final_observations=final_observations,
+            final_returns=(final_state[_SCORE] - final_dies.long()).float(),
             final_episode_lengths=final_state[_EPISODE_LENGTH],
             final_scores=final_state[_SCORE],
             final_lengths=final_state[_LENGTH],
-            final_successes=wins[finished],
+            final_successes=wins.index_select(0, finished),
         )
         self._restart(finished)
         return dataclasses.replace(step, observations=self._planes.clone())
@@ -311,47 +367,6 @@ class BatchedSnakeVecEnv(VecEnv):
 
     # ------------------------------------------------------------------ game mechanics
 
-    def _advance(self, actions: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """Move every snake one step: everything of a step whose shapes do not depend on the outcome."""
-        ring, mask, offsets = self._ring.view(-1), self._ring_mask, self._ring_offsets
-        head, head_ptr, direction, length, food, steps_without_food, score, episode_length = self._state.unbind(0)
-
-        # Opposite directions differ by exactly 2 in the encoding up, right, down, left.
-        direction_taken = torch.where((actions ^ direction) == 2, direction, actions)
-        target = self._neighbors.index_select(0, head * 4 + direction_taken)
-        off_board = target < 0
-        target.clamp_(min=0)
-        tail_ptr = (head_ptr - length + 1) & mask
-        tail = ring.index_select(0, offsets + tail_ptr)
-        on_body = self._storage.index_select(0, self._plane_offsets + BODY * self.rules.num_cells + target).bool()
-        dies = off_board | (on_body & (target != tail))
-        lives = ~dies
-        eats = lives & (target == food)
-        tail_moves = lives & ~eats
-
-        neck = ring.index_select(0, offsets + ((head_ptr - 1) & mask))
-        new_tail = ring.index_select(0, offsets + ((tail_ptr + 1) & mask))
-        self._write(0, self._clear_offsets, (head, neck, tail, tail, target), (lives, lives, tail_moves, tail_moves, eats))
-        self._write(1, self._set_offsets, (target, head, head, new_tail), (lives, lives, lives, tail_moves))
-        head_ptr = (head_ptr + lives) & mask
-        ring.scatter_(0, torch.where(lives, offsets + head_ptr, self._ring_sinks), target)
-        length = length + eats
-        wins = eats & (length == self.rules.num_cells)
-        self._state = torch.stack(
-            (
-                torch.where(lives, target, head),
-                head_ptr,
-                torch.where(lives, direction_taken, direction),
-                length,
-                torch.where(wins, -1, food),
-                (steps_without_food + 1) * ~eats,
-                score + eats,
-                episode_length + 1,
-            ),
-            dim=0,
-        )
-        return eats.float() - dies.float(), dies, eats, wins
-
     def _restart(self, games: torch.Tensor) -> None:
         """Start a new game in each of ``games``, an index tensor from ``nonzero()`` or ``arange``."""
         if len(games) == 0:  # the size of a nonzero() result is known without another device sync
@@ -386,7 +401,8 @@ class BatchedSnakeVecEnv(VecEnv):
         """
         count, length = bodies.shape
         states = np.zeros((count, _STATE_ROWS), dtype=np.int64)
-        states[:, _HEAD], states[:, _HEAD_PTR], states[:, _DIRECTION] = bodies[:, 0], length - 1, directions
+        states[:, _HEAD], states[:, _NECK], states[:, _DIRECTION] = bodies[:, 0], bodies[:, 1], directions
+        states[:, _HEAD_PTR], states[:, _TAIL_PTR] = length - 1, 0
         states[:, _LENGTH], states[:, _FOOD] = length, -1
         planes = np.zeros((count, NUM_CHANNELS, self.rules.num_cells), dtype=np.uint8)
         rows = np.arange(count)
@@ -409,7 +425,7 @@ class BatchedSnakeVecEnv(VecEnv):
         k = (uniform * free_count).long().clamp_(max=free_count - 1)
         # The (k+1)-th free cell is the first whose running count of free cells exceeds k.
         food = (free.cumsum(dim=1) <= k.unsqueeze(1)).sum(dim=1)
-        self._state[_FOOD, games] = food
+        self._state[_FOOD].index_copy_(0, games, food)
         self._write(1, self._channel_offsets(FOOD, games=games), (food,))
 
     def _channel_offsets(self, *channels: int, games: torch.Tensor | None = None) -> torch.Tensor:
@@ -418,22 +434,14 @@ class BatchedSnakeVecEnv(VecEnv):
         channel_starts = torch.tensor(channels, device=self.device) * self.rules.num_cells
         return (channel_starts.unsqueeze(1) + rows.unsqueeze(0)).reshape(-1)
 
-    def _write(
-        self,
-        value: int,
-        offsets: torch.Tensor,
-        cells: Sequence[torch.Tensor],
-        masks: Sequence[torch.Tensor] | None = None,
-    ) -> None:
-        """Set plane cells to ``value`` in one indexed write.
+    def _write(self, value: int, offsets: torch.Tensor, cells: Sequence[torch.Tensor]) -> None:
+        """Set plane cells to ``value`` in one scattered write.
 
-        ``offsets`` come from :meth:`_channel_offsets`, ``cells`` hold one flat cell per game
-        for each channel, and where ``masks`` is false the write goes to the sink instead.
+        ``offsets`` come from :meth:`_channel_offsets`; ``cells`` hold one flat cell per game for
+        each channel, in the same order.
         """
         index = offsets + torch.cat(cells)
-        if masks is not None:
-            index = torch.where(torch.cat(masks), index, self._sink)
-        self._storage.scatter_(0, index, self._fill_values[value][: len(index)])
+        self._planes_flat.scatter_(0, index, self._fill_values[value][: len(index)])
 
 
 def _copy_rows(destination: torch.Tensor, index: torch.Tensor, source: torch.Tensor) -> None:

@@ -34,6 +34,11 @@ def opposite(direction: int) -> int:
     return (direction + 2) % 4
 
 
+#: ``TURNS[action, direction]``: the direction the snake takes (reversing is ignored).
+TURNS = np.array([[direction if action == opposite(direction) else action for direction in range(4)]
+                  for action in range(4)], dtype=np.int64)
+
+
 @dataclass(frozen=True)
 class SnakeRules:
     """Validated parameters of one game of Snake.

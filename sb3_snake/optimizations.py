@@ -1,0 +1,260 @@
+"""The optimization layer: what this machine supports, what will be active, and applying it.
+
+Each optimization is decided once, by small pure functions (so the CUDA-only rules can be
+tested on a CPU), into a :class:`Decision`: requested, active, and the reason when a requested
+one cannot be active. :class:`ActiveOptimizations` holds the decisions of a model and builds
+the one context that wraps the networks' forward passes:
+
+- **FlashAttention**: ``torch.nn.attention.sdpa_kernel`` restricted to the flash backend when
+  it can run for the device and dtype. Off means off: PyTorch picks flash by default on CPU,
+  so a disabled flash excludes it explicitly. On CUDA the flash kernel needs half-precision
+  inputs, so without BF16 the other backends run instead (and the reason is logged once).
+- **BF16**: ``torch.autocast(device_type, dtype=torch.bfloat16)`` around the forward passes,
+  on CUDA when the GPU supports bf16 and on CPU when the CPU has native bf16 (AVX512-BF16 or
+  AMX). The Q-networks return float32, so TD targets and the loss stay in float32.
+- **torch.compile**: ``q_net`` and ``q_net_target`` are compiled in place
+  (``nn.Module.compile``), which keeps their state_dict keys, so models save and load the same
+  with and without it. A compile error found by the warm-up forward pass turns it off, with
+  the error as the reason.
+- **Threads**: ``torch.set_num_threads`` with the number chosen by :func:`choose_num_threads`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from sb3_snake.settings import OptimizationSettings
+
+if TYPE_CHECKING:
+    from stable_baselines3.dqn import DQN
+
+logger = logging.getLogger(__name__)
+
+_ALL_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION,
+                 SDPBackend.MATH]
+_WITHOUT_FLASH = [backend for backend in _ALL_BACKENDS if backend != SDPBackend.FLASH_ATTENTION]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Whether an optimization was asked for, whether it is active, and why not when it is not."""
+
+    requested: bool
+    active: bool
+    reason: str = ""
+
+    def describe(self) -> str:
+        if self.active:
+            return "enabled"
+        return "disabled" if not self.requested else f"disabled ({self.reason})"
+
+
+# ---------------------------------------------------------------------- what the machine has
+
+
+def cpu_has_native_bf16() -> bool:
+    """True when the CPU has AVX512-BF16 or AMX, so bf16 autocast is a real speed-up."""
+    return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+
+
+def cuda_supports_bf16(device: torch.device) -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+
+
+def compile_unavailable_reason() -> str:
+    """Why ``torch.compile`` cannot be used here, or ``""`` when it can."""
+    if not hasattr(torch, "compile"):
+        return f"torch {torch.__version__} has no torch.compile"
+    if not torch._dynamo.is_dynamo_supported():
+        return "torch.compile is not supported on this Python or platform"
+    return ""
+
+
+# ---------------------------------------------------------------------- decisions (pure)
+
+
+def decide_bf16(requested: bool, device_type: str, hardware_bf16: bool) -> Decision:
+    """BF16 autocast is active when requested and the device computes bf16 natively."""
+    if not requested:
+        return Decision(False, False)
+    if not hardware_bf16:
+        reason = ("this GPU has no bf16 support" if device_type == "cuda"
+                  else "this CPU has neither AVX512-BF16 nor AMX")
+        return Decision(True, False, reason)
+    return Decision(True, True)
+
+
+def decide_flash(requested: bool, device_type: str, bf16_active: bool, kernel_available: bool = True) -> Decision:
+    """FlashAttention is active when requested and its kernel can run for the device and dtype."""
+    if not requested:
+        return Decision(False, False)
+    if device_type == "cuda" and not bf16_active:
+        return Decision(True, False, "FlashAttention on CUDA needs bf16 or fp16 inputs and BF16 is off; "
+                                     "using the other SDPA backends")
+    if not kernel_available:
+        return Decision(True, False, f"the flash SDPA kernel cannot run on {device_type} with torch {torch.__version__}")
+    return Decision(True, True)
+
+
+def decide_compile(requested: bool, unavailable_reason: str = "") -> Decision:
+    if not requested:
+        return Decision(False, False)
+    if unavailable_reason:
+        return Decision(True, False, unavailable_reason)
+    return Decision(True, True)
+
+
+def choose_num_threads(setting: int | str, device_type: str, cpu_cores: int | None) -> tuple[int, str]:
+    """The torch intra-op thread count for ``setting`` and why.
+
+    ``auto`` rule, from measurements on a 2-core CPU (README, "Measured performance"): when
+    the networks run on the CPU, every core; when they run on a GPU, the CPU only feeds it, and
+    one thread per core beyond the first, at most 4, keeps the environment fed without
+    contention.
+    """
+    cores = max(1, cpu_cores or 1)
+    if setting != "auto":
+        return int(setting), "set explicitly"
+    if device_type == "cuda":
+        return max(1, min(4, cores - 1)), "auto: GPU training, the CPU only feeds it"
+    return cores, "auto: CPU training, one thread per core"
+
+
+# ---------------------------------------------------------------------- probes (run real ops)
+
+
+def probe_bf16(device: torch.device) -> tuple[bool, str]:
+    """Run a tiny bf16 matmul under autocast on ``device``."""
+    try:
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            out = torch.ones(8, 8, device=device) @ torch.ones(8, 8, device=device)
+        ok = out.dtype == torch.bfloat16 and float(out[0, 0]) == 8.0
+        return ok, "" if ok else f"autocast produced {out.dtype}"
+    except RuntimeError as error:
+        return False, str(error).splitlines()[0]
+
+
+def probe_flash(device: torch.device, dtype: torch.dtype) -> tuple[bool, str]:
+    """Run a tiny SDPA restricted to the flash backend on ``device`` in ``dtype``."""
+    q = torch.ones(1, 1, 4, 8, device=device, dtype=dtype)
+    try:
+        with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+            torch.nn.functional.scaled_dot_product_attention(q, q, q)
+        return True, ""
+    except RuntimeError as error:
+        return False, str(error).splitlines()[0]
+
+
+def probe_compile() -> tuple[bool, str]:
+    """Compile and run a tiny function (takes seconds: a C++ compiler is invoked on CPU)."""
+    reason = compile_unavailable_reason()
+    if reason:
+        return False, reason
+    try:
+        compiled = torch.compile(lambda x: torch.relu(x) * 2, fullgraph=True)
+        return bool(compiled(torch.ones(4))[0] == 2), ""
+    except Exception as error:  # noqa: BLE001 - any backend failure means "not available", reported
+        return False, f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+
+
+# ---------------------------------------------------------------------- active set for a model
+
+
+@dataclass(frozen=True)
+class ActiveOptimizations:
+    """What a model runs with: the settings, the device, and each decision."""
+
+    settings: OptimizationSettings
+    device: str
+    bf16: Decision
+    flash: Decision
+    compile: Decision
+    num_threads: int
+    num_threads_reason: str
+
+    @classmethod
+    def decide(cls, settings: OptimizationSettings, device: torch.device | str) -> ActiveOptimizations:
+        device = torch.device(device)
+        hardware_bf16 = cuda_supports_bf16(device) if device.type == "cuda" else cpu_has_native_bf16()
+        bf16 = decide_bf16(settings.use_bf16, device.type, hardware_bf16)
+        kernel_dtype = torch.bfloat16 if bf16.active else torch.float32
+        flash_runs = probe_flash(device, kernel_dtype)[0] if settings.use_flash_attention else True
+        flash = decide_flash(settings.use_flash_attention, device.type, bf16.active, flash_runs)
+        compile_decision = decide_compile(settings.use_torch_compile, compile_unavailable_reason())
+        threads, why = choose_num_threads(settings.num_threads, device.type, os.cpu_count())
+        return cls(settings, str(device), bf16, flash, compile_decision, threads, why)
+
+    @property
+    def device_type(self) -> str:
+        return torch.device(self.device).type
+
+    @contextlib.contextmanager
+    def forward_context(self) -> Iterator[None]:
+        """SDPA backend restriction and bf16 autocast, as decided, around a forward pass."""
+        backends = [SDPBackend.FLASH_ATTENTION] if self.flash.active else _WITHOUT_FLASH
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(sdpa_kernel(backends))
+            if self.bf16.active:
+                stack.enter_context(torch.autocast(self.device_type, dtype=torch.bfloat16))
+            yield
+
+    def as_dict(self) -> dict[str, Any]:
+        """Requested and active state of every optimization, for summaries and W&B."""
+        return {
+            "device": self.device,
+            "batch_size": self.settings.batch_size,
+            "compile_mode": self.settings.compile_mode,
+            "num_threads": self.num_threads,
+            **{f"{name}_{key}": value for name in ("bf16", "flash_attention", "torch_compile")
+               for key, value in asdict(self._decision(name)).items()},
+            "sources": dict(self.settings.sources),
+        }
+
+    def _decision(self, name: str) -> Decision:
+        return {"bf16": self.bf16, "flash_attention": self.flash, "torch_compile": self.compile}[name]
+
+
+def apply_optimizations(model: DQN, settings: OptimizationSettings) -> ActiveOptimizations:
+    """Apply ``settings`` to a DQN model in place and return what is really active.
+
+    Sets torch's thread count, gives both Q-networks the forward context, and compiles them
+    when asked; a compile that fails its warm-up forward pass is undone and reported off.
+    """
+    active = ActiveOptimizations.decide(settings, model.device)
+    torch.set_num_threads(active.num_threads)
+    for network in (model.q_net, model.q_net_target):
+        network.forward_context = active.forward_context
+    for decision in (active.bf16, active.flash):
+        if decision.requested and not decision.active:
+            logger.warning("optimization requested but not active: %s", decision.reason)
+    if active.compile.active:
+        failure = _compile_networks(model, settings.compile_mode)
+        if failure:
+            logger.warning("torch.compile requested but not active: %s", failure)
+            active = replace(active, compile=Decision(True, False, failure))
+    return active
+
+
+def _compile_networks(model: DQN, mode: str) -> str:
+    """Compile both Q-networks in place and warm them up; return the error, or ``""``."""
+    networks = (model.q_net, model.q_net_target)
+    for network in networks:
+        network.compile(mode=mode)
+    sample = torch.as_tensor(model.observation_space.sample()[None], device=model.device)
+    try:
+        with torch.no_grad():
+            for network in networks:
+                network(sample)
+    except Exception as error:  # noqa: BLE001 - reported as the reason compile is off
+        for network in networks:
+            network._compiled_call_impl = None
+        return f"compile failed: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+    return ""

@@ -1,0 +1,121 @@
+"""The capability report (``python test_optimizations.py``) and the configuration summary.
+
+Both come from :func:`capability_report`: what this machine supports, found by running tiny
+real operations, and what will be active with the given settings, with the reason whenever a
+requested optimization will not be. The training CLI prints the same summary before it trains.
+"""
+
+from __future__ import annotations
+
+import platform
+from typing import Any
+
+import torch
+
+from sb3_snake.benchmark.system import cpu_model
+from sb3_snake.optimizations import (
+    ActiveOptimizations,
+    compile_unavailable_reason,
+    cpu_has_native_bf16,
+    cuda_supports_bf16,
+    probe_bf16,
+    probe_compile,
+    probe_flash,
+)
+from sb3_snake.settings import OptimizationSettings
+
+#: The command-line flags that override each setting.
+CLI_FLAGS = {
+    "batch_size": "--batch-size N",
+    "use_torch_compile": "--compile / --no-compile",
+    "use_flash_attention": "--flash-attention / --no-flash-attention",
+    "use_bf16": "--bf16 / --no-bf16",
+    "compile_mode": "(.env or environment: TORCH_COMPILE_MODE)",
+    "num_threads": "(.env or environment: TORCH_NUM_THREADS)",
+}
+
+
+def resolve_device(device: str) -> torch.device:
+    """``auto`` is CUDA when a GPU is there, else the CPU."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def capability_report(settings: OptimizationSettings, device: str = "auto", probe_compile_now: bool = False) -> dict[str, Any]:
+    """What the machine supports and what will be active with ``settings`` on ``device``."""
+    target = resolve_device(device)
+    bf16_native = cuda_supports_bf16(target) if target.type == "cuda" else cpu_has_native_bf16()
+    bf16_runs, bf16_error = probe_bf16(target)
+    flash_fp32, flash_fp32_error = probe_flash(target, torch.float32)
+    flash_bf16, flash_bf16_error = probe_flash(target, torch.bfloat16)
+    if probe_compile_now:
+        compile_ok, compile_error = probe_compile()
+        compile_note = "probed: compiled and ran a tiny function" if compile_ok else compile_error
+    else:
+        compile_error = compile_unavailable_reason()
+        compile_ok = not compile_error
+        compile_note = compile_error or "torch.compile is present (not probed; --probe-compile runs it)"
+    active = ActiveOptimizations.decide(settings, target)
+    return {
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "device": str(target),
+        "device_name": torch.cuda.get_device_name(target) if target.type == "cuda" else cpu_model(),
+        "cuda_available": torch.cuda.is_available(),
+        "available": {
+            "bf16": {"native": bf16_native, "autocast_runs": bf16_runs, "note": bf16_error},
+            "flash_attention": {"float32": flash_fp32, "bfloat16": flash_bf16,
+                                "note": flash_fp32_error or flash_bf16_error},
+            "torch_compile": {"available": compile_ok, "note": compile_note},
+        },
+        "settings": {name: {"value": value, "source": settings.source(name), "key": settings.env_key(name),
+                            "cli": CLI_FLAGS[name]} for name, value in settings.as_dict().items()},
+        "active": active.as_dict(),
+        "summary": summary_lines(active),
+    }
+
+
+def summary_lines(active: ActiveOptimizations, extra: dict[str, Any] | None = None) -> list[str]:
+    """The configuration summary: one plain line per setting."""
+    settings = active.settings
+    source = settings.source
+    lines = [
+        f"batch size:       {settings.batch_size} (from {source('batch_size')})",
+        f"torch.compile:    {active.compile.describe()} (from {source('use_torch_compile')})",
+        f"FlashAttention:   {active.flash.describe()} (from {source('use_flash_attention')})",
+        f"BF16 autocast:    {active.bf16.describe()} (from {source('use_bf16')})",
+        f"compile mode:     {settings.compile_mode} (from {source('compile_mode')})",
+        f"device:           {active.device}",
+        f"threads:          {active.num_threads} ({active.num_threads_reason}; from {source('num_threads')})",
+    ]
+    for name, value in (extra or {}).items():
+        lines.append(f"{name + ':':<18}{value}")
+    return lines
+
+
+def format_capability_report(report: dict[str, Any]) -> str:
+    """The report as plain text, readable in a few seconds."""
+    available = report["available"]
+    bf16, flash, compiled = available["bf16"], available["flash_attention"], available["torch_compile"]
+    yes = {True: "yes", False: "no"}
+    lines = [
+        "sb3-snake capability report",
+        "",
+        f"PyTorch {report['torch']}, Python {report['python']}",
+        f"device: {report['device']} ({report['device_name']}); CUDA available: {yes[report['cuda_available']]}",
+        "",
+        "What this machine supports (tiny real operations were run):",
+        f"  BF16: native {yes[bf16['native']]}, autocast matmul ran {yes[bf16['autocast_runs']]}"
+        + (f" ({bf16['note']})" if bf16["note"] else ""),
+        f"  flash SDPA kernel: float32 {yes[flash['float32']]}, bfloat16 {yes[flash['bfloat16']]}"
+        + (f" ({flash['note']})" if flash["note"] else ""),
+        f"  torch.compile: {yes[compiled['available']]} ({compiled['note']})",
+        "",
+        "Settings (value, where it came from, how to override):",
+    ]
+    for name, entry in report["settings"].items():
+        lines.append(f"  {entry['key']:<20} {str(entry['value']):<8} from {entry['source']:<12} {entry['cli']}")
+    lines += ["", "Active when training with these settings:"]
+    lines += [f"  {line}" for line in report["summary"]]
+    return "\n".join(lines)

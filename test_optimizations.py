@@ -1,0 +1,43 @@
+"""Capability report: what this machine supports and what training will use.
+
+    python test_optimizations.py [--json] [--probe-compile] [--env-file PATH] [--device auto|cpu|cuda]
+
+This is a report script, not a test module (pytest collects ``tests/`` only). Exit 0 when it
+ran; exit 2 with one line naming the key when the settings are malformed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from sb3_snake.report import capability_report, format_capability_report
+from sb3_snake.settings import OptimizationSettings, SettingsError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--probe-compile", action="store_true", help="also compile and run a tiny function")
+    parser.add_argument("--env-file", help="the .env to read (default: ./.env when present)")
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    args = parser.parse_args(argv)
+    try:
+        settings = OptimizationSettings.load(args.env_file)
+    except SettingsError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            print("error: --device cuda was requested but no CUDA GPU is available; use --device cpu", file=sys.stderr)
+            return 2
+    report = capability_report(settings, args.device, probe_compile_now=args.probe_compile)
+    print(json.dumps(report, indent=2) if args.json else format_capability_report(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

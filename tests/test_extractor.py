@@ -1,0 +1,69 @@
+"""SnakeAttentionExtractor: any board size, configured through policy_kwargs, saved with the model."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from stable_baselines3 import DQN
+
+from sb3_snake import BatchedSnakeVecEnv
+from sb3_snake.extractor import SnakeAttentionExtractor, default_patch_size
+
+
+@pytest.mark.parametrize("board_size", [4, 5, 8, 10, 13, 20])
+def test_any_board_size(board_size):
+    space = gym.spaces.Box(0, 1, (5, board_size, board_size), np.uint8)
+    extractor = SnakeAttentionExtractor(space, features_dim=48)
+    out = extractor(torch.as_tensor(np.stack([space.sample() for _ in range(3)])).float())
+    assert out.shape == (3, 48)
+    tokens = extractor.grid[0] * extractor.grid[1]
+    assert tokens <= 64
+
+
+def test_patch_size_rule():
+    assert [default_patch_size(n) for n in (4, 8, 9, 10, 16, 17, 30)] == [1, 1, 2, 2, 2, 3, 4]
+
+
+def test_uses_sdpa_not_multihead_attention():
+    space = gym.spaces.Box(0, 1, (5, 10, 10), np.uint8)
+    extractor = SnakeAttentionExtractor(space)
+    assert not any(isinstance(m, torch.nn.MultiheadAttention) for m in extractor.modules())
+    calls = []
+    original = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):
+        calls.append(args[0].shape)
+        return original(*args, **kwargs)
+
+    torch.nn.functional.scaled_dot_product_attention = spy
+    try:
+        extractor(torch.zeros(2, 5, 10, 10))
+    finally:
+        torch.nn.functional.scaled_dot_product_attention = original
+    assert len(calls) == 2  # one block, one attention pool
+
+
+def test_padding_marks_off_board_cells():
+    space = gym.spaces.Box(0, 1, (5, 5, 5), np.uint8)
+    extractor = SnakeAttentionExtractor(space, patch_size=2)
+    assert extractor.grid == (3, 3)
+    assert extractor.on_board.sum() == 25 and extractor.on_board.shape[-1] == 6
+
+
+def test_bad_shapes_and_heads():
+    with pytest.raises(ValueError, match=r"needs \(C, H, W\)"):
+        SnakeAttentionExtractor(gym.spaces.Box(0, 1, (10,), np.uint8))
+    with pytest.raises(ValueError, match="divisible by num_heads"):
+        SnakeAttentionExtractor(gym.spaces.Box(0, 1, (5, 6, 6), np.uint8), embed_dim=30, num_heads=4)
+
+
+def test_configured_through_policy_kwargs_and_saved_with_plain_dqn(tmp_path):
+    env = BatchedSnakeVecEnv(2, board_size=6, seed=0)
+    kwargs = {"features_extractor_class": SnakeAttentionExtractor,
+              "features_extractor_kwargs": {"embed_dim": 16, "num_heads": 2, "features_dim": 24}}
+    model = DQN("MlpPolicy", env, policy_kwargs=kwargs, learning_starts=0, buffer_size=100, seed=0)
+    assert model.q_net.features_extractor.features_dim == 24
+    model.save(tmp_path / "m.zip")
+    loaded = DQN.load(tmp_path / "m.zip")
+    obs = env.reset()
+    np.testing.assert_array_equal(model.predict(obs, deterministic=True)[0], loaded.predict(obs, deterministic=True)[0])

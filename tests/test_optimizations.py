@@ -1,0 +1,200 @@
+"""The optimization layer, proven over real DQN gradient steps on CPU, and its CUDA rules as logic."""
+
+import numpy as np
+import pytest
+import torch
+import torch._dynamo
+from stable_baselines3.common.logger import Logger
+from torch.profiler import profile
+
+from sb3_snake import BatchedSnakeVecEnv
+from sb3_snake.algorithm import SnakeDQN
+from sb3_snake.extractor import AttentionPool, SelfAttention
+from sb3_snake.optimizations import (
+    ActiveOptimizations,
+    Decision,
+    choose_num_threads,
+    cpu_has_native_bf16,
+    decide_bf16,
+    decide_compile,
+    decide_flash,
+    probe_bf16,
+    probe_flash,
+)
+from sb3_snake.settings import OptimizationSettings
+
+FLASH_KERNEL = "aten::_scaled_dot_product_flash_attention_for_cpu"
+SMALL = {"features_extractor_kwargs": {"embed_dim": 16, "num_heads": 2, "features_dim": 32}}
+needs_bf16 = pytest.mark.skipif(not cpu_has_native_bf16(), reason="this CPU has no native bf16")
+
+
+def make_model(tmp_path=None, **settings):
+    options = {"use_bf16": False, "use_flash_attention": False, "use_torch_compile": False, "num_threads": 1}
+    options.update(settings)
+    env = BatchedSnakeVecEnv(8, board_size=6, seed=0)
+    model = SnakeDQN("AttentionPolicy", env, optimizations=OptimizationSettings(**options), learning_starts=0,
+                     buffer_size=512, batch_size=32, seed=0, policy_kwargs=SMALL)
+    model.set_logger(Logger(folder=None, output_formats=[]))
+    obs = env.reset()
+    for _ in range(8):
+        actions = np.random.default_rng(0).integers(4, size=8)
+        next_obs, rewards, dones, infos = env.step(actions)
+        model.replay_buffer.add(obs, next_obs, actions, rewards, dones, infos)
+        obs = next_obs
+    return model
+
+
+def kernel_names(model):
+    with profile() as prof:
+        model.train(gradient_steps=2, batch_size=32)
+    return {event.name for event in prof.events()}
+
+
+def test_flash_kernel_runs_when_on_and_never_when_off():
+    assert FLASH_KERNEL in kernel_names(make_model(use_flash_attention=True))
+    names_off = kernel_names(make_model(use_flash_attention=False))
+    assert FLASH_KERNEL not in names_off
+    assert any("scaled_dot_product_attention_math" in name for name in names_off)
+
+
+def _layer_output_dtypes(model):
+    dtypes, hooks = {}, []
+
+    def record(name):
+        def hook(module, inputs, output):
+            dtypes[name] = output.dtype
+        return hook
+
+    for name, module in model.q_net.features_extractor.named_modules():
+        if isinstance(module, (torch.nn.Linear, SelfAttention, AttentionPool)):
+            hooks.append(module.register_forward_hook(record(name)))
+    q_values = model.q_net(torch.as_tensor(model.observation_space.sample()[None]))
+    for hook in hooks:
+        hook.remove()
+    return dtypes, q_values.dtype
+
+
+@needs_bf16
+def test_bf16_layers_produce_bfloat16_and_q_values_stay_float32():
+    model = make_model(use_bf16=True)
+    assert model.active_optimizations.bf16.active
+    dtypes, q_dtype = _layer_output_dtypes(model)
+    assert set(dtypes.values()) == {torch.bfloat16} and len(dtypes) >= 6
+    assert q_dtype == torch.float32
+    model.train(gradient_steps=1, batch_size=32)  # the TD loss runs in float32 without error
+
+
+def test_without_bf16_everything_is_float32():
+    dtypes, q_dtype = _layer_output_dtypes(make_model(use_bf16=False))
+    assert set(dtypes.values()) == {torch.float32} and q_dtype == torch.float32
+
+
+@pytest.mark.slow
+def test_compile_compiles_graphs_only_when_on():
+    torch._dynamo.reset()
+    before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    model = make_model()
+    model.train(gradient_steps=1, batch_size=32)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == before
+    assert not model.active_optimizations.compile.active
+
+    compiled = make_model(use_torch_compile=True)
+    assert compiled.active_optimizations.compile.active
+    compiled.train(gradient_steps=1, batch_size=32)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] > before
+    assert compiled.q_net._compiled_call_impl is not None
+    # Compiled in place: the state_dict keys are those of the plain network.
+    assert compiled.q_net.state_dict().keys() == model.q_net.state_dict().keys()
+
+
+@pytest.mark.parametrize("settings", [{}, {"use_flash_attention": True}, {"use_bf16": True}])
+def test_save_then_load_gives_identical_greedy_actions(tmp_path, settings):
+    if settings.get("use_bf16") and not cpu_has_native_bf16():
+        pytest.skip("this CPU has no native bf16")
+    model = make_model(**settings)
+    model.train(gradient_steps=3, batch_size=32)
+    model.save(tmp_path / "model.zip")
+    loaded = SnakeDQN.load(tmp_path / "model.zip", optimizations=model.optimizations)
+    obs = np.stack([model.observation_space.sample() for _ in range(64)])
+    np.testing.assert_array_equal(model.predict(obs, deterministic=True)[0], loaded.predict(obs, deterministic=True)[0])
+    assert loaded.active_optimizations == model.active_optimizations
+
+
+def test_batch_size_comes_from_settings_unless_given():
+    env = BatchedSnakeVecEnv(2, board_size=5, seed=0)
+    settings = OptimizationSettings(batch_size=77, num_threads=1)
+    assert SnakeDQN("AttentionPolicy", env, optimizations=settings, policy_kwargs=SMALL).batch_size == 77
+    assert SnakeDQN("AttentionPolicy", env, optimizations=settings, batch_size=5, policy_kwargs=SMALL).batch_size == 5
+
+
+def test_mlp_policy_keeps_working_with_the_forward_context():
+    env = BatchedSnakeVecEnv(2, board_size=5, seed=0)
+    model = SnakeDQN("MlpPolicy", env, optimizations=OptimizationSettings(num_threads=1), learning_starts=0,
+                     buffer_size=64, batch_size=8)
+    model.learn(40)
+    assert model.q_net(torch.as_tensor(env.reset())).dtype == torch.float32
+
+
+def test_threads_are_applied():
+    make_model(num_threads=1)
+    assert torch.get_num_threads() == 1
+
+
+# ---------------------------------------------------------------- decision logic (CUDA rules on CPU)
+
+
+def test_flash_on_cuda_needs_bf16():
+    assert decide_flash(True, "cuda", bf16_active=True) == Decision(True, True)
+    off = decide_flash(True, "cuda", bf16_active=False)
+    assert not off.active and "needs bf16 or fp16" in off.reason and "other SDPA backends" in off.reason
+    assert decide_flash(True, "cpu", bf16_active=False) == Decision(True, True)
+    assert decide_flash(False, "cuda", bf16_active=True) == Decision(False, False)
+    assert "cannot run" in decide_flash(True, "cuda", True, kernel_available=False).reason
+
+
+def test_bf16_needs_hardware_support():
+    assert decide_bf16(True, "cuda", hardware_bf16=True).active
+    assert decide_bf16(True, "cuda", hardware_bf16=False).reason == "this GPU has no bf16 support"
+    assert "AVX512-BF16" in decide_bf16(True, "cpu", hardware_bf16=False).reason
+    assert decide_bf16(False, "cpu", hardware_bf16=True) == Decision(False, False)
+
+
+def test_compile_unavailable_is_reported():
+    assert decide_compile(True, "torch 1.13 has no torch.compile") == Decision(True, False, "torch 1.13 has no torch.compile")
+    assert decide_compile(True).active and not decide_compile(False).active
+
+
+def test_thread_rule():
+    assert choose_num_threads(3, "cpu", 2) == (3, "set explicitly")
+    assert choose_num_threads("auto", "cpu", 2)[0] == 2
+    assert choose_num_threads("auto", "cuda", 16)[0] == 4
+    assert choose_num_threads("auto", "cuda", 1)[0] == 1
+
+
+def test_flash_off_excludes_the_flash_backend_in_the_context():
+    settings = OptimizationSettings(use_flash_attention=False, use_bf16=False, num_threads=1)
+    active = ActiveOptimizations.decide(settings, "cpu")
+    q = torch.ones(1, 1, 4, 8)
+    with profile() as prof, active.forward_context():
+        torch.nn.functional.scaled_dot_product_attention(q, q, q)
+    assert FLASH_KERNEL not in {e.name for e in prof.events()}
+
+
+def test_probes_run_real_ops_on_cpu():
+    assert probe_flash(torch.device("cpu"), torch.float32) == (True, "")
+    assert probe_bf16(torch.device("cpu")) == (True, "")  # autocast runs on any CPU, natively or not
+
+
+def test_requested_but_inactive_is_logged(caplog, monkeypatch):
+    monkeypatch.setattr("sb3_snake.optimizations.cpu_has_native_bf16", lambda: False)
+    with caplog.at_level("WARNING"):
+        model = make_model(use_bf16=True)
+    assert not model.active_optimizations.bf16.active
+    assert "neither AVX512-BF16 nor AMX" in model.active_optimizations.bf16.reason
+    assert "requested but not active" in caplog.text
+
+
+def test_as_dict_reports_requested_and_active():
+    report = make_model(use_flash_attention=True).active_optimizations.as_dict()
+    assert report["flash_attention_requested"] is True and report["flash_attention_active"] is True
+    assert report["torch_compile_requested"] is False and report["sources"]["batch_size"] == "default"

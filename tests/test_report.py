@@ -1,0 +1,59 @@
+"""The capability report script and the configuration summary it shares with the CLI."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from sb3_snake.optimizations import ActiveOptimizations
+from sb3_snake.report import capability_report, format_capability_report, summary_lines
+from sb3_snake.settings import OptimizationSettings
+
+SCRIPT = Path(__file__).resolve().parent.parent / "test_optimizations.py"
+
+
+def run_script(*args, cwd):
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, cwd=cwd, timeout=120)
+
+
+def test_script_prints_json_with_settings_sources_and_active_state(tmp_path):
+    (tmp_path / ".env").write_text("USE_BF16=false\nOPTIMAL_BATCH_SIZE=512\n")
+    completed = run_script("--json", "--device", "cpu", cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    report = json.loads(completed.stdout)
+    assert report["settings"]["batch_size"] == {"value": 512, "source": ".env", "key": "OPTIMAL_BATCH_SIZE",
+                                                "cli": "--batch-size N"}
+    assert report["settings"]["use_bf16"]["cli"] == "--bf16 / --no-bf16"
+    assert report["active"]["bf16_requested"] is False and report["active"]["bf16_active"] is False
+    assert report["available"]["flash_attention"]["float32"] is True
+    assert report["device"] == "cpu" and report["torch"]
+
+
+def test_script_text_report_names_flags(tmp_path):
+    completed = run_script("--device", "cpu", cwd=tmp_path)
+    assert completed.returncode == 0
+    for text in ("--no-compile", "--no-flash-attention", "--no-bf16", "--batch-size", "Active when training"):
+        assert text in completed.stdout
+
+
+def test_malformed_env_exits_2_naming_the_key(tmp_path):
+    (tmp_path / ".env").write_text("USE_BF16=maybe\n")
+    completed = run_script(cwd=tmp_path)
+    assert completed.returncode == 2
+    assert "USE_BF16='maybe'" in completed.stderr and ".env" in completed.stderr
+    assert "Traceback" not in completed.stderr
+
+
+def test_requested_but_unavailable_shows_its_reason(monkeypatch):
+    monkeypatch.setattr("sb3_snake.optimizations.cpu_has_native_bf16", lambda: False)
+    monkeypatch.setattr("sb3_snake.report.cpu_has_native_bf16", lambda: False)
+    report = capability_report(OptimizationSettings(use_bf16=True, num_threads=1), "cpu")
+    text = format_capability_report(report)
+    assert "BF16 autocast:    disabled (this CPU has neither AVX512-BF16 nor AMX)" in text
+
+
+def test_summary_lines_cover_every_setting():
+    active = ActiveOptimizations.decide(OptimizationSettings(num_threads=1), "cpu")
+    lines = summary_lines(active, {"envs": 64})
+    assert [line.split(":")[0] for line in lines] == ["batch size", "torch.compile", "FlashAttention",
+                                                      "BF16 autocast", "compile mode", "device", "threads", "envs"]

@@ -1,0 +1,104 @@
+"""OptimizationSettings: parsing, precedence, sources and clear errors."""
+
+import pytest
+
+from sb3_snake.settings import OptimizationSettings, SettingsError
+
+ENV_KEYS = ("OPTIMAL_BATCH_SIZE", "USE_TORCH_COMPILE", "USE_FLASH_ATTENTION", "USE_BF16", "TORCH_COMPILE_MODE",
+            "TORCH_NUM_THREADS")
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch, tmp_path):
+    for key in ENV_KEYS:
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.chdir(tmp_path)
+
+
+def write_env(tmp_path, text):
+    path = tmp_path / "custom.env"
+    path.write_text(text)
+    return path
+
+
+def test_defaults_without_any_source():
+    settings = OptimizationSettings.load()
+    assert settings == OptimizationSettings()
+    assert all(settings.source(name) == "default" for name in settings.as_dict())
+
+
+def test_env_file_values_and_spellings(tmp_path):
+    path = write_env(tmp_path, "# comment\nOPTIMAL_BATCH_SIZE=1024\nUSE_TORCH_COMPILE=Yes\nUSE_FLASH_ATTENTION=off\n"
+                               "USE_BF16=0\nTORCH_COMPILE_MODE=max-autotune\nTORCH_NUM_THREADS=3\nOTHER=ignored\n")
+    settings = OptimizationSettings.load(path)
+    assert settings.as_dict() == {"batch_size": 1024, "use_torch_compile": True, "use_flash_attention": False,
+                                  "use_bf16": False, "compile_mode": "max-autotune", "num_threads": 3}
+    assert settings.source("batch_size") == ".env"
+
+
+def test_dotenv_in_working_directory_is_found(tmp_path):
+    (tmp_path / ".env").write_text("USE_BF16=false\n")
+    settings = OptimizationSettings.load()
+    assert settings.use_bf16 is False and settings.source("use_bf16") == ".env"
+
+
+def test_precedence_override_then_environment_then_file_then_default(tmp_path, monkeypatch):
+    path = write_env(tmp_path, "OPTIMAL_BATCH_SIZE=512\nUSE_BF16=true\nUSE_TORCH_COMPILE=true\n")
+    monkeypatch.setenv("OPTIMAL_BATCH_SIZE", "2048")
+    monkeypatch.setenv("USE_BF16", "false")
+    settings = OptimizationSettings.load(path, batch_size=64, use_torch_compile=None)
+    assert (settings.batch_size, settings.source("batch_size")) == (64, "override")
+    assert (settings.use_bf16, settings.source("use_bf16")) == (False, "environment")
+    assert (settings.use_torch_compile, settings.source("use_torch_compile")) == (True, ".env")
+    assert (settings.compile_mode, settings.source("compile_mode")) == ("default", "default")
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("USE_BF16=maybe", r"USE_BF16='maybe' in .*custom.env: expected true/false"),
+        ("OPTIMAL_BATCH_SIZE=-4", r"OPTIMAL_BATCH_SIZE='-4' in .*custom.env: expected a positive integer"),
+        ("OPTIMAL_BATCH_SIZE=big", r"OPTIMAL_BATCH_SIZE='big'"),
+        ("TORCH_COMPILE_MODE=fast", r"TORCH_COMPILE_MODE='fast' .*expected one of default, reduce-overhead"),
+        ("TORCH_NUM_THREADS=0", r"TORCH_NUM_THREADS='0' .*positive integer or auto"),
+    ],
+)
+def test_malformed_env_file_values_name_key_value_and_file(tmp_path, line, message):
+    with pytest.raises(SettingsError, match=message):
+        OptimizationSettings.load(write_env(tmp_path, line + "\n"))
+
+
+def test_malformed_environment_variable_names_the_environment(monkeypatch):
+    monkeypatch.setenv("USE_FLASH_ATTENTION", "sometimes")
+    with pytest.raises(SettingsError, match="USE_FLASH_ATTENTION='sometimes' in the environment"):
+        OptimizationSettings.load()
+
+
+def test_missing_explicit_env_file(tmp_path):
+    with pytest.raises(SettingsError, match="does not exist"):
+        OptimizationSettings.load(tmp_path / "nope.env")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"batch_size": 0}, "batch_size=0"),
+        ({"use_bf16": "yes"}, "use_bf16='yes': expected True or False"),
+        ({"compile_mode": "fast"}, "compile_mode='fast'"),
+        ({"num_threads": -1}, "num_threads=-1"),
+        ({"unknown": 1}, "unknown setting"),
+    ],
+)
+def test_bad_overrides(overrides, message):
+    with pytest.raises(SettingsError, match=message):
+        OptimizationSettings.load(**overrides)
+
+
+def test_with_overrides_marks_the_source():
+    settings = OptimizationSettings().with_overrides(use_bf16=False, batch_size=None)
+    assert settings.use_bf16 is False and settings.source("use_bf16") == "override"
+    assert settings.source("batch_size") == "default"
+
+
+def test_num_threads_auto_or_integer(tmp_path):
+    assert OptimizationSettings.load(write_env(tmp_path, "TORCH_NUM_THREADS=AUTO\n")).num_threads == "auto"

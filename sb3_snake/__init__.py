@@ -5,10 +5,24 @@ Importing the package registers the Gymnasium id ``sb3_snake/Snake-v0``.
 
 import gymnasium as gym
 
+from sb3_snake.algorithm import AttentionPolicy, SnakeDQN
 from sb3_snake.envs import BatchedSnakeVecEnv, SnakeEnv
+from sb3_snake.extractor import SnakeAttentionExtractor
+from sb3_snake.optimizations import ActiveOptimizations
+from sb3_snake.settings import OptimizationSettings, SettingsError
 
 __version__ = "0.1.0"
-__all__ = ["BatchedSnakeVecEnv", "SnakeEnv", "__version__"]
+__all__ = [
+    "ActiveOptimizations",
+    "AttentionPolicy",
+    "BatchedSnakeVecEnv",
+    "OptimizationSettings",
+    "SettingsError",
+    "SnakeAttentionExtractor",
+    "SnakeDQN",
+    "SnakeEnv",
+    "__version__",
+]
 
 SNAKE_ENV_ID = "sb3_snake/Snake-v0"
 

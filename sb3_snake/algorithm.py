@@ -86,8 +86,9 @@ class SnakeDQN(DQN):
         "AttentionPolicy": AttentionPolicy,
     }
 
-    def __init__(self, policy: str | type[DQNPolicy], env: Any, optimizations: OptimizationSettings | None = None,
-                 **kwargs: Any):
+    def __init__(
+        self, policy: str | type[DQNPolicy], env: Any, optimizations: OptimizationSettings | None = None, **kwargs: Any
+    ):
         self.optimizations = optimizations if optimizations is not None else OptimizationSettings.load()
         kwargs.setdefault("batch_size", self.optimizations.batch_size)
         self.active_optimizations: ActiveOptimizations | None = None
@@ -101,8 +102,14 @@ class SnakeDQN(DQN):
         return [*super()._excluded_save_params(), "optimizations", "active_optimizations"]
 
     @classmethod
-    def load(cls, path: Any, env: Any = None, device: torch.device | str = "auto",
-             optimizations: OptimizationSettings | None = None, **kwargs: Any) -> SnakeDQN:
+    def load(
+        cls,
+        path: Any,
+        env: Any = None,
+        device: torch.device | str = "auto",
+        optimizations: OptimizationSettings | None = None,
+        **kwargs: Any,
+    ) -> SnakeDQN:
         """Load a saved model and apply ``optimizations`` (``None``: resolved as in ``__init__``)."""
         optimizations = optimizations if optimizations is not None else OptimizationSettings.load()
         return super().load(path, env=env, device=device, optimizations=optimizations, **kwargs)

@@ -31,8 +31,9 @@ def _parse_int_list(text: str, option: str) -> list[int]:
     except ValueError:
         values = []
     if not values or min(values) < 1:
-        raise typer.BadParameter(f"expected comma-separated positive integers such as 64,4096, got {text!r}",
-                                 param_hint=option)
+        raise typer.BadParameter(
+            f"expected comma-separated positive integers such as 64,4096, got {text!r}", param_hint=option
+        )
     return values
 
 
@@ -41,7 +42,9 @@ def benchmark_env(
     num_envs: Annotated[str, typer.Option(help="Comma-separated numbers of games.")] = ",".join(
         map(str, DEFAULT_NUM_ENVS)
     ),
-    device: Annotated[list[str] | None, typer.Option(help="cpu or cuda; repeat for both (default: all present).")] = None,
+    device: Annotated[
+        list[str] | None, typer.Option(help="cpu or cuda; repeat for both (default: all present).")
+    ] = None,
     repeats: Annotated[int, typer.Option(min=1, help="Timed runs per configuration (median reported).")] = 5,
     seconds: Annotated[float, typer.Option(min=0.01, help="Seconds per timed run.")] = 0.5,
     threads: Annotated[int | None, typer.Option(min=1, help="torch intra-op threads (default: torch's).")] = None,
@@ -53,15 +56,21 @@ def benchmark_env(
         if name not in ("cpu", "cuda"):
             raise typer.BadParameter(f"expected cpu or cuda, got {name!r}", param_hint="--device")
         if name == "cuda" and not torch.cuda.is_available():
-            raise typer.BadParameter("cuda was requested but no CUDA GPU is available; use --device cpu",
-                                     param_hint="--device")
+            raise typer.BadParameter(
+                "cuda was requested but no CUDA GPU is available; use --device cpu", param_hint="--device"
+            )
     if threads is not None:
         torch.set_num_threads(threads)
-    typer.echo(f"Measuring {len(sizes)} sizes, {repeats} runs of {seconds:g}s each, "
-               f"{torch.get_num_threads()} torch threads...")
-    report = run_env_benchmark(sizes, device or None, seconds_per_repeat=seconds, repeats=repeats,
-                               progress=lambda r: typer.echo(f"  {r.env} {r.api} {r.device} x{r.num_envs}: "
-                                                             f"{r.steps_per_second:,.0f} steps/s"))
+    typer.echo(
+        f"Measuring {len(sizes)} sizes, {repeats} runs of {seconds:g}s each, {torch.get_num_threads()} torch threads..."
+    )
+    report = run_env_benchmark(
+        sizes,
+        device or None,
+        seconds_per_repeat=seconds,
+        repeats=repeats,
+        progress=lambda r: typer.echo(f"  {r.env} {r.api} {r.device} x{r.num_envs}: {r.steps_per_second:,.0f} steps/s"),
+    )
     typer.echo(format_table(report))
     typer.echo(f"Saved {save_results('env_throughput', report, output)}")
 
@@ -85,15 +94,22 @@ def benchmark_grad(
     names = [name.strip() for name in combinations.split(",") if name.strip()]
     unknown = [name for name in names if name not in gradient_step.COMBINATIONS]
     if unknown or not names:
-        raise typer.BadParameter(f"unknown combination(s) {unknown}; choose from {', '.join(gradient_step.COMBINATIONS)}",
-                                 param_hint="--combinations")
+        raise typer.BadParameter(
+            f"unknown combination(s) {unknown}; choose from {', '.join(gradient_step.COMBINATIONS)}",
+            param_hint="--combinations",
+        )
     if device not in ("cpu", "cuda") or (device == "cuda" and not torch.cuda.is_available()):
-        raise typer.BadParameter(f"device must be cpu, or cuda on a machine with a GPU; got {device!r}",
-                                 param_hint="--device")
+        raise typer.BadParameter(
+            f"device must be cpu, or cuda on a machine with a GPU; got {device!r}", param_hint="--device"
+        )
     if threads is not None:
         torch.set_num_threads(threads)
     report = gradient_step.run_gradient_step_benchmark(
-        sizes, names, device, gradient_steps, repeats,
+        sizes,
+        names,
+        device,
+        gradient_steps,
+        repeats,
         progress=lambda r: typer.echo(f"  {r.combination} batch {r.batch_size}: {r.samples_per_second:,.0f} samples/s"),
     )
     typer.echo(gradient_step.format_table(report))

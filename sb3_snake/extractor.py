@@ -77,7 +77,9 @@ class AttentionPool(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, tokens, dim = x.shape
-        k, v = self.kv(self.norm(x)).view(batch, tokens, 2, self.num_heads, dim // self.num_heads).permute(2, 0, 3, 1, 4)
+        k, v = (
+            self.kv(self.norm(x)).view(batch, tokens, 2, self.num_heads, dim // self.num_heads).permute(2, 0, 3, 1, 4)
+        )
         query = self.query.expand(batch, -1, -1, -1).to(k.dtype)
         return F.scaled_dot_product_attention(query, k, v).reshape(batch, dim)
 
@@ -113,7 +115,9 @@ class SnakeAttentionExtractor(BaseFeaturesExtractor):
         patch_size: int | None = None,
     ):
         if len(observation_space.shape) != 3:
-            raise ValueError(f"SnakeAttentionExtractor needs (C, H, W) observations, got shape {observation_space.shape}")
+            raise ValueError(
+                f"SnakeAttentionExtractor needs (C, H, W) observations, got shape {observation_space.shape}"
+            )
         super().__init__(observation_space, features_dim)
         channels, height, width = observation_space.shape
         self.patch_size = patch_size or default_patch_size(max(height, width))

@@ -38,8 +38,12 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_ALL_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION,
-                 SDPBackend.MATH]
+_ALL_BACKENDS = [
+    SDPBackend.FLASH_ATTENTION,
+    SDPBackend.EFFICIENT_ATTENTION,
+    SDPBackend.CUDNN_ATTENTION,
+    SDPBackend.MATH,
+]
 _WITHOUT_FLASH = [backend for backend in _ALL_BACKENDS if backend != SDPBackend.FLASH_ATTENTION]
 
 
@@ -86,8 +90,7 @@ def decide_bf16(requested: bool, device_type: str, hardware_bf16: bool) -> Decis
     if not requested:
         return Decision(False, False)
     if not hardware_bf16:
-        reason = ("this GPU has no bf16 support" if device_type == "cuda"
-                  else "this CPU has neither AVX512-BF16 nor AMX")
+        reason = "this GPU has no bf16 support" if device_type == "cuda" else "this CPU has neither AVX512-BF16 nor AMX"
         return Decision(True, False, reason)
     return Decision(True, True)
 
@@ -97,10 +100,15 @@ def decide_flash(requested: bool, device_type: str, bf16_active: bool, kernel_av
     if not requested:
         return Decision(False, False)
     if device_type == "cuda" and not bf16_active:
-        return Decision(True, False, "FlashAttention on CUDA needs bf16 or fp16 inputs and BF16 is off; "
-                                     "using the other SDPA backends")
+        return Decision(
+            True,
+            False,
+            "FlashAttention on CUDA needs bf16 or fp16 inputs and BF16 is off; using the other SDPA backends",
+        )
     if not kernel_available:
-        return Decision(True, False, f"the flash SDPA kernel cannot run on {device_type} with torch {torch.__version__}")
+        return Decision(
+            True, False, f"the flash SDPA kernel cannot run on {device_type} with torch {torch.__version__}"
+        )
     return Decision(True, True)
 
 
@@ -115,10 +123,10 @@ def decide_compile(requested: bool, unavailable_reason: str = "") -> Decision:
 def choose_num_threads(setting: int | str, device_type: str, cpu_cores: int | None) -> tuple[int, str]:
     """The torch intra-op thread count for ``setting`` and why.
 
-    ``auto`` rule, from measurements on a 2-core CPU (README, "Measured performance"): when
-    the networks run on the CPU, every core; when they run on a GPU, the CPU only feeds it, and
-    one thread per core beyond the first, at most 4, keeps the environment fed without
-    contention.
+    ``auto`` rule: when the networks train on the CPU, every core (on the 2-core CI machine
+    two threads ran the attention DQN's gradient step 1.5-1.9x faster than one; README,
+    "Measured performance"); when they train on a GPU, the CPU only feeds it, so one thread
+    per core beyond the first, at most 4 (a rule, not yet measured on a GPU machine).
     """
     cores = max(1, cpu_cores or 1)
     if setting != "auto":
@@ -213,8 +221,11 @@ class ActiveOptimizations:
             "batch_size": self.settings.batch_size,
             "compile_mode": self.settings.compile_mode,
             "num_threads": self.num_threads,
-            **{f"{name}_{key}": value for name in ("bf16", "flash_attention", "torch_compile")
-               for key, value in asdict(self._decision(name)).items()},
+            **{
+                f"{name}_{key}": value
+                for name in ("bf16", "flash_attention", "torch_compile")
+                for key, value in asdict(self._decision(name)).items()
+            },
             "sources": dict(self.settings.sources),
         }
 

@@ -42,7 +42,9 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def capability_report(settings: OptimizationSettings, device: str = "auto", probe_compile_now: bool = False) -> dict[str, Any]:
+def capability_report(
+    settings: OptimizationSettings, device: str = "auto", probe_compile_now: bool = False
+) -> dict[str, Any]:
     """What the machine supports and what will be active with ``settings`` on ``device``."""
     target = resolve_device(device)
     bf16_native = cuda_supports_bf16(target) if target.type == "cuda" else cpu_has_native_bf16()
@@ -65,12 +67,22 @@ def capability_report(settings: OptimizationSettings, device: str = "auto", prob
         "cuda_available": torch.cuda.is_available(),
         "available": {
             "bf16": {"native": bf16_native, "autocast_runs": bf16_runs, "note": bf16_error},
-            "flash_attention": {"float32": flash_fp32, "bfloat16": flash_bf16,
-                                "note": flash_fp32_error or flash_bf16_error},
+            "flash_attention": {
+                "float32": flash_fp32,
+                "bfloat16": flash_bf16,
+                "note": flash_fp32_error or flash_bf16_error,
+            },
             "torch_compile": {"available": compile_ok, "note": compile_note},
         },
-        "settings": {name: {"value": value, "source": settings.source(name), "key": settings.env_key(name),
-                            "cli": CLI_FLAGS[name]} for name, value in settings.as_dict().items()},
+        "settings": {
+            name: {
+                "value": value,
+                "source": settings.source(name),
+                "key": settings.env_key(name),
+                "cli": CLI_FLAGS[name],
+            }
+            for name, value in settings.as_dict().items()
+        },
         "active": active.as_dict(),
         "summary": summary_lines(active),
     }
@@ -114,7 +126,7 @@ def format_capability_report(report: dict[str, Any]) -> str:
         "",
         "Settings (value, where it came from, how to override):",
     ]
-    for name, entry in report["settings"].items():
+    for entry in report["settings"].values():
         lines.append(f"  {entry['key']:<20} {str(entry['value']):<8} from {entry['source']:<12} {entry['cli']}")
     lines += ["", "Active when training with these settings:"]
     lines += [f"  {line}" for line in report["summary"]]

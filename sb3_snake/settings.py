@@ -157,8 +157,10 @@ class OptimizationSettings:
             if overrides.get(name) is not None:
                 values[name], sources[name] = overrides[name], "override"
                 continue
-            for source, table, origin in (("environment", os.environ, "the environment"),
-                                          (".env", file_values, str(path))):
+            for source, table, origin in (
+                ("environment", os.environ, "the environment"),
+                (".env", file_values, str(path)),
+            ):
                 if key.name in table:
                     raw = table[key.name]
                     try:

@@ -63,8 +63,11 @@ def random_state(rng: np.random.Generator, board_size: int, max_length: int | No
             body.append(options[int(rng.integers(len(options)))])
         if len(body) >= 2:
             break
-    neck_direction = next(d for d, delta in enumerate(DIRECTION_DELTAS.tolist())
-                          if (body[0][0] + delta[0], body[0][1] + delta[1]) == body[1])
+    neck_direction = next(
+        d
+        for d, delta in enumerate(DIRECTION_DELTAS.tolist())
+        if (body[0][0] + delta[0], body[0][1] + delta[1]) == body[1]
+    )
     direction = int(rng.choice([d for d in range(4) if d != neck_direction]))
     free = [(r, c) for r in range(n) for c in range(n) if (r, c) not in body]
     food = free[int(rng.integers(len(free)))] if free else None

@@ -151,8 +151,9 @@ def test_food_is_uniform_over_free_cells():
 
 def test_trains_with_sb3_dqn_and_fills_episode_buffer():
     env = BatchedSnakeVecEnv(8, board_size=6, seed=0)
-    model = DQN("MlpPolicy", env, learning_starts=64, buffer_size=2000, batch_size=32, seed=0,
-                policy_kwargs={"net_arch": [32]})
+    model = DQN(
+        "MlpPolicy", env, learning_starts=64, buffer_size=2000, batch_size=32, seed=0, policy_kwargs={"net_arch": [32]}
+    )
     model.learn(total_timesteps=800)
     assert len(model.ep_info_buffer) > 0
     assert {"r", "l", "t"} <= set(model.ep_info_buffer[0])

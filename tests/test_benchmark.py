@@ -11,8 +11,13 @@ from sb3_snake.benchmark.system import save_results, system_info
 def test_report_holds_every_configuration_and_the_system(tmp_path):
     report = run_env_benchmark(num_envs=(1, 8), devices=["cpu"], seconds_per_repeat=0.02, repeats=3)
     configs = [(r["env"], r["api"], r["num_envs"]) for r in report["results"]]
-    assert configs == [("python_loop", "gymnasium", 1), ("batched", "tensor", 1), ("batched", "vecenv", 1),
-                       ("batched", "tensor", 8), ("batched", "vecenv", 8)]
+    assert configs == [
+        ("python_loop", "gymnasium", 1),
+        ("batched", "tensor", 1),
+        ("batched", "vecenv", 1),
+        ("batched", "tensor", 8),
+        ("batched", "vecenv", 8),
+    ]
     for r in report["results"]:
         assert 0 < r["min_steps_per_second"] <= r["steps_per_second"] <= r["max_steps_per_second"]
         assert r["repeats"] == 3

@@ -13,8 +13,22 @@ runner = CliRunner()
 
 
 def test_benchmark_env_writes_json(tmp_path):
-    result = runner.invoke(app, ["benchmark-env", "--num-envs", "4", "--repeats", "1", "--seconds", "0.02",
-                                 "--threads", "1", "--output", str(tmp_path)])
+    result = runner.invoke(
+        app,
+        [
+            "benchmark-env",
+            "--num-envs",
+            "4",
+            "--repeats",
+            "1",
+            "--seconds",
+            "0.02",
+            "--threads",
+            "1",
+            "--output",
+            str(tmp_path),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "batched" in result.output and "Saved" in result.output
     (path,) = tmp_path.glob("env_throughput_*.json")

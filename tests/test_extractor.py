@@ -59,8 +59,10 @@ def test_bad_shapes_and_heads():
 
 def test_configured_through_policy_kwargs_and_saved_with_plain_dqn(tmp_path):
     env = BatchedSnakeVecEnv(2, board_size=6, seed=0)
-    kwargs = {"features_extractor_class": SnakeAttentionExtractor,
-              "features_extractor_kwargs": {"embed_dim": 16, "num_heads": 2, "features_dim": 24}}
+    kwargs = {
+        "features_extractor_class": SnakeAttentionExtractor,
+        "features_extractor_kwargs": {"embed_dim": 16, "num_heads": 2, "features_dim": 24},
+    }
     model = DQN("MlpPolicy", env, policy_kwargs=kwargs, learning_starts=0, buffer_size=100, seed=0)
     assert model.q_net.features_extractor.features_dim == 24
     model.save(tmp_path / "m.zip")

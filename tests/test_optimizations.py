@@ -32,8 +32,16 @@ def make_model(tmp_path=None, **settings):
     options = {"use_bf16": False, "use_flash_attention": False, "use_torch_compile": False, "num_threads": 1}
     options.update(settings)
     env = BatchedSnakeVecEnv(8, board_size=6, seed=0)
-    model = SnakeDQN("AttentionPolicy", env, optimizations=OptimizationSettings(**options), learning_starts=0,
-                     buffer_size=512, batch_size=32, seed=0, policy_kwargs=SMALL)
+    model = SnakeDQN(
+        "AttentionPolicy",
+        env,
+        optimizations=OptimizationSettings(**options),
+        learning_starts=0,
+        buffer_size=512,
+        batch_size=32,
+        seed=0,
+        policy_kwargs=SMALL,
+    )
     model.set_logger(Logger(folder=None, output_formats=[]))
     obs = env.reset()
     for _ in range(8):
@@ -63,6 +71,7 @@ def _layer_output_dtypes(model):
     def record(name):
         def hook(module, inputs, output):
             dtypes[name] = output.dtype
+
         return hook
 
     for name, module in model.q_net.features_extractor.named_modules():
@@ -129,8 +138,14 @@ def test_batch_size_comes_from_settings_unless_given():
 
 def test_mlp_policy_keeps_working_with_the_forward_context():
     env = BatchedSnakeVecEnv(2, board_size=5, seed=0)
-    model = SnakeDQN("MlpPolicy", env, optimizations=OptimizationSettings(num_threads=1), learning_starts=0,
-                     buffer_size=64, batch_size=8)
+    model = SnakeDQN(
+        "MlpPolicy",
+        env,
+        optimizations=OptimizationSettings(num_threads=1),
+        learning_starts=0,
+        buffer_size=64,
+        batch_size=8,
+    )
     model.learn(40)
     assert model.q_net(torch.as_tensor(env.reset())).dtype == torch.float32
 
@@ -160,7 +175,9 @@ def test_bf16_needs_hardware_support():
 
 
 def test_compile_unavailable_is_reported():
-    assert decide_compile(True, "torch 1.13 has no torch.compile") == Decision(True, False, "torch 1.13 has no torch.compile")
+    assert decide_compile(True, "torch 1.13 has no torch.compile") == Decision(
+        True, False, "torch 1.13 has no torch.compile"
+    )
     assert decide_compile(True).active and not decide_compile(False).active
 
 

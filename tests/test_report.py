@@ -21,8 +21,12 @@ def test_script_prints_json_with_settings_sources_and_active_state(tmp_path):
     completed = run_script("--json", "--device", "cpu", cwd=tmp_path)
     assert completed.returncode == 0, completed.stderr
     report = json.loads(completed.stdout)
-    assert report["settings"]["batch_size"] == {"value": 512, "source": ".env", "key": "OPTIMAL_BATCH_SIZE",
-                                                "cli": "--batch-size N"}
+    assert report["settings"]["batch_size"] == {
+        "value": 512,
+        "source": ".env",
+        "key": "OPTIMAL_BATCH_SIZE",
+        "cli": "--batch-size N",
+    }
     assert report["settings"]["use_bf16"]["cli"] == "--bf16 / --no-bf16"
     assert report["active"]["bf16_requested"] is False and report["active"]["bf16_active"] is False
     assert report["available"]["flash_attention"]["float32"] is True
@@ -55,5 +59,13 @@ def test_requested_but_unavailable_shows_its_reason(monkeypatch):
 def test_summary_lines_cover_every_setting():
     active = ActiveOptimizations.decide(OptimizationSettings(num_threads=1), "cpu")
     lines = summary_lines(active, {"envs": 64})
-    assert [line.split(":")[0] for line in lines] == ["batch size", "torch.compile", "FlashAttention",
-                                                      "BF16 autocast", "compile mode", "device", "threads", "envs"]
+    assert [line.split(":")[0] for line in lines] == [
+        "batch size",
+        "torch.compile",
+        "FlashAttention",
+        "BF16 autocast",
+        "compile mode",
+        "device",
+        "threads",
+        "envs",
+    ]

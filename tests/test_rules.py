@@ -86,8 +86,23 @@ def test_reversing_into_the_neck_is_ignored(game_kind):
 def test_filling_the_board_wins(game_kind):
     game = SingleGame(game_kind, board_size=4)
     # A snake snaking through all cells but (3, 0); its head at (3, 1) moves left onto the food.
-    body = [(3, 1), (3, 2), (3, 3), (2, 3), (2, 2), (2, 1), (2, 0), (1, 0), (1, 1), (1, 2), (1, 3),
-            (0, 3), (0, 2), (0, 1), (0, 0)]
+    body = [
+        (3, 1),
+        (3, 2),
+        (3, 3),
+        (2, 3),
+        (2, 2),
+        (2, 1),
+        (2, 0),
+        (1, 0),
+        (1, 1),
+        (1, 2),
+        (1, 3),
+        (0, 3),
+        (0, 2),
+        (0, 1),
+        (0, 0),
+    ]
     game.set_state(body, LEFT, (3, 0))
     obs, reward, terminated, truncated, info = game.step(LEFT)
     assert (reward, terminated, truncated) == (1.0, True, False)

@@ -4,8 +4,14 @@ import pytest
 
 from sb3_snake.settings import OptimizationSettings, SettingsError
 
-ENV_KEYS = ("OPTIMAL_BATCH_SIZE", "USE_TORCH_COMPILE", "USE_FLASH_ATTENTION", "USE_BF16", "TORCH_COMPILE_MODE",
-            "TORCH_NUM_THREADS")
+ENV_KEYS = (
+    "OPTIMAL_BATCH_SIZE",
+    "USE_TORCH_COMPILE",
+    "USE_FLASH_ATTENTION",
+    "USE_BF16",
+    "TORCH_COMPILE_MODE",
+    "TORCH_NUM_THREADS",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -28,11 +34,20 @@ def test_defaults_without_any_source():
 
 
 def test_env_file_values_and_spellings(tmp_path):
-    path = write_env(tmp_path, "# comment\nOPTIMAL_BATCH_SIZE=1024\nUSE_TORCH_COMPILE=Yes\nUSE_FLASH_ATTENTION=off\n"
-                               "USE_BF16=0\nTORCH_COMPILE_MODE=max-autotune\nTORCH_NUM_THREADS=3\nOTHER=ignored\n")
+    path = write_env(
+        tmp_path,
+        "# comment\nOPTIMAL_BATCH_SIZE=1024\nUSE_TORCH_COMPILE=Yes\nUSE_FLASH_ATTENTION=off\n"
+        "USE_BF16=0\nTORCH_COMPILE_MODE=max-autotune\nTORCH_NUM_THREADS=3\nOTHER=ignored\n",
+    )
     settings = OptimizationSettings.load(path)
-    assert settings.as_dict() == {"batch_size": 1024, "use_torch_compile": True, "use_flash_attention": False,
-                                  "use_bf16": False, "compile_mode": "max-autotune", "num_threads": 3}
+    assert settings.as_dict() == {
+        "batch_size": 1024,
+        "use_torch_compile": True,
+        "use_flash_attention": False,
+        "use_bf16": False,
+        "compile_mode": "max-autotune",
+        "num_threads": 3,
+    }
     assert settings.source("batch_size") == ".env"
 
 

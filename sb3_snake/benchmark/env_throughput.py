@@ -43,7 +43,9 @@ class EnvThroughputResult:
     steps_per_repeat: int  #: batched steps (calls) per timed run
 
 
-def _time_runs(step: Callable[[], None], sync: Callable[[], None], seconds: float, repeats: int) -> tuple[list[float], int]:
+def _time_runs(
+    step: Callable[[], None], sync: Callable[[], None], seconds: float, repeats: int
+) -> tuple[list[float], int]:
     """Warm up, pick a call count that takes about ``seconds``, and time ``repeats`` runs of it."""
     calls, elapsed = 1, 0.0
     while elapsed < seconds / 4:  # warm-up doubles as calibration
@@ -66,11 +68,14 @@ def _time_runs(step: Callable[[], None], sync: Callable[[], None], seconds: floa
 
 def _result(env: str, api: str, device: str, num_envs: int, durations: list[float], calls: int) -> EnvThroughputResult:
     rates = [num_envs * calls / d for d in durations]
-    return EnvThroughputResult(env, api, device, num_envs, statistics.median(rates), min(rates), max(rates),
-                               len(rates), calls)
+    return EnvThroughputResult(
+        env, api, device, num_envs, statistics.median(rates), min(rates), max(rates), len(rates), calls
+    )
 
 
-def measure_batched(num_envs: int, device: str, api: str, seconds: float, repeats: int, seed: int = 0) -> EnvThroughputResult:
+def measure_batched(
+    num_envs: int, device: str, api: str, seconds: float, repeats: int, seed: int = 0
+) -> EnvThroughputResult:
     """Throughput of ``BatchedSnakeVecEnv`` through one of its two interfaces."""
     env = BatchedSnakeVecEnv(num_envs, device=device, seed=seed)
     generator = torch.Generator(device=env.device).manual_seed(seed)
@@ -136,8 +141,13 @@ def run_env_benchmark(
     return {
         "benchmark": "env_throughput",
         "system": system_info(),
-        "settings": {"seconds_per_repeat": seconds_per_repeat, "repeats": repeats, "board_size": 10,
-                     "actions": "uniform random", "statistic": "median over repeats"},
+        "settings": {
+            "seconds_per_repeat": seconds_per_repeat,
+            "repeats": repeats,
+            "board_size": 10,
+            "actions": "uniform random",
+            "statistic": "median over repeats",
+        },
         "python_loop_steps_per_second": baseline,
         "results": [{**asdict(r), "speedup_vs_python_loop": r.steps_per_second / baseline} for r in results],
     }
@@ -145,8 +155,10 @@ def run_env_benchmark(
 
 def format_table(report: dict[str, Any]) -> str:
     """The report as a plain-text table."""
-    lines = [f"{'env':<12} {'api':<10} {'device':<7} {'games':>6} {'steps/s (median)':>17} "
-             f"{'min':>12} {'max':>12} {'vs loop':>8}"]
+    lines = [
+        f"{'env':<12} {'api':<10} {'device':<7} {'games':>6} {'steps/s (median)':>17} "
+        f"{'min':>12} {'max':>12} {'vs loop':>8}"
+    ]
     for r in report["results"]:
         lines.append(
             f"{r['env']:<12} {r['api']:<10} {r['device']:<7} {r['num_envs']:>6} {r['steps_per_second']:>17,.0f} "

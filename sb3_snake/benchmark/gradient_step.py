@@ -61,11 +61,24 @@ def measure_gradient_step(
 ) -> GradientStepResult:
     """Time ``DQN.train`` for one combination and batch size."""
     use_bf16, use_flash, use_compile = COMBINATIONS[combination]
-    settings = OptimizationSettings(batch_size=batch_size, use_bf16=use_bf16, use_flash_attention=use_flash,
-                                    use_torch_compile=use_compile, num_threads=torch.get_num_threads())
+    settings = OptimizationSettings(
+        batch_size=batch_size,
+        use_bf16=use_bf16,
+        use_flash_attention=use_flash,
+        use_torch_compile=use_compile,
+        num_threads=torch.get_num_threads(),
+    )
     env = BatchedSnakeVecEnv(256, board_size=board_size, device=device, seed=0)
-    model = SnakeDQN("AttentionPolicy", env, optimizations=settings, buffer_size=max(buffer_size, batch_size),
-                     learning_starts=0, device=device, policy_kwargs=policy_kwargs, seed=0)
+    model = SnakeDQN(
+        "AttentionPolicy",
+        env,
+        optimizations=settings,
+        buffer_size=max(buffer_size, batch_size),
+        learning_starts=0,
+        device=device,
+        policy_kwargs=policy_kwargs,
+        seed=0,
+    )
     model.set_logger(Logger(folder=None, output_formats=[]))
     _fill_replay_buffer(model, env, max(buffer_size, batch_size))
     model.train(gradient_steps=warmup_steps, batch_size=batch_size)
@@ -80,10 +93,15 @@ def measure_gradient_step(
         durations.append(time.perf_counter() - start)
     rates = [batch_size * gradient_steps / d for d in durations]
     active = model.active_optimizations
-    return GradientStepResult(combination, batch_size, statistics.median(rates),
-                              statistics.median(rates) / batch_size, min(rates), max(rates),
-                              {"bf16": active.bf16.active, "flash_attention": active.flash.active,
-                               "torch_compile": active.compile.active})
+    return GradientStepResult(
+        combination,
+        batch_size,
+        statistics.median(rates),
+        statistics.median(rates) / batch_size,
+        min(rates),
+        max(rates),
+        {"bf16": active.bf16.active, "flash_attention": active.flash.active, "torch_compile": active.compile.active},
+    )
 
 
 def _fill_replay_buffer(model: SnakeDQN, env: BatchedSnakeVecEnv, transitions: int) -> None:
@@ -115,10 +133,20 @@ def run_gradient_step_benchmark(
     return {
         "benchmark": "gradient_step",
         "system": system_info(),
-        "settings": {"device": device, "gradient_steps_per_repeat": gradient_steps, "repeats": repeats,
-                     "policy": "AttentionPolicy (default sizes)", "statistic": "median over repeats"},
-        "results": [{**asdict(r), "speedup_vs_fp32": r.samples_per_second / fp32[r.batch_size]
-                     if r.batch_size in fp32 else None} for r in results],
+        "settings": {
+            "device": device,
+            "gradient_steps_per_repeat": gradient_steps,
+            "repeats": repeats,
+            "policy": "AttentionPolicy (default sizes)",
+            "statistic": "median over repeats",
+        },
+        "results": [
+            {
+                **asdict(r),
+                "speedup_vs_fp32": r.samples_per_second / fp32[r.batch_size] if r.batch_size in fp32 else None,
+            }
+            for r in results
+        ],
         "best": asdict(best),
     }
 
@@ -128,6 +156,8 @@ def format_table(report: dict[str, Any]) -> str:
     for r in report["results"]:
         speedup = f"{r['speedup_vs_fp32']:.2f}x" if r["speedup_vs_fp32"] else "-"
         active = ",".join(k for k, v in r["active"].items() if v) or "none"
-        lines.append(f"{r['combination']:<13} {r['batch_size']:>6} {r['samples_per_second']:>11,.0f} "
-                     f"{r['updates_per_second']:>10.2f} {speedup:>8}  {active}")
+        lines.append(
+            f"{r['combination']:<13} {r['batch_size']:>6} {r['samples_per_second']:>11,.0f} "
+            f"{r['updates_per_second']:>10.2f} {speedup:>8}  {active}"
+        )
     return "\n".join(lines)

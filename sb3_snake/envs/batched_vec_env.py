@@ -60,8 +60,9 @@ RENDERED_GAMES = 16
 # Rows of the per-game state: flat head and neck cells, ring pointers of head and tail,
 # direction, snake length, flat food cell (-1 when the board is full), steps without food,
 # food eaten, steps in the episode.
-(_HEAD, _NECK, _HEAD_PTR, _TAIL_PTR, _DIRECTION, _LENGTH, _FOOD, _STEPS_WITHOUT_FOOD, _SCORE,
- _EPISODE_LENGTH) = range(10)
+(_HEAD, _NECK, _HEAD_PTR, _TAIL_PTR, _DIRECTION, _LENGTH, _FOOD, _STEPS_WITHOUT_FOOD, _SCORE, _EPISODE_LENGTH) = range(
+    10
+)
 _STATE_ROWS = 10
 
 
@@ -215,18 +216,20 @@ class BatchedSnakeVecEnv(VecEnv):
         ring.scatter_(0, self._ring_offsets + head_ptr, target)
         length = length + eats
         wins = eats & (length == cells)
-        self._state = torch.stack((
-            target,
-            head,
-            head_ptr,
-            (tail_ptr + ~eats) & mask,
-            direction,
-            length,
-            food.masked_fill(wins, -1),
-            torch.where(eats, 0, steps_without_food + 1),
-            score + eats,
-            episode_length + 1,
-        ))
+        self._state = torch.stack(
+            (
+                target,
+                head,
+                head_ptr,
+                (tail_ptr + ~eats) & mask,
+                direction,
+                length,
+                food.masked_fill(wins, -1),
+                torch.where(eats, 0, steps_without_food + 1),
+                score + eats,
+                episode_length + 1,
+            )
+        )
         eaters = (eats & ~wins).nonzero().squeeze(1)
         if len(eaters):
             self._place_food(eaters, self._free_cells(self._planes.index_select(0, eaters)))
@@ -283,8 +286,9 @@ class BatchedSnakeVecEnv(VecEnv):
         assert self._actions is not None, "step_async() must be called before step_wait()"
         step = self.step_tensors(self._actions)
         self._actions = None
+        scores, lengths = self.scores.tolist(), self.lengths.tolist()
         infos: list[dict[str, Any]] = [
-            {"score": score, "length": length} for score, length in zip(self.scores.tolist(), self.lengths.tolist())
+            {"score": score, "length": length} for score, length in zip(scores, lengths, strict=True)
         ]
         if len(step.final_indices):
             elapsed = round(time.time() - self._t_start, 6)
@@ -297,6 +301,7 @@ class BatchedSnakeVecEnv(VecEnv):
                 step.final_scores.tolist(),
                 step.final_lengths.tolist(),
                 step.final_successes.tolist(),
+                strict=True,
             )
             for row, (index, truncated, ret, steps, score, length, success) in enumerate(columns):
                 infos[index] = {
@@ -394,7 +399,9 @@ class BatchedSnakeVecEnv(VecEnv):
         free = torch.arange(self.rules.num_cells, device=self.device).expand(len(planes), -1)[~occupied]
         return states, planes, rings, free.view(len(planes), -1)
 
-    def _snake_tables(self, bodies: np.ndarray, directions: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _snake_tables(
+        self, bodies: np.ndarray, directions: np.ndarray
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Games holding the given snakes (flat cells, head first, ``(count, L)``) and no food.
 
         :return: rows of state ``(count, 8)``, planes ``(count, C, H, W)`` and ring ``(count, L)``.
@@ -451,7 +458,8 @@ def _copy_rows(destination: torch.Tensor, index: torch.Tensor, source: torch.Ten
     is up to 8x faster.
     """
     row_bytes = destination[0].numel() * destination.element_size()
-    wide = next(dtype for dtype in (torch.int64, torch.int32, torch.int16, torch.uint8)
-                if row_bytes % dtype.itemsize == 0)
+    wide = next(
+        dtype for dtype in (torch.int64, torch.int32, torch.int16, torch.uint8) if row_bytes % dtype.itemsize == 0
+    )
     rows = destination.view(len(destination), -1).view(wide)
     rows.index_copy_(0, index, source.reshape(len(source), -1).view(wide))

@@ -12,8 +12,11 @@ from sb3_snake.envs.rules import BODY, FOOD, HEAD
 
 CELL_PIXELS = 16
 _BACKGROUND = np.array([24, 24, 24], dtype=np.uint8)
-_COLORS = {BODY: np.array([40, 160, 60], dtype=np.uint8), HEAD: np.array([130, 230, 90], dtype=np.uint8),
-           FOOD: np.array([220, 50, 50], dtype=np.uint8)}
+_COLORS = {
+    BODY: np.array([40, 160, 60], dtype=np.uint8),
+    HEAD: np.array([130, 230, 90], dtype=np.uint8),
+    FOOD: np.array([220, 50, 50], dtype=np.uint8),
+}
 
 
 def render_ansi(observation: np.ndarray) -> str:

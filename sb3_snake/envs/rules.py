@@ -35,8 +35,10 @@ def opposite(direction: int) -> int:
 
 
 #: ``TURNS[action, direction]``: the direction the snake takes (reversing is ignored).
-TURNS = np.array([[direction if action == opposite(direction) else action for direction in range(4)]
-                  for action in range(4)], dtype=np.int64)
+TURNS = np.array(
+    [[direction if action == opposite(direction) else action for direction in range(4)] for action in range(4)],
+    dtype=np.int64,
+)
 
 
 @dataclass(frozen=True)

@@ -72,6 +72,10 @@ class SnakeDQN(DQN):
     :param optimizations: the settings to apply; ``None`` resolves them as the CLI does
         (``OptimizationSettings.load()``: environment, ``.env`` in the working directory,
         defaults).
+    :param exploration_steps: when set, epsilon falls linearly from ``exploration_initial_eps``
+        to ``exploration_final_eps`` over this many env steps (all envs together), whatever
+        ``total_timesteps`` is; SB3's ``exploration_fraction`` needs a known total, which a run
+        that stops after a number of episodes does not have.
     :param kwargs: any other ``DQN`` argument.
 
     After construction, ``model.active_optimizations`` says what is really active and why
@@ -87,8 +91,14 @@ class SnakeDQN(DQN):
     }
 
     def __init__(
-        self, policy: str | type[DQNPolicy], env: Any, optimizations: OptimizationSettings | None = None, **kwargs: Any
+        self,
+        policy: str | type[DQNPolicy],
+        env: Any,
+        optimizations: OptimizationSettings | None = None,
+        exploration_steps: int | None = None,
+        **kwargs: Any,
     ):
+        self.exploration_steps = exploration_steps
         self.optimizations = optimizations if optimizations is not None else OptimizationSettings.load()
         kwargs.setdefault("batch_size", self.optimizations.batch_size)
         self.active_optimizations: ActiveOptimizations | None = None
@@ -97,6 +107,14 @@ class SnakeDQN(DQN):
     def _setup_model(self) -> None:
         super()._setup_model()
         self.active_optimizations = apply_optimizations(self, self.optimizations)
+
+    def _on_step(self) -> None:
+        super()._on_step()
+        if self.exploration_steps:
+            progress = min(1.0, self.num_timesteps / self.exploration_steps)
+            start, end = self.exploration_initial_eps, self.exploration_final_eps
+            self.exploration_rate = start + progress * (end - start)
+            self.logger.record("rollout/exploration_rate", self.exploration_rate)
 
     def _excluded_save_params(self) -> list[str]:
         return [*super()._excluded_save_params(), "optimizations", "active_optimizations"]

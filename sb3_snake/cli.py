@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import sys
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -11,6 +14,8 @@ import typer
 from sb3_snake.benchmark import gradient_step
 from sb3_snake.benchmark.env_throughput import DEFAULT_NUM_ENVS, format_table, run_env_benchmark
 from sb3_snake.benchmark.system import RESULTS_DIR, save_results
+from sb3_snake.settings import OptimizationSettings, SettingsError
+from sb3_snake.tracking import WANDB_MODES
 
 app = typer.Typer(
     name="sb3-snake",
@@ -114,6 +119,228 @@ def benchmark_grad(
     )
     typer.echo(gradient_step.format_table(report))
     typer.echo(f"Saved {save_results('gradient_step', report, output)}")
+
+
+OPTIMIZATIONS = "Optimizations (override .env)"
+ENVIRONMENT = "Environment"
+DQN = "DQN hyperparameters"
+RUN = "Run, checkpoints and logging"
+
+
+def _fail(message: str) -> typer.Exit:
+    """Print one clear line to stderr and return the exit (code 2) to raise."""
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code=2)
+
+
+def _load_settings(env_file: Path | None, **overrides: object) -> OptimizationSettings:
+    try:
+        return OptimizationSettings.load(env_file, **overrides)
+    except SettingsError as error:
+        raise _fail(str(error)) from None
+
+
+@app.command()
+def train(
+    episodes: Annotated[
+        int, typer.Option(help="Stop once this many episodes (all envs together) finished.", rich_help_panel=RUN)
+    ] = 1000,
+    batch_size: Annotated[
+        int | None,
+        typer.Option(
+            help="Replay samples per gradient step (default: OPTIMAL_BATCH_SIZE).", rich_help_panel=OPTIMIZATIONS
+        ),
+    ] = None,
+    compile: Annotated[
+        bool | None,
+        typer.Option(
+            "--compile/--no-compile",
+            help="torch.compile the Q-networks.",
+            rich_help_panel=OPTIMIZATIONS,
+            show_default=False,
+        ),
+    ] = None,
+    flash_attention: Annotated[
+        bool | None,
+        typer.Option(
+            "--flash-attention/--no-flash-attention",
+            help="Restrict SDPA to the FlashAttention kernel.",
+            rich_help_panel=OPTIMIZATIONS,
+            show_default=False,
+        ),
+    ] = None,
+    bf16: Annotated[
+        bool | None,
+        typer.Option(
+            "--bf16/--no-bf16",
+            help="bfloat16 autocast in forward passes.",
+            rich_help_panel=OPTIMIZATIONS,
+            show_default=False,
+        ),
+    ] = None,
+    env_file: Annotated[
+        Path | None,
+        typer.Option(help="The .env to read (default: ./.env when present).", rich_help_panel=OPTIMIZATIONS),
+    ] = None,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda.", rich_help_panel=ENVIRONMENT)] = "auto",
+    n_envs: Annotated[int, typer.Option(min=1, help="Games stepped together.", rich_help_panel=ENVIRONMENT)] = 16,
+    board_size: Annotated[int, typer.Option(help="Side of the board (at least 4).", rich_help_panel=ENVIRONMENT)] = 10,
+    seed: Annotated[int, typer.Option(help="Seed of envs, networks and exploration.", rich_help_panel=ENVIRONMENT)] = 0,
+    learning_rate: Annotated[float, typer.Option(help="Adam step size.", rich_help_panel=DQN)] = 5e-4,
+    buffer_size: Annotated[
+        int, typer.Option(min=1, help="Replay capacity (transitions).", rich_help_panel=DQN)
+    ] = 100_000,
+    learning_starts: Annotated[
+        int, typer.Option(min=0, help="Env steps before learning.", rich_help_panel=DQN)
+    ] = 1_000,
+    replay_ratio: Annotated[
+        float, typer.Option(min=0.001, help="Gradient samples per env step.", rich_help_panel=DQN)
+    ] = 32.0,
+    train_freq: Annotated[
+        int | None,
+        typer.Option(
+            min=1, help="Vector-env steps between updates (default: from --replay-ratio).", rich_help_panel=DQN
+        ),
+    ] = None,
+    gradient_steps: Annotated[
+        int | None,
+        typer.Option(min=1, help="Gradient steps per update (default: from --replay-ratio).", rich_help_panel=DQN),
+    ] = None,
+    gamma: Annotated[float, typer.Option(min=0.0, max=1.0, help="Discount.", rich_help_panel=DQN)] = 0.99,
+    target_update_interval: Annotated[
+        int, typer.Option(min=1, help="Env steps between target copies.", rich_help_panel=DQN)
+    ] = 1_000,
+    exploration_initial_eps: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="Epsilon at the start.", rich_help_panel=DQN)
+    ] = 1.0,
+    exploration_final_eps: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="Epsilon after the decay.", rich_help_panel=DQN)
+    ] = 0.02,
+    exploration_steps: Annotated[
+        int, typer.Option(min=1, help="Env steps of linear epsilon decay.", rich_help_panel=DQN)
+    ] = 10_000,
+    name: Annotated[str | None, typer.Option(help="Run name: writes into runs/NAME.", rich_help_panel=RUN)] = None,
+    output: Annotated[Path | None, typer.Option(help="Run directory (overrides --name).", rich_help_panel=RUN)] = None,
+    checkpoint_every: Annotated[
+        int | None, typer.Option(min=1, help="Episodes between atomic checkpoints.", rich_help_panel=RUN)
+    ] = None,
+    save_replay_buffer: Annotated[
+        bool, typer.Option(help="Save the replay buffer with checkpoints and model.", rich_help_panel=RUN)
+    ] = False,
+    resume: Annotated[
+        Path | None, typer.Option(help="Continue from this checkpoint or model.", rich_help_panel=RUN)
+    ] = None,
+    wandb: Annotated[
+        bool, typer.Option("--wandb/--no-wandb", help="Log to Weights & Biases.", rich_help_panel=RUN)
+    ] = False,
+    wandb_project: Annotated[str, typer.Option(help="W&B project.", rich_help_panel=RUN)] = "sb3-snake",
+    wandb_mode: Annotated[
+        str, typer.Option(help="online, offline or disabled (WANDB_MODE wins).", rich_help_panel=RUN)
+    ] = "online",
+    verbose: Annotated[
+        int, typer.Option(min=0, max=2, help="1: print SB3's training metrics.", rich_help_panel=RUN)
+    ] = 0,
+) -> None:
+    """Train SnakeDQN with the attention policy until --episodes episodes have finished."""
+    from sb3_snake.training import TrainConfig, WandbOptions
+    from sb3_snake.training import train as run_training
+
+    if wandb_mode not in WANDB_MODES:
+        raise _fail(f"--wandb-mode must be one of {', '.join(WANDB_MODES)}, got {wandb_mode!r}")
+    settings = _load_settings(
+        env_file, batch_size=batch_size, use_torch_compile=compile, use_flash_attention=flash_attention, use_bf16=bf16
+    )
+    try:
+        config = TrainConfig(
+            episodes=episodes,
+            n_envs=n_envs,
+            board_size=board_size,
+            seed=seed,
+            device=device,
+            learning_rate=learning_rate,
+            buffer_size=buffer_size,
+            learning_starts=learning_starts,
+            replay_ratio=replay_ratio,
+            train_freq=train_freq,
+            gradient_steps=gradient_steps,
+            gamma=gamma,
+            target_update_interval=target_update_interval,
+            exploration_initial_eps=exploration_initial_eps,
+            exploration_final_eps=exploration_final_eps,
+            exploration_steps=exploration_steps,
+            checkpoint_every=checkpoint_every,
+            save_replay_buffer=save_replay_buffer,
+            verbose=verbose,
+        )
+    except ValueError as error:
+        raise _fail(str(error)) from None
+    run_dir = output or Path("runs") / (name or datetime.now().strftime("%Y%m%d-%H%M%S"))
+    try:
+        summary = run_training(
+            config, settings, run_dir, resume=resume, wandb_options=WandbOptions(wandb, wandb_project, wandb_mode)
+        )
+    except ValueError as error:
+        raise _fail(str(error)) from None
+    typer.echo(
+        f"{summary['episodes']} episodes, {summary['env_steps']:,} env steps in {summary['wall_seconds']:.1f}s "
+        f"({summary['env_steps_per_second']:,.0f} steps/s); mean score of the last 100: "
+        f"{summary['mean_score_last_100']:.2f}, best {summary['best_score']}"
+    )
+    if summary["stopped_by"] == "signal":
+        typer.echo("stopped by a signal; the model and summary were saved")
+    typer.echo(f"saved {run_dir / 'model.zip'} and {run_dir / 'summary.json'}")
+
+
+def _load_model_or_exit(model: Path, env_file: Path | None):
+    from sb3_snake.training import load_model
+
+    settings = _load_settings(env_file)
+    try:
+        return load_model(model, settings)
+    except ValueError as error:
+        raise _fail(str(error)) from None
+
+
+@app.command("eval")
+def evaluate_command(
+    model: Annotated[Path, typer.Argument(help="A saved model (.zip).")],
+    episodes: Annotated[int, typer.Option(help="Greedy games to play.")] = 100,
+    seed: Annotated[int, typer.Option(help="Evaluation seed (offset far from training seeds).")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    env_file: Annotated[Path | None, typer.Option(help="The .env to read.")] = None,
+) -> None:
+    """Greedy evaluation on fresh seeds: mean, median and max score, mean length, win rate."""
+    from sb3_snake.evaluation import evaluate
+
+    if episodes < 1:
+        raise _fail(f"--episodes must be at least 1, got {episodes}")
+    result = evaluate(_load_model_or_exit(model, env_file), episodes, seed)
+    if as_json:
+        typer.echo(json.dumps(result))
+    else:
+        typer.echo(
+            f"{result['episodes']} games on {result['board_size']}x{result['board_size']}: mean score "
+            f"{result['mean_score']:.2f}, median {result['median_score']:g}, max {result['max_score']}, "
+            f"mean length {result['mean_length']:.1f}, win rate {result['win_rate']:.0%}"
+        )
+
+
+@app.command()
+def play(
+    model: Annotated[Path, typer.Argument(help="A saved model (.zip).")],
+    seed: Annotated[int, typer.Option(help="Game seed.")] = 0,
+    fps: Annotated[float, typer.Option(min=0.0, help="Frames per second of the animation.")] = 10.0,
+    gif: Annotated[Path | None, typer.Option(help="Record the game to this GIF instead of animating it.")] = None,
+    env_file: Annotated[Path | None, typer.Option(help="The .env to read.")] = None,
+) -> None:
+    """Play one greedy game, animated in the terminal or recorded as a GIF."""
+    from sb3_snake.evaluation import play as play_game
+
+    result = play_game(_load_model_or_exit(model, env_file), seed=seed, fps=fps, gif=gif, out=sys.stdout)
+    typer.echo(
+        f"score {result['score']}, length {result['length']}, {result['steps']} steps"
+        + (f"; saved {result['gif']}" if result["gif"] else "")
+    )
 
 
 def main() -> None:

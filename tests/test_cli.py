@@ -2,12 +2,16 @@
 
 import json
 import shutil
+import signal
 import subprocess
+import time
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from sb3_snake.cli import app
+from sb3_snake.settings import OptimizationSettings
 
 runner = CliRunner()
 
@@ -59,3 +63,197 @@ def test_installed_program_shows_help():
     completed = subprocess.run([program, "--help"], capture_output=True, text=True, timeout=60)
     assert completed.returncode == 0
     assert "benchmark-env" in completed.stdout
+
+
+# ---------------------------------------------------------------- train, eval, play
+
+TINY = [
+    "--n-envs",
+    "4",
+    "--board-size",
+    "5",
+    "--seed",
+    "1",
+    "--learning-starts",
+    "16",
+    "--exploration-steps",
+    "50",
+    "--buffer-size",
+    "2000",
+    "--no-compile",
+    "--no-bf16",
+    "--batch-size",
+    "16",
+]
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("run")
+    result = runner.invoke(
+        app,
+        [
+            "train",
+            "--episodes",
+            "12",
+            *TINY,
+            "--flash-attention",
+            "--output",
+            str(run_dir),
+            "--checkpoint-every",
+            "5",
+            "--save-replay-buffer",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    return run_dir, result.output
+
+
+def test_train_writes_model_and_summary_with_exact_episodes(trained_run):
+    run_dir, output = trained_run
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["episodes"] == 12
+    for key in (
+        "env_steps",
+        "wall_seconds",
+        "env_steps_per_second",
+        "mean_score_last_100",
+        "best_score",
+        "hyperparameters",
+        "optimizations",
+        "active",
+    ):
+        assert key in summary
+    assert (run_dir / "model.zip").is_file() and (run_dir / "checkpoint.zip").is_file()
+    assert "12 episodes" in output
+
+
+def test_overrides_are_visible_in_the_summary_and_json(trained_run):
+    run_dir, output = trained_run
+    assert "batch size:       16 (from override)" in output
+    assert "torch.compile:    disabled (from override)" in output
+    assert "BF16 autocast:    disabled (from override)" in output
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["optimizations"]["batch_size"] == {"value": 16, "source": "override"}
+    assert summary["optimizations"]["use_flash_attention"] == {"value": True, "source": "override"}
+    assert summary["active"]["flash_attention_active"] is True
+    assert summary["hyperparameters"]["board_size"] == 5
+
+
+def test_eval_json(trained_run):
+    run_dir, _ = trained_run
+    result = runner.invoke(app, ["eval", str(run_dir / "model.zip"), "--episodes", "6", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["episodes"] == 6 and report["board_size"] == 5
+    assert 0 <= report["mean_score"] <= report["max_score"] and 0 <= report["win_rate"] <= 1
+
+
+def test_play_text_and_gif(trained_run, tmp_path):
+    run_dir, _ = trained_run
+    result = runner.invoke(app, ["play", str(run_dir / "model.zip"), "--fps", "0"])
+    assert result.exit_code == 0, result.output
+    assert "#######" in result.output and "score" in result.output
+    gif = tmp_path / "game.gif"
+    result = runner.invoke(app, ["play", str(run_dir / "model.zip"), "--gif", str(gif)])
+    assert result.exit_code == 0, result.output
+    assert gif.read_bytes()[:4] == b"GIF8"
+
+
+def test_resume_from_checkpoint(trained_run, tmp_path):
+    run_dir, _ = trained_run
+    result = runner.invoke(
+        app,
+        [
+            "train",
+            "--episodes",
+            "3",
+            *TINY,
+            "--resume",
+            str(run_dir / "checkpoint.zip"),
+            "--output",
+            str(tmp_path / "resumed"),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "resumed" / "summary.json").read_text())
+    assert summary["episodes"] == 3 and summary["resumed_from"].endswith("checkpoint.zip")
+    assert summary["total_env_steps"] > summary["env_steps"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["train", "--episodes", "0"], "episodes must be at least 1"),
+        (["train", "--board-size", "3"], "board_size must be an integer >= 4, got 3"),
+        (["train", "--device", "tpu"], "device must be auto, cpu or cuda"),
+        (["train", "--wandb-mode", "sometimes"], "--wandb-mode must be one of"),
+        (["eval", "missing.zip"], "model file missing.zip does not exist"),
+        (["play", "missing.zip"], "model file missing.zip does not exist"),
+        (["eval", "missing.zip", "--episodes", "0"], "--episodes must be at least 1"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args, message):
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without a GPU")
+def test_cuda_without_gpu_exits_2():
+    result = runner.invoke(app, ["train", "--device", "cuda"])
+    assert result.exit_code == 2 and "no CUDA GPU is available" in result.output
+
+
+def test_corrupt_model_file_exits_2(tmp_path):
+    corrupt = tmp_path / "model.zip"
+    corrupt.write_bytes(b"not a zip")
+    result = runner.invoke(app, ["eval", str(corrupt)])
+    assert result.exit_code == 2 and "cannot be loaded" in result.output
+
+
+def test_malformed_env_file_exits_2(tmp_path):
+    env_file = tmp_path / "bad.env"
+    env_file.write_text("USE_BF16=maybe\n")
+    result = runner.invoke(app, ["train", "--env-file", str(env_file)])
+    assert result.exit_code == 2 and "USE_BF16='maybe'" in result.output and "bad.env" in result.output
+
+
+def test_resume_with_another_board_size_exits_2(trained_run, tmp_path):
+    run_dir, _ = trained_run
+    args = [a if a != "5" else "6" for a in TINY]
+    result = runner.invoke(
+        app,
+        ["train", "--episodes", "2", *args, "--resume", str(run_dir / "model.zip"), "--output", str(tmp_path / "x")],
+    )
+    assert result.exit_code == 2 and "trained on a 5x5 board, not 6x6" in result.output
+
+
+def test_sigint_stops_cleanly_and_leaves_a_loadable_model(tmp_path):
+    program = shutil.which("sb3-snake")
+    if program is None:
+        pytest.skip("sb3-snake is not installed as a program (pip install -e .)")
+    run_dir = tmp_path / "interrupted"
+    process = subprocess.Popen(
+        [program, "train", "--episodes", "1000000", *TINY, "--output", str(run_dir)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines = []
+    for line in process.stdout:
+        lines.append(line)
+        if line.startswith("board size:"):
+            break
+    time.sleep(3)
+    process.send_signal(signal.SIGINT)
+    output, _ = process.communicate(timeout=120)
+    assert process.returncode == 0, "".join(lines) + output
+    assert "stopped by a signal" in output
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["stopped_by"] == "signal" and 0 < summary["episodes"] < 1000000
+    from sb3_snake.training import load_model
+
+    model = load_model(run_dir / "model.zip", OptimizationSettings(use_torch_compile=False, num_threads=1))
+    assert model.observation_space.shape == (5, 5, 5)

@@ -1,0 +1,186 @@
+"""SB3 callbacks of a training run: episode budget, progress, checkpoints, graceful stop, W&B.
+
+Each callback does one thing and reads what SB3 hands every callback (``self.locals``:
+``dones`` and ``infos`` of the step just taken). They are combined in
+:func:`sb3_snake.training.train`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from stable_baselines3.common.callbacks import BaseCallback
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class EpisodeRecord:
+    """Everything the run keeps of its finished episodes."""
+
+    scores: list[int] = field(default_factory=list)
+    lengths: list[int] = field(default_factory=list)
+    env_steps: list[int] = field(default_factory=list)  #: total env steps when each episode ended
+    wall_seconds: list[float] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.scores)
+
+    def mean_score_last(self, count: int = 100) -> float:
+        return float(np.mean(self.scores[-count:])) if self.scores else 0.0
+
+    @property
+    def best_score(self) -> int:
+        return max(self.scores, default=0)
+
+
+class EpisodeBudget(BaseCallback):
+    """Records finished episodes and stops training once ``target`` have finished.
+
+    When several games finish on the last step, only as many as needed are counted (in game
+    order), so the statistics cover exactly ``target`` episodes. ``target=None`` never stops.
+    Training also stops when ``stop_requested`` is set (by a signal handler).
+    """
+
+    def __init__(self, target: int | None, record: EpisodeRecord, start_time: float):
+        super().__init__()
+        self.target = target
+        self.record = record
+        self.start_time = start_time
+        self.stop_requested = False
+        self.new_episodes: list[tuple[int, int]] = []  #: (score, length) finished this step
+
+    def _on_step(self) -> bool:
+        self.new_episodes = []
+        for index in np.flatnonzero(self.locals["dones"]):
+            if self.reached:
+                break
+            info = self.locals["infos"][index]
+            score, length = int(info["score"]), int(info["episode"]["l"])
+            self.record.scores.append(score)
+            self.record.lengths.append(length)
+            self.record.env_steps.append(self.num_timesteps)
+            self.record.wall_seconds.append(time.perf_counter() - self.start_time)
+            self.new_episodes.append((score, length))
+        return not (self.reached or self.stop_requested)
+
+    @property
+    def reached(self) -> bool:
+        return self.target is not None and len(self.record) >= self.target
+
+
+class ProgressReport(BaseCallback):
+    """A live progress bar on a terminal; plain log lines every ``log_seconds`` otherwise."""
+
+    def __init__(self, budget: EpisodeBudget, console: Console | None = None, log_seconds: float = 10.0):
+        super().__init__()
+        self.budget = budget
+        self.console = console or Console()
+        self.log_seconds = log_seconds
+        self._progress: Progress | None = None
+        self._task = None
+        self._last_log = 0.0
+        self._start_steps = 0
+
+    def _on_training_start(self) -> None:
+        self._start_steps = self.num_timesteps
+        self._last_log = time.perf_counter()
+        if self.console.is_terminal:
+            self._progress = Progress(
+                TextColumn("episodes"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[stats]}"),
+                TimeElapsedColumn(),
+                TextColumn("ETA"),
+                TimeRemainingColumn(),
+                console=self.console,
+            )
+            self._task = self._progress.add_task("train", total=self.budget.target, stats="")
+            self._progress.start()
+
+    def _stats(self) -> str:
+        record = self.budget.record
+        elapsed = max(time.perf_counter() - self.budget.start_time, 1e-9)
+        rate = (self.num_timesteps - self._start_steps) / elapsed
+        return (
+            f"mean score (last 100) {record.mean_score_last():.2f}  best {record.best_score}  {rate:,.0f} env steps/s"
+        )
+
+    def _on_step(self) -> bool:
+        if self._progress is not None:
+            self._progress.update(self._task, completed=len(self.budget.record), stats=self._stats())
+        elif time.perf_counter() - self._last_log >= self.log_seconds:
+            self._last_log = time.perf_counter()
+            target = self.budget.target if self.budget.target is not None else "-"
+            self.console.print(f"episodes {len(self.budget.record)}/{target}  {self._stats()}", highlight=False)
+        return True
+
+    def _on_training_end(self) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, completed=len(self.budget.record), stats=self._stats())
+            self._progress.stop()
+
+
+def save_atomically(model: Any, path: Path, replay_buffer: bool = False) -> None:
+    """Save ``model`` to ``path`` (a ``.zip``) through a temporary file and a rename.
+
+    A crash mid-write leaves the previous file intact, never a truncated one. With
+    ``replay_buffer``, the buffer goes beside it as ``<stem>.replay.pkl``, the same way.
+    """
+    temporary = path.with_name(path.stem + ".tmp.zip")
+    model.save(temporary)
+    os.replace(temporary, path)
+    if replay_buffer:
+        buffer_path = replay_buffer_path(path)
+        temporary_buffer = buffer_path.with_name(buffer_path.stem + ".tmp.pkl")
+        model.save_replay_buffer(temporary_buffer)
+        os.replace(temporary_buffer, buffer_path)
+
+
+def replay_buffer_path(model_path: Path) -> Path:
+    return model_path.with_name(model_path.stem + ".replay.pkl")
+
+
+class EpisodeCheckpoint(BaseCallback):
+    """Saves ``checkpoint.zip`` in ``run_dir`` every ``every`` finished episodes, atomically."""
+
+    def __init__(self, budget: EpisodeBudget, run_dir: Path, every: int, replay_buffer: bool = False):
+        super().__init__()
+        self.budget, self.run_dir, self.every, self.replay_buffer = budget, run_dir, every, replay_buffer
+        self._saved_at = 0
+
+    def _on_step(self) -> bool:
+        done = len(self.budget.record)
+        if done - self._saved_at >= self.every:
+            self._saved_at = done - done % self.every
+            save_atomically(self.model, self.run_dir / "checkpoint.zip", self.replay_buffer)
+        return True
+
+
+class EpisodeMetrics(BaseCallback):
+    """Sends each finished episode's score and length to ``log(metrics)`` (W&B), as it happens."""
+
+    def __init__(self, budget: EpisodeBudget, log: Any):
+        super().__init__()
+        self.budget, self.log = budget, log
+
+    def _on_step(self) -> bool:
+        for score, length in self.budget.new_episodes:
+            self.log(
+                {
+                    "episode/score": score,
+                    "episode/length": length,
+                    "episodes": len(self.budget.record),
+                    "env_steps": self.num_timesteps,
+                }
+            )
+        return True

@@ -1,0 +1,95 @@
+"""Greedy evaluation of a trained model, and one game played for a person to watch.
+
+Evaluation games are seeded from ``EVAL_SEED_OFFSET`` upwards, far from the small seeds that
+training uses, so evaluation never replays a training game's random draws.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+
+from sb3_snake.envs import BatchedSnakeVecEnv, SnakeEnv
+
+#: Evaluation seeds start here; training seeds are small integers.
+EVAL_SEED_OFFSET = 1_000_000_007
+
+
+def evaluate(model: Any, episodes: int = 100, seed: int = 0, max_envs: int = 64) -> dict[str, Any]:
+    """Play ``episodes`` greedy games and summarise their scores.
+
+    Games run in parallel; each game slot plays a fixed quota of episodes, so short games are
+    not over-represented (stopping at the first ``episodes`` finished games would bias the
+    sample towards quick deaths).
+    """
+    if episodes < 1:
+        raise ValueError(f"episodes must be at least 1, got {episodes}")
+    board_size = model.observation_space.shape[-1]
+    n_envs = min(episodes, max_envs)
+    quota = np.full(n_envs, episodes // n_envs)
+    quota[: episodes % n_envs] += 1
+    env = BatchedSnakeVecEnv(n_envs, board_size=board_size, seed=EVAL_SEED_OFFSET + seed)
+    obs = env.reset()
+    scores: list[int] = []
+    lengths: list[int] = []
+    wins = 0
+    played = np.zeros(n_envs, dtype=int)
+    while (played < quota).any():
+        actions, _ = model.predict(obs, deterministic=True)
+        obs, _, dones, infos = env.step(actions)
+        for index in np.flatnonzero(dones):
+            if played[index] < quota[index]:
+                played[index] += 1
+                scores.append(int(infos[index]["score"]))
+                lengths.append(int(infos[index]["length"]))
+                wins += bool(infos[index]["is_success"])
+    return {
+        "episodes": len(scores),
+        "mean_score": float(np.mean(scores)),
+        "median_score": float(statistics.median(scores)),
+        "max_score": int(max(scores)),
+        "mean_length": float(np.mean(lengths)),
+        "win_rate": wins / len(scores),
+        "board_size": board_size,
+        "seed": EVAL_SEED_OFFSET + seed,
+    }
+
+
+def play(
+    model: Any,
+    seed: int = 0,
+    fps: float = 10.0,
+    gif: Path | None = None,
+    out: TextIO = sys.stdout,
+    max_steps: int = 10_000,
+) -> dict[str, Any]:
+    """Play one greedy game: animated as text on ``out``, or recorded to ``gif``."""
+    board_size = model.observation_space.shape[-1]
+    env = SnakeEnv(board_size=board_size, render_mode="rgb_array" if gif else "ansi")
+    obs, info = env.reset(seed=EVAL_SEED_OFFSET + seed)
+    frames = [env.render()]
+    steps, done = 0, False
+    while not done and steps < max_steps:
+        action, _ = model.predict(obs[None], deterministic=True)
+        obs, _, terminated, truncated, info = env.step(int(action[0]))
+        done, steps = terminated or truncated, steps + 1
+        frame = env.render()
+        if gif:
+            frames.append(frame)
+        else:
+            out.write("\x1b[H\x1b[2J" if out.isatty() else "\n")
+            out.write(frame + f"score {info['score']}  length {info['length']}  step {steps}\n")
+            out.flush()
+            if out.isatty() and fps > 0:
+                time.sleep(1 / fps)
+    if gif:
+        from PIL import Image
+
+        images = [Image.fromarray(frame) for frame in frames]
+        images[0].save(gif, save_all=True, append_images=images[1:], duration=max(20, int(1000 / max(fps, 1))), loop=0)
+    return {"score": info["score"], "length": info["length"], "steps": steps, "gif": str(gif) if gif else None}

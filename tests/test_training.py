@@ -1,0 +1,155 @@
+"""The training run as a library call: config checks, update schedule, resume, W&B logging."""
+
+import json
+import sys
+import types
+
+import pytest
+
+from sb3_snake.envs import BatchedSnakeVecEnv
+from sb3_snake.settings import OptimizationSettings
+from sb3_snake.tracking import WandbRun
+from sb3_snake.training import TrainConfig, WandbOptions, load_for_resume, train
+
+FAST = OptimizationSettings(batch_size=16, use_torch_compile=False, use_bf16=False, num_threads=1)
+
+
+def tiny_config(**changes):
+    values = {
+        "episodes": 12,
+        "n_envs": 4,
+        "board_size": 5,
+        "seed": 1,
+        "learning_starts": 16,
+        "exploration_steps": 50,
+        "buffer_size": 2_000,
+    }
+    values.update(changes)
+    return TrainConfig(**values)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"episodes": 0}, "episodes must be at least 1, got 0"),
+        ({"board_size": 3}, "board_size must be an integer >= 4, got 3"),
+        ({"device": "tpu"}, "device must be auto, cpu or cuda, got 'tpu'"),
+        ({"replay_ratio": 0}, "replay_ratio must be positive"),
+        ({"checkpoint_every": 0}, "checkpoint_every must be at least 1"),
+    ],
+)
+def test_bad_config(changes, message):
+    with pytest.raises(ValueError, match=message):
+        tiny_config(**changes)
+
+
+def test_update_schedule_meets_the_replay_ratio():
+    config = TrainConfig(n_envs=16, replay_ratio=32)
+    assert config.update_schedule(512) == (1, 1)  # 512 samples per 16 env steps
+    assert config.update_schedule(4096) == (8, 1)
+    assert config.update_schedule(64) == (1, 8)
+    assert TrainConfig(n_envs=16, train_freq=3, gradient_steps=2).update_schedule(512) == (3, 2)
+
+
+def test_run_stops_at_exactly_the_episode_budget(tmp_path):
+    summary = train(tiny_config(), FAST, tmp_path)
+    assert summary["episodes"] == 12 and summary["stopped_by"] == "episodes"
+    episodes = json.loads((tmp_path / "episodes.json").read_text())
+    assert len(episodes["scores"]) == 12 and summary["best_score"] == max(episodes["scores"])
+    assert summary["env_steps"] >= sum(episodes["lengths"]) / 4
+    assert summary["optimizations"]["batch_size"] == {"value": 16, "source": "default"}
+    assert summary["active"]["torch_compile_active"] is False
+
+
+class FakeWandb(types.ModuleType):
+    """Records what the run gives W&B."""
+
+    def __init__(self):
+        super().__init__("wandb")
+        self.init_kwargs, self.logged, self.summary, self.finished = None, [], {}, False
+        self.Settings = lambda **kwargs: kwargs
+
+    def init(self, **kwargs):
+        self.init_kwargs = kwargs
+        fake = self
+
+        class Run:
+            summary = fake.summary
+
+            def log(self, metrics):
+                fake.logged.append(metrics)
+
+            def finish(self):
+                fake.finished = True
+
+        return Run()
+
+
+@pytest.fixture
+def fake_wandb(monkeypatch):
+    fake = FakeWandb()
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    return fake
+
+
+def test_wandb_gets_config_episodes_and_training_metrics(tmp_path, fake_wandb):
+    summary = train(tiny_config(episodes=20), FAST, tmp_path, wandb_options=WandbOptions(True, "proj", "offline"))
+    kwargs = fake_wandb.init_kwargs
+    assert kwargs["project"] == "proj" and kwargs["mode"] == "offline" and kwargs["dir"] == str(tmp_path)
+    config = kwargs["config"]
+    assert config["hyperparameters"]["board_size"] == 5 and config["hyperparameters"]["batch_size"] == 16
+    assert config["optimizations"]["torch_compile_requested"] is False
+    assert config["optimizations"]["bf16_active"] is False and "flash_attention_active" in config["optimizations"]
+    episode_logs = [m for m in fake_wandb.logged if "episode/score" in m]
+    assert len(episode_logs) == 20
+    assert any("train/loss" in m for m in fake_wandb.logged)
+    assert fake_wandb.summary["episodes"] == 20 and fake_wandb.finished
+    assert summary["wandb_mode"] == "offline"
+
+
+def test_wandb_online_without_key_goes_offline(tmp_path, fake_wandb, monkeypatch):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    messages = []
+    run = WandbRun("p", "online", {}, tmp_path, notify=messages.append)
+    assert run.mode == "offline" and fake_wandb.init_kwargs["mode"] == "offline"
+    assert "no API key" in messages[0]
+
+
+def test_wandb_failure_never_stops_training(tmp_path, fake_wandb):
+    def broken_init(**kwargs):
+        raise RuntimeError("network unreachable")
+
+    fake_wandb.init = broken_init
+    messages = []
+    run = WandbRun("p", "offline", {}, tmp_path, notify=messages.append)
+    assert not run.active and "network unreachable" in messages[0]
+    run.log({"x": 1})
+    run.finish({})
+
+
+def test_real_wandb_offline_run_writes_locally(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    run = WandbRun("sb3-snake-test", "offline", {"a": 1}, tmp_path)
+    assert run.active
+    run.log({"episode/score": 3})
+    run.finish({"episodes": 1})
+    assert list((tmp_path / "wandb").glob("offline-run-*"))
+
+
+def test_resume_rejects_another_board_size(tmp_path):
+    train(tiny_config(episodes=4), FAST, tmp_path)
+    with pytest.raises(ValueError, match=r"trained on a 5x5 board, not 6x6; pass --board-size 5"):
+        load_for_resume(tmp_path / "model.zip", BatchedSnakeVecEnv(2, board_size=6), FAST, "cpu")
+
+
+def test_resume_continues_with_the_replay_buffer(tmp_path):
+    first = train(tiny_config(episodes=8, checkpoint_every=4, save_replay_buffer=True), FAST, tmp_path / "a")
+    assert (tmp_path / "a" / "checkpoint.zip").is_file() and (tmp_path / "a" / "checkpoint.replay.pkl").is_file()
+    model = load_for_resume(tmp_path / "a" / "model.zip", BatchedSnakeVecEnv(4, board_size=5), FAST, "cpu")
+    assert model.replay_buffer.size() > 0 and model.num_timesteps == first["total_env_steps"]
+    second = train(tiny_config(episodes=4), FAST, tmp_path / "b", resume=tmp_path / "a" / "model.zip")
+    assert second["episodes"] == 4 and second["total_env_steps"] > first["total_env_steps"]
+    assert second["resumed_from"].endswith("model.zip")

@@ -21,6 +21,7 @@ from stable_baselines3.common.callbacks import CallbackList
 from stable_baselines3.common.logger import HumanOutputFormat, Logger
 
 from sb3_snake.algorithm import SnakeDQN
+from sb3_snake.benchmark.system import system_info
 from sb3_snake.callbacks import (
     EpisodeBudget,
     EpisodeCheckpoint,
@@ -32,6 +33,7 @@ from sb3_snake.callbacks import (
 )
 from sb3_snake.envs import BatchedSnakeVecEnv
 from sb3_snake.envs.rules import SnakeRules
+from sb3_snake.optimizations import cpu_has_native_bf16
 from sb3_snake.report import resolve_device, summary_lines
 from sb3_snake.settings import OptimizationSettings
 from sb3_snake.tracking import WandbOutput, WandbRun
@@ -179,7 +181,7 @@ def train(
     tracking = WandbRun(
         wandb_options.project,
         wandb_options.mode if wandb_options.enabled else "disabled",
-        {"hyperparameters": hyperparameters, "optimizations": active.as_dict()},
+        {"hyperparameters": hyperparameters, "optimizations": active.as_dict(), "capabilities": capabilities()},
         run_dir,
         name=run_dir.name,
         notify=lambda text: console.print(text, highlight=False),
@@ -230,6 +232,15 @@ def train(
     (run_dir / "episodes.json").write_text(json.dumps(asdict(record)) + "\n")
     tracking.finish({key: value for key, value in summary.items() if isinstance(value, (int, float, str))})
     return summary
+
+
+def capabilities() -> dict[str, Any]:
+    """Facts about the machine that decide which optimizations can be active."""
+    return {
+        **system_info(),
+        "cpu_native_bf16": cpu_has_native_bf16(),
+        "cuda_bf16": torch.cuda.is_available() and torch.cuda.is_bf16_supported(),
+    }
 
 
 def load_for_resume(

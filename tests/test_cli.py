@@ -4,6 +4,7 @@ import json
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -257,3 +258,37 @@ def test_sigint_stops_cleanly_and_leaves_a_loadable_model(tmp_path):
 
     model = load_model(run_dir / "model.zip", OptimizationSettings(use_torch_compile=False, num_threads=1))
     assert model.observation_space.shape == (5, 5, 5)
+
+
+def test_train_with_wandb_offline_logs_config_and_metrics(tmp_path, monkeypatch):
+    from tests.test_training import FakeWandb
+
+    fake = FakeWandb()
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    result = runner.invoke(
+        app,
+        [
+            "train",
+            "--episodes",
+            "30",
+            *TINY,
+            "--output",
+            str(tmp_path),
+            "--wandb",
+            "--wandb-mode",
+            "offline",
+            "--wandb-project",
+            "cli-test",
+            "--verbose",
+            "1",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert fake.init_kwargs["mode"] == "offline" and fake.init_kwargs["project"] == "cli-test"
+    optimizations = fake.init_kwargs["config"]["optimizations"]
+    assert optimizations["torch_compile_requested"] is False and optimizations["sources"]["batch_size"] == "override"
+    assert sum("episode/score" in m for m in fake.logged) == 30
+    assert any("train/loss" in m for m in fake.logged)
+    assert "exploration_rate" in result.output and "loss" in result.output  # --verbose 1 prints SB3's metrics
+    assert json.loads((tmp_path / "summary.json").read_text())["wandb_mode"] == "offline"

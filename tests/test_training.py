@@ -101,6 +101,7 @@ def test_wandb_gets_config_episodes_and_training_metrics(tmp_path, fake_wandb):
     assert config["hyperparameters"]["board_size"] == 5 and config["hyperparameters"]["batch_size"] == 16
     assert config["optimizations"]["torch_compile_requested"] is False
     assert config["optimizations"]["bf16_active"] is False and "flash_attention_active" in config["optimizations"]
+    assert config["capabilities"]["cpu_cores"] >= 1 and "cpu_native_bf16" in config["capabilities"]
     episode_logs = [m for m in fake_wandb.logged if "episode/score" in m]
     assert len(episode_logs) == 20
     assert any("train/loss" in m for m in fake_wandb.logged)

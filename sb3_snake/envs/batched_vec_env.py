@@ -7,21 +7,24 @@ changes only a few cells of each game (old and new head, neck, tail, food), so t
 step grows with the number of games, not with the number of cells, and the hot path is a few
 dozen whole-batch tensor operations with no Python loop over games:
 
-- moving is one lookup in a precomputed neighbour table (``-1`` off the board),
+- moving is one lookup in a precomputed table (cell, action and direction give the cell
+  entered, with the reversal rule applied; ``-1`` off the board),
 - the head enters an occupied cell exactly when the body plane is set there and that cell is
   not the tail (the tail's cell is freed this very step; food never lies on the body),
-- all cells that stop being head, neck, body, tail or food are cleared in one indexed write,
-  then all new ones are set in another. A game that must not change (it just died) writes to
-  one *sink* element past the planes instead, so masking needs no branches.
+- all cells that stop being head, neck, body, tail or food are cleared in one scattered
+  write, then all new ones are set in another. No write needs a per-game mask: where the
+  snake eats, the tail writes land on the food cell and change nothing, and a game that dies
+  is restarted before its board is seen again (its last observation is copied first).
 
 The body's cells, in order, live in a ring buffer per game whose capacity is a power of two,
-so wrapping a pointer is a bitwise ``and``: the head pointer advances each step and the tail is
-``length - 1`` entries behind it.
+so wrapping a pointer is a bitwise ``and``: the head pointer advances every step, the tail
+pointer every step the snake does not eat.
 
 New food is drawn uniformly from the free cells, as the ``k``-th free cell (a cumulative sum,
 ``k`` uniform below the number of free cells), only for the games that ate: never by retrying
 random cells. Finished games restart in place from a table of every possible starting snake,
-drawn uniformly (the same distribution as :class:`~sb3_snake.SnakeEnv`'s reset).
+drawn uniformly, with food drawn uniformly from that start's free cells (the same
+distribution as :class:`~sb3_snake.SnakeEnv`'s reset).
 
 Two interfaces
 --------------
@@ -404,7 +407,7 @@ class BatchedSnakeVecEnv(VecEnv):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Games holding the given snakes (flat cells, head first, ``(count, L)``) and no food.
 
-        :return: rows of state ``(count, 8)``, planes ``(count, C, H, W)`` and ring ``(count, L)``.
+        :return: rows of state ``(count, _STATE_ROWS)``, planes ``(count, C, H, W)`` and ring ``(count, L)``.
         """
         count, length = bodies.shape
         states = np.zeros((count, _STATE_ROWS), dtype=np.int64)

@@ -43,20 +43,35 @@ class EpisodeRecord:
 
 
 class EpisodeBudget(BaseCallback):
-    """Records finished episodes and stops training once ``target`` have finished.
+    """Records finished episodes and stops training at the first limit reached.
 
-    When several games finish on the last step, only as many as needed are counted (in game
-    order), so the statistics cover exactly ``target`` episodes. ``target=None`` never stops.
-    Training also stops when ``stop_requested`` is set (by a signal handler).
+    Limits: ``target`` finished episodes (when several games finish on the last step, only as
+    many as needed are counted, in game order, so the statistics cover exactly ``target``),
+    ``max_env_steps`` env steps of this run, ``max_seconds`` of wall time, or a stop requested
+    by a signal handler (``stop_requested``). ``stopped_by`` names the one that ended the run.
     """
 
-    def __init__(self, target: int | None, record: EpisodeRecord, start_time: float):
+    def __init__(
+        self,
+        target: int | None,
+        record: EpisodeRecord,
+        start_time: float,
+        max_env_steps: int | None = None,
+        max_seconds: float | None = None,
+    ):
         super().__init__()
         self.target = target
         self.record = record
         self.start_time = start_time
+        self.max_env_steps = max_env_steps
+        self.max_seconds = max_seconds
         self.stop_requested = False
+        self.stopped_by: str | None = None
         self.new_episodes: list[tuple[int, int]] = []  #: (score, length) finished this step
+        self._start_steps = 0
+
+    def _on_training_start(self) -> None:
+        self._start_steps = self.num_timesteps
 
     def _on_step(self) -> bool:
         self.new_episodes = []
@@ -70,7 +85,19 @@ class EpisodeBudget(BaseCallback):
             self.record.env_steps.append(self.num_timesteps)
             self.record.wall_seconds.append(time.perf_counter() - self.start_time)
             self.new_episodes.append((score, length))
-        return not (self.reached or self.stop_requested)
+        self.stopped_by = self._limit_reached()
+        return self.stopped_by is None
+
+    def _limit_reached(self) -> str | None:
+        if self.reached:
+            return "episodes"
+        if self.max_env_steps is not None and self.num_timesteps - self._start_steps >= self.max_env_steps:
+            return "timesteps"
+        if self.max_seconds is not None and time.perf_counter() - self.start_time >= self.max_seconds:
+            return "time_limit"
+        if self.stop_requested:
+            return "signal"
+        return None
 
     @property
     def reached(self) -> bool:

@@ -121,6 +121,7 @@ def benchmark_grad(
     typer.echo(f"Saved {save_results('gradient_step', report, output)}")
 
 
+DEFAULT_EPISODES = 1000
 OPTIMIZATIONS = "Optimizations (override .env)"
 ENVIRONMENT = "Environment"
 DQN = "DQN hyperparameters"
@@ -143,8 +144,18 @@ def _load_settings(env_file: Path | None, **overrides: object) -> OptimizationSe
 @app.command()
 def train(
     episodes: Annotated[
-        int, typer.Option(help="Stop once this many episodes (all envs together) finished.", rich_help_panel=RUN)
-    ] = 1000,
+        int | None,
+        typer.Option(
+            help="Stop once this many episodes (all envs together) finished (default: 1000 when no other limit).",
+            rich_help_panel=RUN,
+        ),
+    ] = None,
+    timesteps: Annotated[
+        int | None, typer.Option(help="Stop after this many env steps (all envs together).", rich_help_panel=RUN)
+    ] = None,
+    time_limit: Annotated[
+        float | None, typer.Option(help="Stop after this many minutes of training.", rich_help_panel=RUN)
+    ] = None,
     batch_size: Annotated[
         int | None,
         typer.Option(
@@ -241,18 +252,21 @@ def train(
         int, typer.Option(min=0, max=2, help="1: print SB3's training metrics.", rich_help_panel=RUN)
     ] = 0,
 ) -> None:
-    """Train SnakeDQN with the attention policy until --episodes episodes have finished."""
+    """Train SnakeDQN with the attention policy until the first of --episodes, --timesteps, --time-limit."""
     from sb3_snake.training import TrainConfig, WandbOptions
     from sb3_snake.training import train as run_training
 
     if wandb_mode not in WANDB_MODES:
         raise _fail(f"--wandb-mode must be one of {', '.join(WANDB_MODES)}, got {wandb_mode!r}")
+    no_limit_given = episodes is None and timesteps is None and time_limit is None
     settings = _load_settings(
         env_file, batch_size=batch_size, use_torch_compile=compile, use_flash_attention=flash_attention, use_bf16=bf16
     )
     try:
         config = TrainConfig(
-            episodes=episodes,
+            episodes=DEFAULT_EPISODES if no_limit_given else episodes,
+            timesteps=timesteps,
+            time_limit_minutes=time_limit,
             n_envs=n_envs,
             board_size=board_size,
             seed=seed,
@@ -288,6 +302,8 @@ def train(
     )
     if summary["stopped_by"] == "signal":
         typer.echo("stopped by a signal; the model and summary were saved")
+    elif summary["stopped_by"] in ("timesteps", "time_limit"):
+        typer.echo(f"stopped by the {summary['stopped_by'].replace('_', ' ')}")
     typer.echo(f"saved {run_dir / 'model.zip'} and {run_dir / 'summary.json'}")
 
 
@@ -341,6 +357,22 @@ def play(
         f"score {result['score']}, length {result['length']}, {result['steps']} steps"
         + (f"; saved {result['gif']}" if result["gif"] else "")
     )
+
+
+@app.command()
+def plot(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory written by sb3-snake train.")],
+    output: Annotated[Path | None, typer.Option(help="PNG to write (default: RUN_DIR/learning_curve.png).")] = None,
+    window: Annotated[int, typer.Option(min=1, help="Episodes in the moving average.")] = 100,
+) -> None:
+    """Draw the learning curve: score per episode and its moving average, against env steps and time."""
+    from sb3_snake.plotting import plot_learning_curve
+
+    try:
+        path = plot_learning_curve(run_dir, output, window)
+    except ValueError as error:
+        raise _fail(str(error)) from None
+    typer.echo(f"saved {path}")
 
 
 def main() -> None:

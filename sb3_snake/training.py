@@ -48,6 +48,8 @@ class TrainConfig:
     visibly learning run on a 2-core CPU."""
 
     episodes: int | None = 1000  #: stop once this many episodes (all envs together) finished
+    timesteps: int | None = None  #: stop after this many env steps (all envs together)
+    time_limit_minutes: float | None = None  #: stop after this much wall time
     n_envs: int = 16  #: games stepped together
     board_size: int = 10  #: side of the board
     seed: int = 0  #: seeds the envs, the networks and exploration
@@ -70,6 +72,12 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.episodes is not None and self.episodes < 1:
             raise ValueError(f"episodes must be at least 1, got {self.episodes}")
+        if self.timesteps is not None and self.timesteps < 1:
+            raise ValueError(f"timesteps must be at least 1, got {self.timesteps}")
+        if self.time_limit_minutes is not None and self.time_limit_minutes <= 0:
+            raise ValueError(f"time limit must be positive, got {self.time_limit_minutes} minutes")
+        if self.episodes is None and self.timesteps is None and self.time_limit_minutes is None:
+            raise ValueError("give at least one of episodes, timesteps or a time limit")
         if self.n_envs < 1:
             raise ValueError(f"n_envs must be at least 1, got {self.n_envs}")
         SnakeRules(self.board_size)  # raises a ValueError naming a bad board size
@@ -147,7 +155,9 @@ def train(
     console: Console | None = None,
     on_model_ready: Callable[[SnakeDQN], None] | None = None,
 ) -> dict[str, Any]:
-    """Train until ``config.episodes`` have finished (or a signal), save, and return the summary.
+    """Train until the first limit of ``config`` (episodes, env steps, wall time) or a signal.
+
+    Saves the model and returns the summary.
 
     Writes ``model.zip`` and ``summary.json`` into ``run_dir`` (and ``checkpoint.zip`` every
     ``config.checkpoint_every`` episodes).
@@ -194,7 +204,8 @@ def train(
     record = EpisodeRecord()
     start = time.perf_counter()
     steps_before = model.num_timesteps
-    budget = EpisodeBudget(config.episodes, record, start)
+    max_seconds = config.time_limit_minutes * 60 if config.time_limit_minutes is not None else None
+    budget = EpisodeBudget(config.episodes, record, start, config.timesteps, max_seconds)
     callbacks = [budget, ProgressReport(budget, console), EpisodeMetrics(budget, tracking.log)]
     if config.checkpoint_every:
         callbacks.append(EpisodeCheckpoint(budget, run_dir, config.checkpoint_every, config.save_replay_buffer))
@@ -212,7 +223,7 @@ def train(
     summary = {
         "episodes": len(record),
         "target_episodes": config.episodes,
-        "stopped_by": "signal" if budget.stop_requested and not budget.reached else "episodes",
+        "stopped_by": budget.stopped_by,
         "env_steps": env_steps,
         "total_env_steps": model.num_timesteps,
         "wall_seconds": wall_seconds,

@@ -161,6 +161,21 @@ def test_play_text_and_gif(trained_run, tmp_path):
     assert gif.read_bytes()[:4] == b"GIF8"
 
 
+def test_plot_of_a_trained_run(trained_run, tmp_path):
+    run_dir, _ = trained_run
+    result = runner.invoke(app, ["plot", str(run_dir), "--output", str(tmp_path / "curve.png"), "--window", "5"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "curve.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_time_limit_without_episodes_runs_until_the_limit(tmp_path):
+    result = runner.invoke(app, ["train", "--time-limit", "0.05", *TINY, "--output", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["stopped_by"] == "time_limit" and summary["target_episodes"] is None
+    assert "stopped by the time limit" in result.output
+
+
 def test_resume_from_checkpoint(trained_run, tmp_path):
     run_dir, _ = trained_run
     result = runner.invoke(
@@ -192,6 +207,9 @@ def test_resume_from_checkpoint(trained_run, tmp_path):
         (["eval", "missing.zip"], "model file missing.zip does not exist"),
         (["play", "missing.zip"], "model file missing.zip does not exist"),
         (["eval", "missing.zip", "--episodes", "0"], "--episodes must be at least 1"),
+        (["train", "--timesteps", "0"], "timesteps must be at least 1"),
+        (["train", "--time-limit", "-1"], "time limit must be positive"),
+        (["plot", "no-such-run"], "episodes.json does not exist"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, message):

@@ -154,3 +154,27 @@ def test_resume_continues_with_the_replay_buffer(tmp_path):
     second = train(tiny_config(episodes=4), FAST, tmp_path / "b", resume=tmp_path / "a" / "model.zip")
     assert second["episodes"] == 4 and second["total_env_steps"] > first["total_env_steps"]
     assert second["resumed_from"].endswith("model.zip")
+
+
+def test_timesteps_limit_stops_first(tmp_path):
+    summary = train(tiny_config(episodes=100_000, timesteps=200), FAST, tmp_path)
+    assert summary["stopped_by"] == "timesteps" and 200 <= summary["env_steps"] < 200 + 4
+
+
+def test_time_limit_stops_first(tmp_path):
+    summary = train(tiny_config(episodes=None, time_limit_minutes=0.05), FAST, tmp_path)
+    assert summary["stopped_by"] == "time_limit" and summary["target_episodes"] is None
+    assert 3.0 <= summary["wall_seconds"] < 30
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"timesteps": 0}, "timesteps must be at least 1"),
+        ({"time_limit_minutes": 0}, "time limit must be positive"),
+        ({"episodes": None}, "give at least one of episodes, timesteps or a time limit"),
+    ],
+)
+def test_bad_limits(changes, message):
+    with pytest.raises(ValueError, match=message):
+        tiny_config(**changes)

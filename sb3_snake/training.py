@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -153,14 +153,11 @@ def train(
     resume: Path | None = None,
     wandb_options: WandbOptions = WandbOptions(),
     console: Console | None = None,
-    on_model_ready: Callable[[SnakeDQN], None] | None = None,
 ) -> dict[str, Any]:
     """Train until the first limit of ``config`` (episodes, env steps, wall time) or a signal.
 
-    Saves the model and returns the summary.
-
-    Writes ``model.zip`` and ``summary.json`` into ``run_dir`` (and ``checkpoint.zip`` every
-    ``config.checkpoint_every`` episodes).
+    Writes ``model.zip``, ``summary.json`` and ``episodes.json`` into ``run_dir`` (and
+    ``checkpoint.zip`` every ``config.checkpoint_every`` episodes) and returns the summary.
     """
     console = console or Console()
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -172,8 +169,6 @@ def train(
         model = SnakeDQN(
             "AttentionPolicy", env, optimizations=settings, device=device, **config.dqn_kwargs(settings.batch_size)
         )
-    if on_model_ready is not None:
-        on_model_ready(model)
 
     active = model.active_optimizations
     for line in summary_lines(
@@ -230,7 +225,7 @@ def train(
         "env_steps_per_second": env_steps / wall_seconds if wall_seconds > 0 else 0.0,
         "mean_score_last_100": record.mean_score_last(100),
         "best_score": record.best_score,
-        "mean_length_last_100": sum(record.lengths[-100:]) / max(1, len(record.lengths[-100:])),
+        "mean_episode_steps_last_100": sum(record.lengths[-100:]) / max(1, len(record.lengths[-100:])),
         "hyperparameters": hyperparameters,
         "optimizations": {
             name: {"value": value, "source": settings.source(name)} for name, value in settings.as_dict().items()

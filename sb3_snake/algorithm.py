@@ -13,8 +13,11 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from stable_baselines3 import DQN
+from stable_baselines3.common.torch_layers import create_mlp
 from stable_baselines3.dqn.policies import CnnPolicy, DQNPolicy, MlpPolicy, QNetwork
+from torch import nn
 
 from sb3_snake.extractor import SnakeAttentionExtractor
 from sb3_snake.optimizations import ActiveOptimizations, apply_optimizations
@@ -26,22 +29,44 @@ class SnakeQNetwork(QNetwork):
 
     The context (SDPA backend, bf16 autocast) covers the network only; Q-values are returned
     as float32 so that everything computed from them stays in full precision.
+
+    :param dueling: split the head into a state value and action advantages,
+        ``Q = V + A - mean(A)`` (Wang et al., 2016); ``q_net`` is then the advantage stream.
     """
 
     forward_context: Callable[[], AbstractContextManager] = contextlib.nullcontext
 
+    def __init__(self, *args: Any, dueling: bool = False, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.dueling = dueling
+        if dueling:
+            self.value_net = nn.Sequential(*create_mlp(self.features_dim, 1, self.net_arch, self.activation_fn))
+
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         with self.forward_context():
-            q_values = super().forward(obs)
+            features = self.extract_features(obs, self.features_extractor)
+            q_values = self.q_net(features)
+            if self.dueling:
+                q_values = self.value_net(features) + q_values - q_values.mean(dim=1, keepdim=True)
         return q_values.float()
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        return {**super()._get_constructor_parameters(), "dueling": self.dueling}
 
 
 class _OptimizedQNetworks:
-    """Mixin for DQN policies: build :class:`SnakeQNetwork` instead of ``QNetwork``."""
+    """Mixin for DQN policies: build :class:`SnakeQNetwork` (optionally dueling) instead of ``QNetwork``."""
+
+    def __init__(self, *args: Any, dueling: bool = False, **kwargs: Any):
+        self.dueling = dueling
+        super().__init__(*args, **kwargs)
 
     def make_q_net(self) -> SnakeQNetwork:
         net_args = self._update_features_extractor(self.net_args, features_extractor=None)
-        return SnakeQNetwork(**net_args).to(self.device)
+        return SnakeQNetwork(**net_args, dueling=self.dueling).to(self.device)
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        return {**super()._get_constructor_parameters(), "dueling": self.dueling}
 
 
 class AttentionPolicy(_OptimizedQNetworks, DQNPolicy):
@@ -76,7 +101,10 @@ class SnakeDQN(DQN):
         to ``exploration_final_eps`` over this many env steps (all envs together), whatever
         ``total_timesteps`` is; SB3's ``exploration_fraction`` needs a known total, which a run
         that stops after a number of episodes does not have.
-    :param kwargs: any other ``DQN`` argument.
+    :param double_dqn: compute TD targets with Double DQN (van Hasselt et al., 2016): the
+        online network picks the next action, the target network values it.
+    :param kwargs: any other ``DQN`` argument (``n_steps`` gives n-step returns; a dueling
+        head is ``policy_kwargs={"dueling": True}``).
 
     After construction, ``model.active_optimizations`` says what is really active and why
     anything requested is not. Compilation is not saved; :meth:`load` applies the
@@ -96,9 +124,11 @@ class SnakeDQN(DQN):
         env: Any,
         optimizations: OptimizationSettings | None = None,
         exploration_steps: int | None = None,
+        double_dqn: bool = False,
         **kwargs: Any,
     ):
         self.exploration_steps = exploration_steps
+        self.double_dqn = double_dqn
         self.optimizations = optimizations if optimizations is not None else OptimizationSettings.load()
         kwargs.setdefault("batch_size", self.optimizations.batch_size)
         self.active_optimizations: ActiveOptimizations | None = None
@@ -115,6 +145,37 @@ class SnakeDQN(DQN):
             start, end = self.exploration_initial_eps, self.exploration_final_eps
             self.exploration_rate = start + progress * (end - start)
             self.logger.record("rollout/exploration_rate", self.exploration_rate)
+
+    def train(self, gradient_steps: int, batch_size: int = 100) -> None:
+        """SB3's DQN update, with an optional Double DQN target and no host sync per step.
+
+        SB3 calls ``loss.item()`` after every gradient step, which waits for the device each
+        time; here the losses stay on the device and are read once per call.
+        """
+        self.policy.set_training_mode(True)
+        self._update_learning_rate(self.policy.optimizer)
+        losses = []
+        for _ in range(gradient_steps):
+            replay_data = self.replay_buffer.sample(batch_size, env=self._vec_normalize_env)
+            discounts = replay_data.discounts if replay_data.discounts is not None else self.gamma
+            with torch.no_grad():
+                next_q_values = self.q_net_target(replay_data.next_observations)
+                if self.double_dqn:
+                    next_actions = self.q_net(replay_data.next_observations).argmax(dim=1, keepdim=True)
+                    next_q_values = next_q_values.gather(1, next_actions)
+                else:
+                    next_q_values = next_q_values.max(dim=1, keepdim=True).values
+                target_q_values = replay_data.rewards + (1 - replay_data.dones) * discounts * next_q_values
+            current_q_values = self.q_net(replay_data.observations).gather(1, replay_data.actions.long())
+            loss = F.smooth_l1_loss(current_q_values, target_q_values)
+            self.policy.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
+            self.policy.optimizer.step()
+            losses.append(loss.detach())
+        self._n_updates += gradient_steps
+        self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
+        self.logger.record("train/loss", torch.stack(losses).mean().item())
 
     def _excluded_save_params(self) -> list[str]:
         return [*super()._excluded_save_params(), "optimizations", "active_optimizations"]

@@ -151,6 +151,13 @@ def train(
     exploration_steps: Annotated[
         int, typer.Option(min=1, help="Env steps of linear epsilon decay.", rich_help_panel=DQN)
     ] = 10_000,
+    double_dqn: Annotated[
+        bool, typer.Option("--double-dqn/--no-double-dqn", help="Double DQN targets.", rich_help_panel=DQN)
+    ] = False,
+    dueling: Annotated[
+        bool, typer.Option("--dueling/--no-dueling", help="Dueling head: Q = V + A - mean(A).", rich_help_panel=DQN)
+    ] = False,
+    n_steps: Annotated[int, typer.Option(min=1, help="n-step returns.", rich_help_panel=DQN)] = 1,
     name: Annotated[str | None, typer.Option(help="Run name: writes into runs/NAME.", rich_help_panel=RUN)] = None,
     output: Annotated[Path | None, typer.Option(help="Run directory (overrides --name).", rich_help_panel=RUN)] = None,
     checkpoint_every: Annotated[
@@ -203,6 +210,9 @@ def train(
             exploration_initial_eps=exploration_initial_eps,
             exploration_final_eps=exploration_final_eps,
             exploration_steps=exploration_steps,
+            double_dqn=double_dqn,
+            dueling=dueling,
+            n_steps=n_steps,
             checkpoint_every=checkpoint_every,
             save_replay_buffer=save_replay_buffer,
             verbose=verbose,

@@ -65,6 +65,9 @@ class TrainConfig:
     exploration_initial_eps: float = 1.0  #: epsilon at the start
     exploration_final_eps: float = 0.02  #: epsilon at the end of the decay
     exploration_steps: int = 10_000  #: env steps over which epsilon decays linearly
+    double_dqn: bool = False  #: Double DQN targets (online net picks, target net values)
+    dueling: bool = False  #: dueling head: Q = V + A - mean(A)
+    n_steps: int = 1  #: n-step returns (SB3's NStepReplayBuffer)
     checkpoint_every: int | None = None  #: finished episodes between checkpoints (None: none)
     save_replay_buffer: bool = False  #: save the replay buffer beside checkpoints and the model
     verbose: int = 0  #: 1 prints SB3's training metrics
@@ -85,6 +88,8 @@ class TrainConfig:
             raise ValueError(f"device must be auto, cpu or cuda, got {self.device!r}")
         if self.device == "cuda" and not torch.cuda.is_available():
             raise ValueError("--device cuda was requested but no CUDA GPU is available; use --device cpu or auto")
+        if self.n_steps < 1:
+            raise ValueError(f"n_steps must be at least 1, got {self.n_steps}")
         if self.replay_ratio <= 0:
             raise ValueError(f"replay_ratio must be positive, got {self.replay_ratio}")
         if self.checkpoint_every is not None and self.checkpoint_every < 1:
@@ -112,6 +117,8 @@ class TrainConfig:
             "exploration_initial_eps",
             "exploration_final_eps",
             "exploration_steps",
+            "double_dqn",
+            "n_steps",
             "seed",
             "verbose",
         )
@@ -121,6 +128,7 @@ class TrainConfig:
             "train_freq": train_freq,
             "gradient_steps": gradient_steps,
             "batch_size": batch_size,
+            "policy_kwargs": {"dueling": self.dueling},
         }
 
 

@@ -4,12 +4,14 @@ import json
 import sys
 import types
 
+import numpy as np
 import pytest
 
 from sb3_snake.envs import BatchedSnakeVecEnv
+from sb3_snake.evaluation import evaluate
 from sb3_snake.settings import OptimizationSettings
 from sb3_snake.tracking import WandbRun
-from sb3_snake.training import TrainConfig, WandbOptions, load_for_resume, train
+from sb3_snake.training import TrainConfig, WandbOptions, load_for_resume, load_model, train
 
 FAST = OptimizationSettings(batch_size=16, use_torch_compile=False, use_bf16=False, num_threads=1)
 
@@ -178,3 +180,24 @@ def test_time_limit_stops_first(tmp_path):
 def test_bad_limits(changes, message):
     with pytest.raises(ValueError, match=message):
         tiny_config(**changes)
+
+
+class RandomPolicy:
+    """Uniformly random actions, with the interface evaluate() uses."""
+
+    def __init__(self, observation_space, seed=0):
+        self.observation_space = observation_space
+        self.rng = np.random.default_rng(seed)
+
+    def predict(self, obs, deterministic=True):
+        return self.rng.integers(4, size=len(obs)), None
+
+
+@pytest.mark.slow
+def test_training_beats_a_random_policy_by_a_clear_margin(tmp_path):
+    settings = OptimizationSettings(batch_size=256, use_torch_compile=False, use_bf16=False, num_threads=1)
+    config = TrainConfig(episodes=None, timesteps=15_000, n_envs=16, board_size=6, seed=0, exploration_steps=8_000)
+    train(config, settings, tmp_path)
+    trained = evaluate(load_model(tmp_path / "model.zip", settings), episodes=100)
+    random = evaluate(RandomPolicy(BatchedSnakeVecEnv(1, board_size=6).observation_space), episodes=100)
+    assert trained["mean_score"] >= random["mean_score"] + 0.5, (trained, random)

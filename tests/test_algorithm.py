@@ -10,6 +10,7 @@ from stable_baselines3 import DQN
 from stable_baselines3.common.logger import Logger
 
 from sb3_snake import BatchedSnakeVecEnv, SnakeDQN
+from sb3_snake.benchmark.gradient_step import fill_replay_buffer
 from sb3_snake.settings import OptimizationSettings
 
 PLAIN = OptimizationSettings(use_bf16=False, use_flash_attention=False, use_torch_compile=False, num_threads=1)
@@ -31,12 +32,7 @@ def filled_model(**kwargs):
         **kwargs,
     )
     model.set_logger(Logger(folder=None, output_formats=[]))
-    obs, rng = env.reset(), np.random.default_rng(0)
-    for _ in range(16):
-        actions = rng.integers(4, size=8)
-        next_obs, rewards, dones, infos = env.step(actions)
-        model.replay_buffer.add(obs, next_obs, actions, rewards, dones, infos)
-        obs = next_obs
+    fill_replay_buffer(model, env, transitions=128)
     return model
 
 

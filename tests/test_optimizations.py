@@ -9,6 +9,7 @@ from torch.profiler import profile
 
 from sb3_snake import BatchedSnakeVecEnv
 from sb3_snake.algorithm import SnakeDQN
+from sb3_snake.benchmark.gradient_step import fill_replay_buffer
 from sb3_snake.extractor import AttentionPool, SelfAttention
 from sb3_snake.optimizations import (
     ActiveOptimizations,
@@ -43,12 +44,7 @@ def make_model(tmp_path=None, **settings):
         policy_kwargs=SMALL,
     )
     model.set_logger(Logger(folder=None, output_formats=[]))
-    obs = env.reset()
-    for _ in range(8):
-        actions = np.random.default_rng(0).integers(4, size=8)
-        next_obs, rewards, dones, infos = env.step(actions)
-        model.replay_buffer.add(obs, next_obs, actions, rewards, dones, infos)
-        obs = next_obs
+    fill_replay_buffer(model, env, transitions=64)
     return model
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from stable_baselines3.common.logger import Logger
 
@@ -80,7 +81,7 @@ def measure_gradient_step(
         seed=0,
     )
     model.set_logger(Logger(folder=None, output_formats=[]))
-    _fill_replay_buffer(model, env, max(buffer_size, batch_size))
+    fill_replay_buffer(model, env, max(buffer_size, batch_size))
     model.train(gradient_steps=warmup_steps, batch_size=batch_size)
     durations = []
     for _ in range(repeats):
@@ -104,10 +105,11 @@ def measure_gradient_step(
     )
 
 
-def _fill_replay_buffer(model: SnakeDQN, env: BatchedSnakeVecEnv, transitions: int) -> None:
-    obs = env.reset()
+def fill_replay_buffer(model: SnakeDQN, env: BatchedSnakeVecEnv, transitions: int, seed: int = 0) -> None:
+    """Add at least ``transitions`` real transitions of uniformly random play to the model's buffer."""
+    obs, rng = env.reset(), np.random.default_rng(seed)
     while model.replay_buffer.size() * env.num_envs < transitions and not model.replay_buffer.full:
-        actions = torch.randint(4, (env.num_envs,)).numpy()
+        actions = rng.integers(4, size=env.num_envs)
         next_obs, rewards, dones, infos = env.step(actions)
         model.replay_buffer.add(obs, next_obs, actions, rewards, dones, infos)
         obs = next_obs

@@ -75,3 +75,30 @@ def random_state(rng: np.random.Generator, board_size: int, max_length: int | No
 
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+#: A small attention network, so that DQN tests run in moments.
+SMALL_POLICY = {"features_extractor_kwargs": {"embed_dim": 16, "num_heads": 2, "features_dim": 32}}
+
+
+def small_dqn(settings, board_size: int = 5, transitions: int = 128, policy_kwargs=None, **dqn_kwargs):
+    """A small SnakeDQN on 8 games whose replay buffer already holds ``transitions`` of random play."""
+    from stable_baselines3.common.logger import Logger
+
+    from sb3_snake import SnakeDQN
+    from sb3_snake.benchmark.gradient_step import fill_replay_buffer
+
+    env = BatchedSnakeVecEnv(8, board_size=board_size, seed=0)
+    model = SnakeDQN(
+        "AttentionPolicy",
+        env,
+        optimizations=settings,
+        learning_starts=0,
+        buffer_size=512,
+        batch_size=32,
+        seed=0,
+        policy_kwargs={**SMALL_POLICY, **(policy_kwargs or {})},
+        **dqn_kwargs,
+    )
+    model.set_logger(Logger(folder=None, output_formats=[]))
+    fill_replay_buffer(model, env, transitions)
+    return model

@@ -7,33 +7,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 from stable_baselines3 import DQN
-from stable_baselines3.common.logger import Logger
 
-from sb3_snake import BatchedSnakeVecEnv, SnakeDQN
-from sb3_snake.benchmark.gradient_step import fill_replay_buffer
+from sb3_snake import SnakeDQN
 from sb3_snake.settings import OptimizationSettings
+from tests.conftest import small_dqn
 
 PLAIN = OptimizationSettings(use_bf16=False, use_flash_attention=False, use_torch_compile=False, num_threads=1)
-SMALL = {"features_extractor_kwargs": {"embed_dim": 16, "num_heads": 2, "features_dim": 32}}
 
 
 def filled_model(**kwargs):
-    env = BatchedSnakeVecEnv(8, board_size=5, seed=0)
-    policy_kwargs = {**SMALL, **kwargs.pop("policy_kwargs", {})}
-    model = SnakeDQN(
-        "AttentionPolicy",
-        env,
-        optimizations=PLAIN,
-        learning_starts=0,
-        buffer_size=512,
-        batch_size=32,
-        seed=0,
-        policy_kwargs=policy_kwargs,
-        **kwargs,
-    )
-    model.set_logger(Logger(folder=None, output_formats=[]))
-    fill_replay_buffer(model, env, transitions=128)
-    return model
+    return small_dqn(PLAIN, board_size=5, transitions=128, **kwargs)
 
 
 def fixed_batch(model, monkeypatch):

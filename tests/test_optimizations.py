@@ -4,12 +4,10 @@ import numpy as np
 import pytest
 import torch
 import torch._dynamo
-from stable_baselines3.common.logger import Logger
 from torch.profiler import profile
 
 from sb3_snake import BatchedSnakeVecEnv
 from sb3_snake.algorithm import SnakeDQN
-from sb3_snake.benchmark.gradient_step import fill_replay_buffer
 from sb3_snake.extractor import AttentionPool, SelfAttention
 from sb3_snake.optimizations import (
     ActiveOptimizations,
@@ -23,29 +21,15 @@ from sb3_snake.optimizations import (
     probe_flash,
 )
 from sb3_snake.settings import OptimizationSettings
+from tests.conftest import SMALL_POLICY, small_dqn
 
 FLASH_KERNEL = "aten::_scaled_dot_product_flash_attention_for_cpu"
-SMALL = {"features_extractor_kwargs": {"embed_dim": 16, "num_heads": 2, "features_dim": 32}}
 needs_bf16 = pytest.mark.skipif(not cpu_has_native_bf16(), reason="this CPU has no native bf16")
 
 
-def make_model(tmp_path=None, **settings):
+def make_model(**settings):
     options = {"use_bf16": False, "use_flash_attention": False, "use_torch_compile": False, "num_threads": 1}
-    options.update(settings)
-    env = BatchedSnakeVecEnv(8, board_size=6, seed=0)
-    model = SnakeDQN(
-        "AttentionPolicy",
-        env,
-        optimizations=OptimizationSettings(**options),
-        learning_starts=0,
-        buffer_size=512,
-        batch_size=32,
-        seed=0,
-        policy_kwargs=SMALL,
-    )
-    model.set_logger(Logger(folder=None, output_formats=[]))
-    fill_replay_buffer(model, env, transitions=64)
-    return model
+    return small_dqn(OptimizationSettings(**{**options, **settings}), board_size=6, transitions=64)
 
 
 def kernel_names(model):
@@ -128,8 +112,11 @@ def test_save_then_load_gives_identical_greedy_actions(tmp_path, settings):
 def test_batch_size_comes_from_settings_unless_given():
     env = BatchedSnakeVecEnv(2, board_size=5, seed=0)
     settings = OptimizationSettings(batch_size=77, num_threads=1)
-    assert SnakeDQN("AttentionPolicy", env, optimizations=settings, policy_kwargs=SMALL).batch_size == 77
-    assert SnakeDQN("AttentionPolicy", env, optimizations=settings, batch_size=5, policy_kwargs=SMALL).batch_size == 5
+    assert SnakeDQN("AttentionPolicy", env, optimizations=settings, policy_kwargs=SMALL_POLICY).batch_size == 77
+    assert (
+        SnakeDQN("AttentionPolicy", env, optimizations=settings, batch_size=5, policy_kwargs=SMALL_POLICY).batch_size
+        == 5
+    )
 
 
 def test_mlp_policy_keeps_working_with_the_forward_context():

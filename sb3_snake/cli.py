@@ -49,6 +49,44 @@ DQN = "DQN hyperparameters"
 RUN = "Run, checkpoints and logging"
 
 
+# Optimization overrides shared by the commands that train (flags win over .env).
+BatchSizeOption = Annotated[
+    int | None,
+    typer.Option(help="Replay samples per gradient step (default: OPTIMAL_BATCH_SIZE).", rich_help_panel=OPTIMIZATIONS),
+]
+CompileOption = Annotated[
+    bool | None,
+    typer.Option(
+        "--compile/--no-compile",
+        help="torch.compile the Q-networks.",
+        rich_help_panel=OPTIMIZATIONS,
+        show_default=False,
+    ),
+]
+FlashAttentionOption = Annotated[
+    bool | None,
+    typer.Option(
+        "--flash-attention/--no-flash-attention",
+        help="Restrict SDPA to the FlashAttention kernel.",
+        rich_help_panel=OPTIMIZATIONS,
+        show_default=False,
+    ),
+]
+Bf16Option = Annotated[
+    bool | None,
+    typer.Option(
+        "--bf16/--no-bf16",
+        help="bfloat16 autocast in forward passes.",
+        rich_help_panel=OPTIMIZATIONS,
+        show_default=False,
+    ),
+]
+EnvFileOption = Annotated[
+    Path | None,
+    typer.Option(help="The .env to read (default: ./.env when present).", rich_help_panel=OPTIMIZATIONS),
+]
+
+
 def _fail(message: str) -> typer.Exit:
     """Print one clear line to stderr and return the exit (code 2) to raise."""
     typer.echo(f"error: {message}", err=True)
@@ -77,43 +115,11 @@ def train(
     time_limit: Annotated[
         float | None, typer.Option(help="Stop after this many minutes of training.", rich_help_panel=RUN)
     ] = None,
-    batch_size: Annotated[
-        int | None,
-        typer.Option(
-            help="Replay samples per gradient step (default: OPTIMAL_BATCH_SIZE).", rich_help_panel=OPTIMIZATIONS
-        ),
-    ] = None,
-    compile: Annotated[
-        bool | None,
-        typer.Option(
-            "--compile/--no-compile",
-            help="torch.compile the Q-networks.",
-            rich_help_panel=OPTIMIZATIONS,
-            show_default=False,
-        ),
-    ] = None,
-    flash_attention: Annotated[
-        bool | None,
-        typer.Option(
-            "--flash-attention/--no-flash-attention",
-            help="Restrict SDPA to the FlashAttention kernel.",
-            rich_help_panel=OPTIMIZATIONS,
-            show_default=False,
-        ),
-    ] = None,
-    bf16: Annotated[
-        bool | None,
-        typer.Option(
-            "--bf16/--no-bf16",
-            help="bfloat16 autocast in forward passes.",
-            rich_help_panel=OPTIMIZATIONS,
-            show_default=False,
-        ),
-    ] = None,
-    env_file: Annotated[
-        Path | None,
-        typer.Option(help="The .env to read (default: ./.env when present).", rich_help_panel=OPTIMIZATIONS),
-    ] = None,
+    batch_size: BatchSizeOption = None,
+    compile: CompileOption = None,
+    flash_attention: FlashAttentionOption = None,
+    bf16: Bf16Option = None,
+    env_file: EnvFileOption = None,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.", rich_help_panel=ENVIRONMENT)] = "auto",
     n_envs: Annotated[int, typer.Option(min=1, help="Games stepped together.", rich_help_panel=ENVIRONMENT)] = 16,
     board_size: Annotated[int, typer.Option(help="Side of the board (at least 4).", rich_help_panel=ENVIRONMENT)] = 10,
@@ -383,6 +389,108 @@ def benchmark_grad(
     )
     typer.echo(gradient_step.format_table(report))
     typer.echo(f"Saved {save_results('gradient_step', report, output)}")
+
+
+@app.command()
+def benchmark(
+    batch_sizes: Annotated[
+        str | None,
+        typer.Option(help="Comma-separated batch sizes of the sweep (default: 256,...,8192; quick: 256,1024)."),
+    ] = None,
+    combinations: Annotated[
+        str | None,
+        typer.Option(help="Comma-separated optimization combinations (default: all; quick: those without compile)."),
+    ] = None,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    repeats: Annotated[int, typer.Option(min=1, help="Timed runs per figure (median reported).")] = 3,
+    quick: Annotated[bool, typer.Option("--quick", help="A short run: under 2 minutes on a 2-core CPU.")] = False,
+    end_to_end: Annotated[
+        bool,
+        typer.Option("--end-to-end/--no-end-to-end", help="Also time sb3-snake train against plain SB3 DQN."),
+    ] = True,
+    write_env: Annotated[
+        bool, typer.Option("--write-env", help="Write the chosen batch size and flags into the .env file.")
+    ] = False,
+    batch_size: BatchSizeOption = None,
+    compile: CompileOption = None,
+    flash_attention: FlashAttentionOption = None,
+    bf16: Bf16Option = None,
+    env_file: EnvFileOption = None,
+    wandb: Annotated[bool, typer.Option("--wandb/--no-wandb", help="Log the results to Weights & Biases.")] = False,
+    wandb_project: Annotated[str, typer.Option(help="W&B project.")] = "sb3-snake",
+    wandb_mode: Annotated[str, typer.Option(help="online, offline or disabled (WANDB_MODE wins).")] = "online",
+    output: Annotated[Path, typer.Option(help="Folder for the JSON results.")] = RESULTS_DIR,
+) -> None:
+    """Gradient-step sweep and end-to-end training speed against plain SB3, in one run.
+
+    The end-to-end run of sb3-snake train uses the settings of .env and the flags given; the
+    sweep tries every combination itself. Results go to
+    benchmark_results/benchmark_results_full_<UTC>.json.
+    """
+    from sb3_snake.benchmark.full import BenchmarkPlan, format_report, log_to_wandb, run_benchmark
+    from sb3_snake.settings import write_env_file
+    from sb3_snake.tracking import WandbRun
+
+    if wandb_mode not in WANDB_MODES:
+        raise _fail(f"--wandb-mode must be one of {', '.join(WANDB_MODES)}, got {wandb_mode!r}")
+    if device not in ("auto", "cpu", "cuda"):
+        raise _fail(f"--device must be auto, cpu or cuda, got {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise _fail("--device cuda was requested but no CUDA GPU is available; use --device cpu or auto")
+    changes: dict[str, object] = {"repeats": repeats, "end_to_end": end_to_end}
+    changes["device"] = "cuda" if device == "auto" and torch.cuda.is_available() else device.replace("auto", "cpu")
+    if batch_sizes is not None:
+        changes["batch_sizes"] = tuple(_parse_int_list(batch_sizes, "--batch-sizes"))
+    if combinations is not None:
+        names = tuple(name.strip() for name in combinations.split(",") if name.strip())
+        unknown = [name for name in names if name not in gradient_step.COMBINATIONS]
+        if unknown or not names:
+            raise _fail(
+                f"--combinations: unknown {', '.join(unknown) or '(none given)'}; "
+                f"choose from {', '.join(gradient_step.COMBINATIONS)}"
+            )
+        changes["combinations"] = names
+    plan = BenchmarkPlan.quick(**changes) if quick else BenchmarkPlan(**changes)
+    target_env = env_file or Path(".env")
+    settings = _load_settings(
+        env_file, batch_size=batch_size, use_torch_compile=compile, use_flash_attention=flash_attention, use_bf16=bf16
+    )
+
+    typer.echo(
+        f"Gradient sweep: {len(plan.combinations)} combinations x {len(plan.batch_sizes)} batch sizes on "
+        f"{plan.device}, {plan.repeats} repeats each" + ("; then end-to-end training speed" if end_to_end else "")
+    )
+    report = run_benchmark(plan, settings, progress=typer.echo)
+    typer.echo(format_report(report))
+    path = save_results("benchmark_results_full", report, output)
+    typer.echo(f"Saved {path}")
+
+    if write_env:
+        best = report["best"]
+        write_env_file(
+            target_env,
+            note=f"{path.name}: {best['combination']} at batch {best['batch_size']}",
+            batch_size=best["batch_size"],
+            use_bf16=best["use_bf16"],
+            use_flash_attention=best["use_flash_attention"],
+            use_torch_compile=best["use_torch_compile"],
+        )
+        typer.echo(
+            f"Wrote OPTIMAL_BATCH_SIZE={best['batch_size']}, USE_BF16, USE_FLASH_ATTENTION and "
+            f"USE_TORCH_COMPILE ({best['combination']}) into {target_env}"
+        )
+    if wandb:
+        run_dir = Path("runs") / path.stem
+        tracking = WandbRun(
+            wandb_project,
+            wandb_mode,
+            {key: report[key] for key in ("system", "plan", "settings")},
+            run_dir,
+            name=path.stem,
+            notify=typer.echo,
+        )
+        log_to_wandb(report, tracking)
+        typer.echo(f"W&B: {tracking.mode}")
 
 
 def main() -> None:

@@ -7,8 +7,12 @@ is ``torch.nn.functional.scaled_dot_product_attention``, so the SDPA backend cho
 optimization layer (FlashAttention or not) applies. A learned query attends over the tokens to
 pool them (again through SDPA), and a linear layer maps the pooled vector to ``features_dim``.
 
-An extra input plane marks the cells on the board, so padding added to make the board a
-multiple of the patch size reads as wall, not as free space.
+Padding that makes the board a multiple of the patch size is zeros; a patch's padding pattern
+is fixed by its position, so the learned position embedding of that token is what tells the
+network which of its cells lie off the board.
+
+Patches are cut with ``view``/``permute`` (one copy), not ``F.unfold``: on CPU ``unfold`` loops
+over the batch and took most of the forward pass.
 """
 
 from __future__ import annotations
@@ -123,10 +127,7 @@ class SnakeAttentionExtractor(BaseFeaturesExtractor):
         self.patch_size = patch_size or default_patch_size(max(height, width))
         self.grid = (math.ceil(height / self.patch_size), math.ceil(width / self.patch_size))
         self.padding = (0, self.grid[1] * self.patch_size - width, 0, self.grid[0] * self.patch_size - height)
-        on_board = F.pad(torch.ones(1, 1, height, width), self.padding)
-        self.register_buffer("on_board", on_board, persistent=False)
-
-        patch_inputs = (channels + 1) * self.patch_size**2
+        patch_inputs = channels * self.patch_size**2
         self.embed = nn.Linear(patch_inputs, embed_dim)
         self.row_embedding = nn.Parameter(torch.randn(self.grid[0], 1, embed_dim) * 0.02)
         self.col_embedding = nn.Parameter(torch.randn(1, self.grid[1], embed_dim) * 0.02)
@@ -135,12 +136,15 @@ class SnakeAttentionExtractor(BaseFeaturesExtractor):
         self.head = nn.Sequential(nn.Linear(embed_dim, features_dim), nn.ReLU())
 
     def forward(self, observations: torch.Tensor) -> torch.Tensor:
-        batch = observations.shape[0]
-        board = F.pad(observations, self.padding)
-        board = torch.cat((board, self.on_board.expand(batch, -1, -1, -1).to(board.dtype)), dim=1)
-        p = self.patch_size
-        # (B, C, H, W) -> (B, rows * cols, C * p * p): one token per patch.
-        patches = F.unfold(board, kernel_size=p, stride=p).transpose(1, 2)
+        batch, channels = observations.shape[:2]
+        board = F.pad(observations, self.padding) if any(self.padding) else observations
+        (rows, cols), p = self.grid, self.patch_size
+        # (B, C, rows * p, cols * p) -> (B, rows * cols, C * p * p): one token per patch.
+        patches = (
+            board.reshape(batch, channels, rows, p, cols, p)
+            .permute(0, 2, 4, 1, 3, 5)
+            .reshape(batch, rows * cols, channels * p * p)
+        )
         positions = (self.row_embedding + self.col_embedding).reshape(1, -1, self.row_embedding.shape[-1])
         tokens = self.embed(patches) + positions
         for block in self.blocks:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from dotenv import dotenv_values
+from dotenv import dotenv_values, set_key
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 _TRUE = {"1", "true", "yes", "on"}
@@ -190,3 +190,29 @@ class OptimizationSettings:
     def env_key(name: str) -> str:
         """The environment / ``.env`` key of field ``name``."""
         return _KEYS[name].name
+
+
+#: The comment line :func:`write_env_file` keeps up to date with its ``note``.
+WRITTEN_BY = "# Written by sb3-snake benchmark --write-env: "
+
+
+def write_env_file(path: str | os.PathLike, note: str | None = None, **values: Any) -> None:
+    """Set settings in a ``.env`` file, keeping its other lines and comments.
+
+    ``values`` are field names of :class:`OptimizationSettings`; each is checked as
+    :meth:`OptimizationSettings.load` would read it back, then written under its key (an
+    existing key is replaced in place, a new one appended). The file is created if missing.
+    ``note`` (where the values came from) replaces the previous such note, or is appended.
+    """
+    unknown = set(values) - set(_KEYS)
+    if unknown:
+        raise SettingsError(f"unknown setting(s) {', '.join(sorted(unknown))}; known: {', '.join(_KEYS)}")
+    OptimizationSettings(**values)  # raises a SettingsError naming any bad value
+    path = Path(path)
+    path.touch(exist_ok=True)
+    for name, value in values.items():
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        set_key(path, _KEYS[name].name, text, quote_mode="never")
+    if note is not None:
+        lines = [line for line in path.read_text().splitlines() if not line.startswith(WRITTEN_BY)]
+        path.write_text("\n".join([*lines, WRITTEN_BY + note]) + "\n")

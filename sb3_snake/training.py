@@ -154,6 +154,17 @@ def stop_on_signals(budget: EpisodeBudget) -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+def build_model(config: TrainConfig, settings: OptimizationSettings, resume: Path | None = None) -> SnakeDQN:
+    """The env and model of a run (a new one, or one resumed from a checkpoint)."""
+    device = resolve_device(config.device)
+    env = BatchedSnakeVecEnv(config.n_envs, board_size=config.board_size, device="cpu", seed=config.seed)
+    if resume is not None:
+        return load_for_resume(resume, env, settings, device)
+    return SnakeDQN(
+        "AttentionPolicy", env, optimizations=settings, device=device, **config.dqn_kwargs(settings.batch_size)
+    )
+
+
 def train(
     config: TrainConfig,
     settings: OptimizationSettings,
@@ -169,14 +180,7 @@ def train(
     """
     console = console or Console()
     run_dir.mkdir(parents=True, exist_ok=True)
-    device = resolve_device(config.device)
-    env = BatchedSnakeVecEnv(config.n_envs, board_size=config.board_size, device="cpu", seed=config.seed)
-    if resume is not None:
-        model = load_for_resume(resume, env, settings, device)
-    else:
-        model = SnakeDQN(
-            "AttentionPolicy", env, optimizations=settings, device=device, **config.dqn_kwargs(settings.batch_size)
-        )
+    model = build_model(config, settings, resume)
 
     active = model.active_optimizations
     for line in summary_lines(

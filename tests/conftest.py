@@ -1,6 +1,9 @@
-"""Shared helpers: one interface over both environments, and random valid game states."""
+"""Shared helpers: one interface over both environments, random valid game states, a fake W&B."""
 
 from __future__ import annotations
+
+import sys
+import types
 
 import numpy as np
 import pytest
@@ -102,3 +105,35 @@ def small_dqn(settings, board_size: int = 5, transitions: int = 128, policy_kwar
     model.set_logger(Logger(folder=None, output_formats=[]))
     fill_replay_buffer(model, env, transitions)
     return model
+
+
+class FakeWandb(types.ModuleType):
+    """Records what the run gives W&B."""
+
+    def __init__(self):
+        super().__init__("wandb")
+        self.init_kwargs, self.logged, self.summary, self.finished = None, [], {}, False
+        self.Settings = lambda **kwargs: kwargs
+
+    def init(self, **kwargs):
+        self.init_kwargs = kwargs
+        fake = self
+
+        class Run:
+            summary = fake.summary
+
+            def log(self, metrics):
+                fake.logged.append(metrics)
+
+            def finish(self):
+                fake.finished = True
+
+        return Run()
+
+
+@pytest.fixture
+def fake_wandb(monkeypatch):
+    fake = FakeWandb()
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    return fake

@@ -1,11 +1,29 @@
-"""The env benchmark: real measurements, complete records, JSON on disk."""
+"""Benchmarks: real measurements, complete records, JSON on disk, out-of-memory halving,
+the configuration chosen, .env written back, W&B."""
 
 import json
 
+import numpy as np
 import pytest
+import torch
 
-from sb3_snake.benchmark.env_throughput import format_table, measure_batched, run_env_benchmark
-from sb3_snake.benchmark.system import save_results, system_info
+from sb3_snake.benchmark.end_to_end import SB3_REPLAY_RATIO, measure_plain_sb3, measure_sb3_snake
+from sb3_snake.benchmark.env_throughput import format_table as format_env_table
+from sb3_snake.benchmark.env_throughput import measure_batched, run_env_benchmark
+from sb3_snake.benchmark.full import log_to_wandb
+from sb3_snake.benchmark.gradient_step import (
+    COMBINATIONS,
+    GradientStepResult,
+    choose_configuration,
+    format_table,
+    is_out_of_memory,
+    measure_gradient_step,
+    sweep,
+)
+from sb3_snake.benchmark.system import peak_memory_mib, reset_peak_memory, save_results, system_info
+from sb3_snake.settings import WRITTEN_BY, OptimizationSettings, SettingsError, write_env_file
+from sb3_snake.tracking import WandbRun
+from sb3_snake.training import TrainConfig
 
 
 def test_report_holds_every_configuration_and_the_system(tmp_path):
@@ -25,7 +43,7 @@ def test_report_holds_every_configuration_and_the_system(tmp_path):
     assert {"cpu", "cpu_cores", "python", "torch", "stable_baselines3", "torch_threads"} <= set(report["system"])
     path = save_results("env_throughput", report, tmp_path)
     assert json.loads(path.read_text()) == report
-    assert "python_loop" in format_table(report)
+    assert "python_loop" in format_env_table(report)
 
 
 def test_unknown_api_is_rejected():
@@ -35,3 +53,180 @@ def test_unknown_api_is_rejected():
 
 def test_system_info_names_the_cpu():
     assert system_info()["cpu"]
+
+
+# --- the gradient-step sweep ----------------------------------------------------------------
+
+
+def fake_measure(fits_up_to: int, error: Exception | None = None):
+    """A measure function that runs out of memory above ``fits_up_to`` (or raises ``error``)."""
+    calls = []
+
+    def measure(combination, batch_size, device, **kwargs):
+        calls.append(batch_size)
+        if error is not None:
+            raise error
+        if batch_size > fits_up_to:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        flash = "flash" in combination
+        return GradientStepResult(
+            combination,
+            batch_size,
+            samples_per_second=1000.0 * batch_size * (2 if flash else 1),
+            updates_per_second=1000.0,
+            min_samples_per_second=900.0 * batch_size,
+            max_samples_per_second=1100.0 * batch_size,
+            active={"bf16": False, "flash_attention": flash, "torch_compile": False},
+            peak_memory_mib=1.0,
+        )
+
+    return measure, calls
+
+
+def test_out_of_memory_halves_the_batch_and_is_recorded():
+    measure, calls = fake_measure(fits_up_to=256)
+    rows = sweep((128, 1024), ("fp32", "flash"), measure=measure)
+    assert [r["batch_size"] for r in rows] == [128, 256, 128, 256]
+    assert calls[:4] == [128, 1024, 512, 256]
+    halved = rows[1]
+    assert halved["requested_batch_size"] == 1024 and halved["out_of_memory_at"] == (1024, 512)
+    assert rows[0]["requested_batch_size"] is None and rows[0]["out_of_memory_at"] == ()
+    assert rows[3]["speedup_vs_fp32"] == 2.0  # compared at the batch size that really ran
+    assert "halved after running out of memory" in format_table({"results": rows})
+
+
+def test_errors_other_than_out_of_memory_are_not_swallowed():
+    measure, calls = fake_measure(fits_up_to=4096, error=RuntimeError("shape mismatch"))
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        sweep((1024,), ("fp32",), measure=measure)
+    assert calls == [1024]
+
+
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        (torch.OutOfMemoryError("CUDA out of memory"), True),
+        (RuntimeError("[enforce fail at alloc_cpu.cpp:116] DefaultCPUAllocator: can't allocate memory"), True),
+        (MemoryError(), True),
+        (RuntimeError("mat1 and mat2 shapes cannot be multiplied"), False),
+        (ValueError("out of memory"), False),
+    ],
+)
+def test_out_of_memory_is_recognised(error, expected):
+    assert is_out_of_memory(error) is expected
+
+
+def row(combination, batch_size, samples, active=True):
+    use_bf16, use_flash, use_compile = COMBINATIONS[combination]
+    return {
+        "combination": combination,
+        "batch_size": batch_size,
+        "samples_per_second": samples,
+        "active": {"bf16": use_bf16 and active, "flash_attention": use_flash, "torch_compile": use_compile},
+    }
+
+
+def test_the_chosen_batch_is_the_smallest_within_tolerance_of_the_fastest_combination():
+    rows = [row("fp32", 256, 50), row("flash", 256, 80), row("flash", 1024, 95), row("flash", 8192, 100)]
+    best = choose_configuration(rows, tolerance=0.9)
+    assert (best["combination"], best["batch_size"]) == ("flash", 1024)
+    assert best["use_flash_attention"] and not best["use_bf16"] and not best["use_torch_compile"]
+    assert best["fastest"] == {"combination": "flash", "batch_size": 8192, "samples_per_second": 100}
+
+
+def test_a_combination_whose_optimization_was_inactive_is_not_chosen():
+    rows = [row("fp32", 256, 50), row("bf16", 256, 60, active=False)]
+    assert choose_configuration(rows)["combination"] == "fp32"
+
+
+def test_a_real_measurement_records_peak_memory_and_what_was_active():
+    result = measure_gradient_step("flash", 32, gradient_steps=1, repeats=2, warmup_steps=1, buffer_size=256)
+    assert result.samples_per_second > 0 and result.peak_memory_mib > 0
+    assert result.active["flash_attention"] is True and result.active["torch_compile"] is False
+
+
+def test_peak_memory_window_sees_a_large_allocation():
+    reset_peak_memory("cpu")
+    before = peak_memory_mib("cpu")
+    block = np.ones(40 * 2**20 // 8)  # 40 MiB, touched
+    assert peak_memory_mib("cpu") >= before + 30
+    del block
+
+
+# --- end to end -----------------------------------------------------------------------------
+
+
+def test_plain_sb3_is_measured_at_its_default_replay_ratio_for_each_thread_count():
+    result = measure_plain_sb3(thread_counts=(1,), warmup_steps=150, steps_per_repeat=100, repeats=2, board_size=5)
+    best = result["best"]
+    assert best["replay_ratio"] == SB3_REPLAY_RATIO and best["threads"] == 1
+    assert best["setup"]["batch_size"] == 32 and best["setup"]["train_freq"] == 4
+    assert 0 < best["min_env_steps_per_second"] <= best["env_steps_per_second"] <= best["max_env_steps_per_second"]
+    assert [run["threads"] for run in result["by_threads"]] == [1]
+
+
+def test_our_loop_runs_at_the_requested_replay_ratio_and_restores_threads():
+    threads = torch.get_num_threads()
+    config = TrainConfig(n_envs=4, board_size=5, learning_starts=32, buffer_size=2_000)
+    settings = OptimizationSettings(batch_size=16, use_torch_compile=False, use_bf16=False, num_threads=1)
+    result = measure_sb3_snake(settings, 8.0, warmup_steps=64, steps_per_repeat=64, repeats=2, config=config)
+    setup = result.setup
+    assert setup["batch_size"] * setup["gradient_steps"] / (setup["train_freq"] * setup["n_envs"]) == 8.0
+    assert result.threads == 1 and result.env_steps_per_second > 0
+    assert torch.get_num_threads() == threads
+
+
+# --- the report, .env and W&B ---------------------------------------------------------------
+
+
+def small_report():
+    measure, _ = fake_measure(fits_up_to=1024)
+    rows = sweep((256, 2048), ("fp32", "flash"), measure=measure)
+    e2e = {
+        "replay_ratio": 8.0,
+        "sb3_snake": {"env_steps_per_second": 3000.0},
+        "plain_sb3": {"best": {"env_steps_per_second": 1500.0}},
+        "speedup": 2.0,
+    }
+    return {"gradient_step": rows, "best": choose_configuration(rows), "end_to_end": e2e}
+
+
+def test_wandb_gets_every_measurement_and_the_summary(tmp_path, fake_wandb):
+    report = small_report()
+    log_to_wandb(report, WandbRun("p", "offline", {"plan": {}}, tmp_path))
+    assert len(fake_wandb.logged) == 4
+    assert fake_wandb.logged[1] == {
+        "batch_size": 1024,
+        "gradient/fp32/samples_per_second": 1024 * 1000.0,
+        "gradient/fp32/peak_memory_mib": 1.0,
+    }
+    assert fake_wandb.summary["best/combination"] == "flash" and fake_wandb.summary["end_to_end/speedup"] == 2.0
+    assert fake_wandb.finished
+
+
+def test_write_env_file_keeps_comments_and_other_lines(tmp_path):
+    path = tmp_path / ".env"
+    path.write_text("# measured here\nOPTIMAL_BATCH_SIZE=512\n\n# keep me\nTORCH_NUM_THREADS=1\nUSE_BF16=true\n")
+    write_env_file(path, note="run 1", batch_size=2048, use_bf16=False, use_torch_compile=True)
+    write_env_file(path, note="run 2", batch_size=4096)
+    text = path.read_text()
+    kept = "# measured here\nOPTIMAL_BATCH_SIZE=4096\n\n# keep me\nTORCH_NUM_THREADS=1\nUSE_BF16=false\n"
+    assert text.startswith(kept)
+    assert text.count(WRITTEN_BY) == 1 and text.endswith(WRITTEN_BY + "run 2\n")
+    settings = OptimizationSettings.load(path)
+    assert (settings.batch_size, settings.use_bf16, settings.use_torch_compile, settings.num_threads) == (
+        4096,
+        False,
+        True,
+        1,
+    )
+
+
+def test_write_env_file_refuses_bad_values_and_leaves_the_file(tmp_path):
+    path = tmp_path / ".env"
+    path.write_text("OPTIMAL_BATCH_SIZE=512\n")
+    with pytest.raises(SettingsError, match="batch_size=0"):
+        write_env_file(path, batch_size=0)
+    with pytest.raises(SettingsError, match="unknown setting"):
+        write_env_file(path, learning_rate=1)
+    assert path.read_text() == "OPTIMAL_BATCH_SIZE=512\n"

@@ -4,7 +4,6 @@ import json
 import shutil
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
@@ -278,12 +277,8 @@ def test_sigint_stops_cleanly_and_leaves_a_loadable_model(tmp_path):
     assert model.observation_space.shape == (5, 5, 5)
 
 
-def test_train_with_wandb_offline_logs_config_and_metrics(tmp_path, monkeypatch):
-    from tests.test_training import FakeWandb
-
-    fake = FakeWandb()
-    monkeypatch.setitem(sys.modules, "wandb", fake)
-    monkeypatch.delenv("WANDB_MODE", raising=False)
+def test_train_with_wandb_offline_logs_config_and_metrics(tmp_path, fake_wandb):
+    fake = fake_wandb
     result = runner.invoke(
         app,
         [
@@ -310,3 +305,58 @@ def test_train_with_wandb_offline_logs_config_and_metrics(tmp_path, monkeypatch)
     assert any("train/loss" in m for m in fake.logged)
     assert "exploration_rate" in result.output and "loss" in result.output  # --verbose 1 prints SB3's metrics
     assert json.loads((tmp_path / "summary.json").read_text())["wandb_mode"] == "offline"
+
+
+def test_benchmark_writes_the_full_results_and_the_env_file(tmp_path):
+    env_file = tmp_path / ".env"
+    env_file.write_text("# my comment\nOPTIMAL_BATCH_SIZE=512\nUSE_TORCH_COMPILE=true\n")
+    result = runner.invoke(
+        app,
+        [
+            "benchmark",
+            "--quick",
+            "--batch-sizes",
+            "16,32",
+            "--combinations",
+            "fp32,flash",
+            "--repeats",
+            "2",
+            "--no-end-to-end",
+            "--write-env",
+            "--env-file",
+            str(env_file),
+            "--output",
+            str(tmp_path),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    (path,) = tmp_path.glob("benchmark_results_full_*.json")
+    report = json.loads(path.read_text())
+    assert [(r["combination"], r["batch_size"]) for r in report["gradient_step"]] == [
+        ("fp32", 16),
+        ("fp32", 32),
+        ("flash", 16),
+        ("flash", 32),
+    ]
+    assert report["plan"]["repeats"] == 2 and report["end_to_end"] is None
+    assert {"cpu", "cpu_cores", "torch", "python", "stable_baselines3", "cuda", "gpu"} <= set(report["system"])
+    best = report["best"]
+    settings = OptimizationSettings.load(env_file)
+    assert settings.batch_size == best["batch_size"] and settings.use_torch_compile is False
+    assert settings.use_flash_attention == best["use_flash_attention"]
+    assert env_file.read_text().startswith("# my comment\n")
+    assert path.name in env_file.read_text() and "Saved" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--combinations", "fp32,turbo"], "error: --combinations: unknown turbo; choose from fp32"),
+        (["--device", "tpu"], "error: --device must be auto, cpu or cuda, got 'tpu'"),
+        (["--wandb-mode", "loud"], "error: --wandb-mode must be one of"),
+    ],
+)
+def test_benchmark_bad_input_is_one_line(args, message):
+    result = runner.invoke(app, ["benchmark", *args])
+    assert result.exit_code == 2
+    assert result.output.startswith(message) and result.output.count("\n") == 1

@@ -1,8 +1,6 @@
 """The training run as a library call: config checks, update schedule, resume, W&B logging."""
 
 import json
-import sys
-import types
 
 import numpy as np
 import pytest
@@ -61,38 +59,6 @@ def test_run_stops_at_exactly_the_episode_budget(tmp_path):
     assert summary["env_steps"] >= sum(episodes["lengths"]) / 4
     assert summary["optimizations"]["batch_size"] == {"value": 16, "source": "default"}
     assert summary["active"]["torch_compile_active"] is False
-
-
-class FakeWandb(types.ModuleType):
-    """Records what the run gives W&B."""
-
-    def __init__(self):
-        super().__init__("wandb")
-        self.init_kwargs, self.logged, self.summary, self.finished = None, [], {}, False
-        self.Settings = lambda **kwargs: kwargs
-
-    def init(self, **kwargs):
-        self.init_kwargs = kwargs
-        fake = self
-
-        class Run:
-            summary = fake.summary
-
-            def log(self, metrics):
-                fake.logged.append(metrics)
-
-            def finish(self):
-                fake.finished = True
-
-        return Run()
-
-
-@pytest.fixture
-def fake_wandb(monkeypatch):
-    fake = FakeWandb()
-    monkeypatch.setitem(sys.modules, "wandb", fake)
-    monkeypatch.delenv("WANDB_MODE", raising=False)
-    return fake
 
 
 def test_wandb_gets_config_episodes_and_training_metrics(tmp_path, fake_wandb):

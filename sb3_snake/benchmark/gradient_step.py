@@ -3,15 +3,21 @@
 The replay buffer is filled with real transitions from ``BatchedSnakeVecEnv`` under random
 actions; then, per configuration, a fresh model is built (and compiled, when asked), warmed up
 with a few gradient steps that are not timed, and timed over ``repeats`` runs of
-``gradient_steps`` steps through SB3's own ``DQN.train``. The figure is the median run.
+``gradient_steps`` steps through ``SnakeDQN.train``. The figure is the median run, with the
+slowest and fastest runs beside it, and the peak memory of the configuration
+(``torch.cuda.max_memory_allocated`` on GPU, peak RSS on CPU).
+
+A batch size that runs out of memory is halved until it fits; the result records the batch
+size asked for and each size that failed.
 """
 
 from __future__ import annotations
 
+import gc
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -19,7 +25,7 @@ import torch
 from stable_baselines3.common.logger import Logger
 
 from sb3_snake.algorithm import SnakeDQN
-from sb3_snake.benchmark.system import system_info
+from sb3_snake.benchmark.system import peak_memory_mib, reset_peak_memory, system_info
 from sb3_snake.envs import BatchedSnakeVecEnv
 from sb3_snake.settings import OptimizationSettings
 
@@ -47,6 +53,9 @@ class GradientStepResult:
     min_samples_per_second: float
     max_samples_per_second: float
     active: dict[str, bool]  #: which optimizations were really active
+    peak_memory_mib: float  #: max_memory_allocated on CUDA, peak RSS on CPU
+    requested_batch_size: int | None = None  #: the batch size asked for, when out-of-memory halved it
+    out_of_memory_at: tuple[int, ...] = ()  #: batch sizes that ran out of memory, in order
 
 
 def measure_gradient_step(
@@ -69,6 +78,10 @@ def measure_gradient_step(
         use_torch_compile=use_compile,
         num_threads=torch.get_num_threads(),
     )
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    reset_peak_memory(device)
     env = BatchedSnakeVecEnv(256, board_size=board_size, device=device, seed=0)
     model = SnakeDQN(
         "AttentionPolicy",
@@ -102,7 +115,42 @@ def measure_gradient_step(
         min(rates),
         max(rates),
         {"bf16": active.bf16.active, "flash_attention": active.flash.active, "torch_compile": active.compile.active},
+        peak_memory_mib(device),
     )
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """Whether ``error`` means the device (or the host) ran out of memory."""
+    if isinstance(error, (torch.OutOfMemoryError, MemoryError)):
+        return True
+    message = str(error).lower()
+    return isinstance(error, RuntimeError) and ("out of memory" in message or "can't allocate memory" in message)
+
+
+def measure_halving_on_oom(
+    combination: str,
+    batch_size: int,
+    device: str = "cpu",
+    measure: Callable[..., GradientStepResult] = measure_gradient_step,
+    **kwargs: Any,
+) -> GradientStepResult:
+    """:func:`measure_gradient_step`, halving the batch size each time it runs out of memory."""
+    failed: list[int] = []
+    while True:
+        try:
+            result = measure(combination, batch_size, device, **kwargs)
+        except Exception as error:
+            if not is_out_of_memory(error) or batch_size == 1:
+                raise
+            failed.append(batch_size)
+            batch_size //= 2
+            gc.collect()
+            if device == "cuda":
+                torch.cuda.empty_cache()
+            continue
+        if failed:
+            result = replace(result, requested_batch_size=failed[0], out_of_memory_at=tuple(failed))
+        return result
 
 
 def fill_replay_buffer(model: SnakeDQN, env: BatchedSnakeVecEnv, transitions: int, seed: int = 0) -> None:
@@ -115,6 +163,70 @@ def fill_replay_buffer(model: SnakeDQN, env: BatchedSnakeVecEnv, transitions: in
         obs = next_obs
 
 
+def sweep(
+    batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
+    combinations: Sequence[str] = tuple(COMBINATIONS),
+    device: str = "cpu",
+    gradient_steps: int = 4,
+    repeats: int = 3,
+    progress: Callable[[GradientStepResult], None] | None = None,
+    measure: Callable[..., GradientStepResult] = measure_gradient_step,
+) -> list[dict[str, Any]]:
+    """Every combination at every batch size (halved on out-of-memory), as JSON-ready rows
+    with each row's speed relative to fp32 at the same batch size."""
+    results = []
+    for combination in combinations:
+        for batch_size in batch_sizes:
+            result = measure_halving_on_oom(
+                combination, batch_size, device, measure, gradient_steps=gradient_steps, repeats=repeats
+            )
+            results.append(result)
+            if progress:
+                progress(result)
+    fp32 = {r.batch_size: r.samples_per_second for r in results if r.combination == "fp32"}
+    return [
+        {**asdict(r), "speedup_vs_fp32": r.samples_per_second / fp32[r.batch_size] if r.batch_size in fp32 else None}
+        for r in results
+    ]
+
+
+#: A batch size within this fraction of the winning combination's peak counts as fast enough.
+BATCH_SIZE_TOLERANCE = 0.9
+
+
+def choose_configuration(rows: Sequence[dict[str, Any]], tolerance: float = BATCH_SIZE_TOLERANCE) -> dict[str, Any]:
+    """The configuration to train with: the fastest combination, at its smallest batch size
+    within ``tolerance`` of that combination's peak samples/s.
+
+    DQN learns per update and ``sb3-snake train`` holds the replay ratio, so a larger batch
+    means fewer updates for the same samples: a batch 8x larger that is 5% faster is a worse
+    choice. Rows whose requested optimizations were not all active (bf16 on a machine without
+    it, say) only repeat a simpler combination and are not candidates.
+    """
+    candidates = [row for row in rows if _all_requested_active(row)] or list(rows)
+    fastest = max(candidates, key=lambda row: row["samples_per_second"])
+    same_combination = [row for row in candidates if row["combination"] == fastest["combination"]]
+    threshold = tolerance * fastest["samples_per_second"]
+    fast_enough = [row for row in same_combination if row["samples_per_second"] >= threshold]
+    chosen = min(fast_enough, key=lambda row: row["batch_size"])
+    use_bf16, use_flash, use_compile = COMBINATIONS[chosen["combination"]]
+    return {
+        "combination": chosen["combination"],
+        "batch_size": chosen["batch_size"],
+        "samples_per_second": chosen["samples_per_second"],
+        "use_bf16": use_bf16,
+        "use_flash_attention": use_flash,
+        "use_torch_compile": use_compile,
+        "fastest": {key: fastest[key] for key in ("combination", "batch_size", "samples_per_second")},
+        "rule": f"fastest combination, smallest batch within {tolerance:.0%} of its peak",
+    }
+
+
+def _all_requested_active(row: dict[str, Any]) -> bool:
+    requested = dict(zip(("bf16", "flash_attention", "torch_compile"), COMBINATIONS[row["combination"]], strict=True))
+    return all(row["active"][name] for name, wanted in requested.items() if wanted)
+
+
 def run_gradient_step_benchmark(
     batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
     combinations: Sequence[str] = tuple(COMBINATIONS),
@@ -123,43 +235,40 @@ def run_gradient_step_benchmark(
     repeats: int = 3,
     progress: Callable[[GradientStepResult], None] | None = None,
 ) -> dict[str, Any]:
-    """Measure every combination at every batch size; JSON-ready, with the fastest marked."""
-    results = []
-    for combination in combinations:
-        for batch_size in batch_sizes:
-            results.append(measure_gradient_step(combination, batch_size, device, gradient_steps, repeats))
-            if progress:
-                progress(results[-1])
-    best = max(results, key=lambda r: r.samples_per_second)
-    fp32 = {r.batch_size: r.samples_per_second for r in results if r.combination == "fp32"}
+    """:func:`sweep` with the system it ran on and the chosen configuration; JSON-ready."""
+    rows = sweep(batch_sizes, combinations, device, gradient_steps, repeats, progress)
     return {
         "benchmark": "gradient_step",
         "system": system_info(),
-        "settings": {
-            "device": device,
-            "gradient_steps_per_repeat": gradient_steps,
-            "repeats": repeats,
-            "policy": "AttentionPolicy (default sizes)",
-            "statistic": "median over repeats",
-        },
-        "results": [
-            {
-                **asdict(r),
-                "speedup_vs_fp32": r.samples_per_second / fp32[r.batch_size] if r.batch_size in fp32 else None,
-            }
-            for r in results
-        ],
-        "best": asdict(best),
+        "settings": gradient_settings(device, gradient_steps, repeats),
+        "results": rows,
+        "best": choose_configuration(rows),
+    }
+
+
+def gradient_settings(device: str, gradient_steps: int, repeats: int) -> dict[str, Any]:
+    return {
+        "device": device,
+        "gradient_steps_per_repeat": gradient_steps,
+        "repeats": repeats,
+        "policy": "AttentionPolicy (default sizes)",
+        "statistic": "median over repeats",
+        "peak_memory": "torch.cuda.max_memory_allocated on CUDA, peak RSS of the process on CPU",
     }
 
 
 def format_table(report: dict[str, Any]) -> str:
-    lines = [f"{'combination':<13} {'batch':>6} {'samples/s':>11} {'updates/s':>10} {'vs fp32':>8}  active"]
+    header = f"{'combination':<13} {'batch':>6} {'samples/s':>11} {'spread':>15} {'updates/s':>10} {'vs fp32':>8}"
+    lines = [f"{header} {'peak MiB':>9}  active"]
     for r in report["results"]:
         speedup = f"{r['speedup_vs_fp32']:.2f}x" if r["speedup_vs_fp32"] else "-"
         active = ",".join(k for k, v in r["active"].items() if v) or "none"
+        spread = f"{r['min_samples_per_second']:,.0f}-{r['max_samples_per_second']:,.0f}"
+        batch = f"{r['batch_size']}" + ("*" if r["out_of_memory_at"] else "")
         lines.append(
-            f"{r['combination']:<13} {r['batch_size']:>6} {r['samples_per_second']:>11,.0f} "
-            f"{r['updates_per_second']:>10.2f} {speedup:>8}  {active}"
+            f"{r['combination']:<13} {batch:>6} {r['samples_per_second']:>11,.0f} {spread:>15} "
+            f"{r['updates_per_second']:>10.2f} {speedup:>8} {r['peak_memory_mib']:>9,.0f}  {active}"
         )
+    if any(r["out_of_memory_at"] for r in report["results"]):
+        lines.append("* halved after running out of memory at a larger batch size")
     return "\n".join(lines)

@@ -34,6 +34,18 @@ def default_patch_size(board_size: int) -> int:
     return max(1, math.ceil(board_size / math.isqrt(MAX_CELL_TOKENS)))
 
 
+def cut_patches(board: torch.Tensor, patch_size: int) -> torch.Tensor:
+    """``(B, C, rows * p, cols * p)`` -> ``(B, rows * cols, C * p * p)``: one row per patch,
+    patches in row-major order, each flattened channel-first (as ``F.unfold`` orders them)."""
+    batch, channels, height, width = board.shape
+    p = patch_size
+    return (
+        board.reshape(batch, channels, height // p, p, width // p, p)
+        .permute(0, 2, 4, 1, 3, 5)
+        .reshape(batch, (height // p) * (width // p), channels * p * p)
+    )
+
+
 class SelfAttention(nn.Module):
     """Multi-head self-attention through ``scaled_dot_product_attention``."""
 
@@ -136,15 +148,8 @@ class SnakeAttentionExtractor(BaseFeaturesExtractor):
         self.head = nn.Sequential(nn.Linear(embed_dim, features_dim), nn.ReLU())
 
     def forward(self, observations: torch.Tensor) -> torch.Tensor:
-        batch, channels = observations.shape[:2]
         board = F.pad(observations, self.padding) if any(self.padding) else observations
-        (rows, cols), p = self.grid, self.patch_size
-        # (B, C, rows * p, cols * p) -> (B, rows * cols, C * p * p): one token per patch.
-        patches = (
-            board.reshape(batch, channels, rows, p, cols, p)
-            .permute(0, 2, 4, 1, 3, 5)
-            .reshape(batch, rows * cols, channels * p * p)
-        )
+        patches = cut_patches(board, self.patch_size)
         positions = (self.row_embedding + self.col_embedding).reshape(1, -1, self.row_embedding.shape[-1])
         tokens = self.embed(patches) + positions
         for block in self.blocks:

@@ -7,7 +7,7 @@ import torch
 from stable_baselines3 import DQN
 
 from sb3_snake import BatchedSnakeVecEnv
-from sb3_snake.extractor import SnakeAttentionExtractor, default_patch_size
+from sb3_snake.extractor import SnakeAttentionExtractor, cut_patches, default_patch_size
 
 
 @pytest.mark.parametrize("board_size", [4, 5, 8, 10, 13, 20])
@@ -43,11 +43,21 @@ def test_uses_sdpa_not_multihead_attention():
     assert len(calls) == 2  # one block, one attention pool
 
 
-def test_padding_marks_off_board_cells():
+@pytest.mark.parametrize("patch_size", [1, 2, 3])
+def test_patches_match_unfold(patch_size):
+    board = torch.randn(3, 4, 6, 6)
+    expected = torch.nn.functional.unfold(board, kernel_size=patch_size, stride=patch_size).transpose(1, 2)
+    torch.testing.assert_close(cut_patches(board, patch_size), expected, rtol=0, atol=0)
+
+
+def test_a_board_that_is_not_a_multiple_of_the_patch_is_padded_with_zeros():
     space = gym.spaces.Box(0, 1, (5, 5, 5), np.uint8)
     extractor = SnakeAttentionExtractor(space, patch_size=2)
-    assert extractor.grid == (3, 3)
-    assert extractor.on_board.sum() == 25 and extractor.on_board.shape[-1] == 6
+    assert extractor.grid == (3, 3) and extractor.padding == (0, 1, 0, 1)
+    board = torch.nn.functional.pad(torch.ones(1, 5, 5, 5), extractor.padding)
+    patches = cut_patches(board, 2)  # the last patch holds one cell of the board, three of padding
+    assert patches.shape == (1, 9, 20) and patches[0, -1].sum() == 5
+    assert extractor(torch.ones(2, 5, 5, 5)).shape == (2, extractor.features_dim)
 
 
 def test_bad_shapes_and_heads():

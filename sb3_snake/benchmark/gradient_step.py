@@ -253,7 +253,10 @@ def gradient_settings(device: str, gradient_steps: int, repeats: int) -> dict[st
         "repeats": repeats,
         "policy": "AttentionPolicy (default sizes)",
         "statistic": "median over repeats",
-        "peak_memory": "torch.cuda.max_memory_allocated on CUDA, peak RSS of the process on CPU",
+        "peak_memory": (
+            "torch.cuda.max_memory_allocated on CUDA; on CPU the process's peak RSS during the "
+            "configuration, which includes memory kept from earlier configurations"
+        ),
     }
 
 

@@ -142,11 +142,8 @@ def measure_halving_on_oom(
         except Exception as error:
             if not is_out_of_memory(error) or batch_size == 1:
                 raise
-            failed.append(batch_size)
+            failed.append(batch_size)  # the next measurement starts by freeing what this one held
             batch_size //= 2
-            gc.collect()
-            if device == "cuda":
-                torch.cuda.empty_cache()
             continue
         if failed:
             result = replace(result, requested_batch_size=failed[0], out_of_memory_at=tuple(failed))

@@ -93,6 +93,18 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(code=2)
 
 
+def _parse_combinations(text: str) -> tuple[str, ...]:
+    """Comma-separated optimization combinations of the gradient benchmark; unknown ones exit 2."""
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in names if name not in gradient_step.COMBINATIONS]
+    if unknown or not names:
+        raise _fail(
+            f"--combinations: unknown {', '.join(unknown) or '(none given)'}; "
+            f"choose from {', '.join(gradient_step.COMBINATIONS)}"
+        )
+    return names
+
+
 def _load_settings(env_file: Path | None, **overrides: object) -> OptimizationSettings:
     try:
         return OptimizationSettings.load(env_file, **overrides)
@@ -366,13 +378,7 @@ def benchmark_grad(
 ) -> None:
     """Gradient samples/s of SnakeDQN for each batch size and optimization combination."""
     sizes = _parse_int_list(batch_sizes, "--batch-sizes")
-    names = [name.strip() for name in combinations.split(",") if name.strip()]
-    unknown = [name for name in names if name not in gradient_step.COMBINATIONS]
-    if unknown or not names:
-        raise typer.BadParameter(
-            f"unknown combination(s) {unknown}; choose from {', '.join(gradient_step.COMBINATIONS)}",
-            param_hint="--combinations",
-        )
+    names = _parse_combinations(combinations)
     if device not in ("cpu", "cuda") or (device == "cuda" and not torch.cuda.is_available()):
         raise typer.BadParameter(
             f"device must be cpu, or cuda on a machine with a GPU; got {device!r}", param_hint="--device"
@@ -428,6 +434,7 @@ def benchmark(
     benchmark_results/benchmark_results_full_<UTC>.json.
     """
     from sb3_snake.benchmark.full import BenchmarkPlan, format_report, log_to_wandb, run_benchmark
+    from sb3_snake.report import resolve_device
     from sb3_snake.settings import write_env_file
     from sb3_snake.tracking import WandbRun
 
@@ -438,18 +445,11 @@ def benchmark(
     if device == "cuda" and not torch.cuda.is_available():
         raise _fail("--device cuda was requested but no CUDA GPU is available; use --device cpu or auto")
     changes: dict[str, object] = {"repeats": repeats, "end_to_end": end_to_end}
-    changes["device"] = "cuda" if device == "auto" and torch.cuda.is_available() else device.replace("auto", "cpu")
+    changes["device"] = resolve_device(device).type
     if batch_sizes is not None:
         changes["batch_sizes"] = tuple(_parse_int_list(batch_sizes, "--batch-sizes"))
     if combinations is not None:
-        names = tuple(name.strip() for name in combinations.split(",") if name.strip())
-        unknown = [name for name in names if name not in gradient_step.COMBINATIONS]
-        if unknown or not names:
-            raise _fail(
-                f"--combinations: unknown {', '.join(unknown) or '(none given)'}; "
-                f"choose from {', '.join(gradient_step.COMBINATIONS)}"
-            )
-        changes["combinations"] = names
+        changes["combinations"] = _parse_combinations(combinations)
     plan = BenchmarkPlan.quick(**changes) if quick else BenchmarkPlan(**changes)
     target_env = env_file or Path(".env")
     settings = _load_settings(

@@ -360,3 +360,9 @@ def test_benchmark_bad_input_is_one_line(args, message):
     result = runner.invoke(app, ["benchmark", *args])
     assert result.exit_code == 2
     assert result.output.startswith(message) and result.output.count("\n") == 1
+
+
+def test_benchmark_grad_rejects_an_unknown_combination_in_one_line():
+    result = runner.invoke(app, ["benchmark-grad", "--combinations", "turbo"])
+    assert result.exit_code == 2
+    assert result.output.startswith("error: --combinations: unknown turbo") and result.output.count("\n") == 1

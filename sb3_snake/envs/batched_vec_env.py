@@ -2,23 +2,31 @@
 
 How the games are stored
 ------------------------
-Each game keeps its observation planes themselves as state, updated in place. A step
-changes only a few cells of each game (old and new head, neck, tail, food), so the work of a
-step grows with the number of games, not with the number of cells, and the hot path is a few
-dozen whole-batch tensor operations with no Python loop over games:
+A step changes only a few cells of each game, so the state is kept small and the work of a
+step grows with the number of games, not with the number of cells. The hot path is a few
+dozen whole-batch tensor operations with no Python loop over games. Per game there are:
 
-- moving is one lookup in a precomputed table (cell, action and direction give the cell
-  entered, with the reversal rule applied; ``-1`` off the board),
-- the head enters an occupied cell exactly when the body plane is set there and that cell is
-  not the tail (the tail's cell is freed this very step; food never lies on the body),
-- all cells that stop being head, neck, body, tail or food are cleared in one scattered
-  write, then all new ones are set in another. No write needs a per-game mask: where the
-  snake eats, the tail writes land on the food cell and change nothing, and a game that dies
-  is restarted before its board is seen again (its last observation is copied first).
+- a row of scalars (head, neck and tail cells, direction, length, food cell, steps without
+  food, food eaten, steps in the episode; one row per quantity, so each is contiguous over
+  games),
+- a *link plane*, one byte per cell: ``0`` where there is no body, else ``1 + d`` for a body
+  cell whose next cell towards the head lies in direction ``d``. It is the body plane of the
+  observation (non-zero cells) and the body's order at once: when the tail moves, its link
+  says where to. A step writes two bytes of it (the old head becomes a body cell that links
+  to the new head; the tail's cell is freed unless the snake eats).
 
-The body's cells, in order, live in a ring buffer per game whose capacity is a power of two,
-so wrapping a pointer is a bitwise ``and``: the head pointer advances every step, the tail
-pointer every step the snake does not eat.
+Moving is one lookup in a precomputed table (cell, action and direction give the cell
+entered, with the reversal rule applied; ``-1`` off the board). The head enters an occupied
+cell exactly when the link plane is set there and that cell is not the tail (the tail's cell
+is freed this very step; food never lies on the body).
+
+Observations are drawn fresh from that state every step, into a new tensor: the body plane
+is the link plane compared with zero, and head, neck, tail and food are one scattered write
+of ones. So nothing returned is ever written again, and the state a step reads and writes
+(about 100 bytes per game on a 10x10 board) stays in the CPU's caches for thousands of games.
+
+A game that dies keeps its board as it was before the fatal move (its writes go to a scratch
+row), which is the ``terminal_observation`` that :class:`~sb3_snake.SnakeEnv` returns too.
 
 New food is drawn uniformly from the free cells, as the ``k``-th free cell (a cumulative sum,
 ``k`` uniform below the number of free cells), only for the games that ate: never by retrying
@@ -40,7 +48,6 @@ Two interfaces
 
 from __future__ import annotations
 
-import dataclasses
 import secrets
 import time
 from collections.abc import Sequence
@@ -60,13 +67,12 @@ from sb3_snake.envs.rules import BODY, FOOD, HEAD, NECK, NUM_CHANNELS, TAIL, TUR
 #: How many games ``render("rgb_array")`` tiles into one image.
 RENDERED_GAMES = 16
 
-# Rows of the per-game state: flat head and neck cells, ring pointers of head and tail,
-# direction, snake length, flat food cell (-1 when the board is full), steps without food,
-# food eaten, steps in the episode.
-(_HEAD, _NECK, _HEAD_PTR, _TAIL_PTR, _DIRECTION, _LENGTH, _FOOD, _STEPS_WITHOUT_FOOD, _SCORE, _EPISODE_LENGTH) = range(
-    10
-)
-_STATE_ROWS = 10
+# Rows of the per-game state: flat head, neck and tail cells, direction, snake length, flat
+# food cell (-1 when the board is full), steps without food, food eaten, steps in the episode.
+_HEAD, _NECK, _TAIL, _DIRECTION, _LENGTH, _FOOD, _STEPS_WITHOUT_FOOD, _SCORE, _EPISODE_LENGTH = range(9)
+_STATE_ROWS = 9
+#: Observation channels drawn as one-hot cells from the state, and the state row of each.
+_ONE_HOT_CHANNELS = ((HEAD, _HEAD), (NECK, _NECK), (TAIL, _TAIL), (FOOD, _FOOD))
 
 
 @dataclass(frozen=True)
@@ -143,32 +149,31 @@ class BatchedSnakeVecEnv(VecEnv):
 
         cells, dev = self.rules.num_cells, self.device
         self._cells = cells
-        # Observation planes of all games, and a flat view of them for indexed reads and writes.
-        self._planes = torch.zeros((num_envs, NUM_CHANNELS, board_size, board_size), dtype=torch.uint8, device=dev)
-        self._planes_flat = self._planes.view(-1)
-        self._plane_offsets = torch.arange(num_envs, device=dev) * (NUM_CHANNELS * cells)
-        self._body_offsets = self._plane_offsets + BODY * cells
-        # Body cells of each game in order, tail to head, in a ring buffer of power-of-two size.
-        self._ring_mask = (1 << (cells - 1).bit_length()) - 1
-        self._ring = torch.zeros((num_envs, self._ring_mask + 1), dtype=torch.int64, device=dev)
-        self._ring_offsets = torch.arange(num_envs, device=dev) * self._ring.shape[1]
-        # Per-game scalars, one row each (see the _HEAD ... _EPISODE_LENGTH constants), so that
-        # each quantity is contiguous over games.
+        # Link planes of all games plus one scratch row that absorbs the writes of dying games,
+        # and a flat view of them for indexed reads and writes.
+        self._links = torch.zeros((num_envs + 1, cells), dtype=torch.uint8, device=dev)
+        self._links_flat = self._links.view(-1)
+        self._link_offsets = torch.arange(num_envs, device=dev) * cells
+        self._scratch_offset = torch.tensor(num_envs * cells, device=dev)
+        # Per-game scalars, one row each (see the _HEAD ... _EPISODE_LENGTH constants).
         self._state = torch.zeros((_STATE_ROWS, num_envs), dtype=torch.int64, device=dev)
 
         # Moves as lookups: index ``action * 4 + direction`` gives the direction taken (the
-        # reversal rule applied), and ``16 * cell + action * 4 + direction`` the cell entered.
+        # reversal rule applied), and ``16 * cell + action * 4 + direction`` the cell entered;
+        # ``4 * cell + direction`` gives the neighbouring cell (how the tail follows its link).
         turns = torch.as_tensor(TURNS, device=dev)
         self._turn_table = turns.reshape(-1)
+        self._link_table = (self._turn_table + 1).to(torch.uint8)  # the link an old head gets
         neighbors = torch.as_tensor(self.rules.neighbor_table(), device=dev)
         self._move_table = neighbors[:, turns].reshape(-1)
-        self._start_states, self._start_planes, self._start_rings, self._start_free = self._start_tables()
-        # Offsets of (channel, cell) for the cells cleared and set by a step, one row per game.
-        self._clear_offsets = self._channel_offsets(HEAD, NECK, BODY, TAIL, FOOD)
-        self._set_offsets = self._channel_offsets(HEAD, BODY, NECK, TAIL)
-        # Sources of scattered writes of zeros and ones (scatter_ beats index_fill_ on CPU).
-        self._fill_values = torch.stack((torch.zeros_like(self._clear_offsets), torch.ones_like(self._clear_offsets)))
-        self._fill_values = self._fill_values.to(torch.uint8)
+        self._neighbor_table = neighbors.reshape(-1)
+        self._start_states, self._start_links, self._start_free = self._start_tables()
+        # Drawing observations: the state rows of the one-hot channels, and where each game's
+        # one-hot channel starts in a flat (N, C, cells) tensor, (4, N).
+        self._one = torch.ones((), dtype=torch.uint8, device=dev)
+        self._one_hot_rows = torch.tensor([row for _, row in _ONE_HOT_CHANNELS], device=dev)
+        channel_starts = torch.tensor([channel for channel, _ in _ONE_HOT_CHANNELS], device=dev).unsqueeze(1) * cells
+        self._one_hot_offsets = channel_starts + torch.arange(num_envs, device=dev) * (NUM_CHANNELS * cells)
 
         self._generator = torch.Generator(device=dev)
         self._generator.manual_seed(secrets.randbits(63) if seed is None else seed)
@@ -181,50 +186,37 @@ class BatchedSnakeVecEnv(VecEnv):
     def reset_tensors(self) -> torch.Tensor:
         """Start a new game everywhere and return the observations, ``(N, C, H, W)`` uint8."""
         self._restart(torch.arange(self.num_envs, device=self.device))
-        return self._planes.clone()
+        return self._observe_in_play()
 
     def step_tensors(self, actions: torch.Tensor) -> BatchedStep:
-        """Apply one action per game (``(N,)`` integers on ``device``) and restart finished games.
-
-        Games that die this step are restarted before anyone sees their board again, so the
-        writes of a step need no per-game masks: a dying game may scribble on its own planes,
-        and its last observation is copied before the writes.
-        """
-        ring, mask, cells = self._ring.view(-1), self._ring_mask, self._cells
-        head, neck, head_ptr, tail_ptr, direction, length, food, steps_without_food, score, episode_length = (
-            self._state.unbind(0)
-        )
+        """Apply one action per game (``(N,)`` integers on ``device``) and restart finished games."""
+        links, cells = self._links_flat, self._cells
+        previous = self._state
+        head, neck, tail, direction, length, food, steps_without_food, score, episode_length = previous.unbind(0)
         turn = torch.add(direction, actions.to(torch.int64), alpha=4)
         target = self._move_table.index_select(0, torch.add(turn, head, alpha=16))  # -1: off the board
         direction = self._turn_table.index_select(0, turn)
         off_board = target < 0
         target.clamp_(min=0)
-        tail = ring.index_select(0, self._ring_offsets + tail_ptr)
         # The head enters an occupied cell when the body is there and it is not the tail,
         # whose cell is freed this very step (food never lies on the body).
-        on_body = self._planes_flat.index_select(0, self._body_offsets + target).bool()
+        on_body = links.index_select(0, self._link_offsets + target).bool()
         dies = off_board | (on_body & (target != tail))
         eats = ~dies & (target == food)
-        dead = dies.nonzero().squeeze(1)
-        dead_observations = self._planes.index_select(0, dead)
-
-        # Where the snake eats, its tail stays: the tail writes then land on the food cell,
-        # which holds no body or tail, and change nothing.
-        next_tail = ring.index_select(0, self._ring_offsets + ((tail_ptr + 1) & mask))
-        freed = torch.where(eats, target, tail)
-        new_tail = torch.where(eats, tail, next_tail)
-        self._write(0, self._clear_offsets, (head, neck, freed, freed, target))
-        self._write(1, self._set_offsets, (target, head, head, new_tail))
-        head_ptr = (head_ptr + 1) & mask
-        ring.scatter_(0, self._ring_offsets + head_ptr, target)
+        # The old head becomes a body cell linking to the new one; the tail's cell is freed and
+        # the tail follows its link, unless the snake eats. Dying games write to the scratch row.
+        tail_link = links.index_select(0, self._link_offsets + tail)
+        next_tail = self._neighbor_table.index_select(0, torch.add(tail_link.long() - 1, tail, alpha=4))
+        rows = torch.where(dies, self._scratch_offset, self._link_offsets)
+        head_link = self._link_table.index_select(0, turn)
+        links.scatter_(0, torch.cat((rows + tail, rows + head)), torch.cat((tail_link * eats, head_link)))
         length = length + eats
         wins = eats & (length == cells)
         self._state = torch.stack(
             (
                 target,
                 head,
-                head_ptr,
-                (tail_ptr + ~eats) & mask,
+                torch.where(eats, tail, next_tail),
                 direction,
                 length,
                 food.masked_fill(wins, -1),
@@ -235,32 +227,31 @@ class BatchedSnakeVecEnv(VecEnv):
         )
         eaters = (eats & ~wins).nonzero().squeeze(1)
         if len(eaters):
-            self._place_food(eaters, self._free_cells(self._planes.index_select(0, eaters)))
+            self._place_food(eaters)
 
         rewards = eats.float() - dies.float()
         terminated = dies | wins
         truncated = ~terminated & (self._state[_STEPS_WITHOUT_FOOD] >= self.rules.truncation_steps)
         finished = (terminated | truncated).nonzero().squeeze(1)
-        final_state = self._state.index_select(1, finished)
-        final_observations = self._planes.index_select(0, finished)
         final_dies = dies.index_select(0, finished)
-        if len(dead):  # dead and finished are both ascending, so the rows line up
-            _copy_rows(final_observations, final_dies.nonzero().squeeze(1), dead_observations)
-        step = BatchedStep(
-            observations=self._planes,  # replaced by a copy once the finished games restarted
+        # A game that died is shown as it was before the fatal move; the others as they are now.
+        final_state = torch.where(final_dies, previous.index_select(1, finished), self._state.index_select(1, finished))
+        final_observations = self._observe(final_state, self._links.index_select(0, finished))
+        final_episode_lengths = self._state[_EPISODE_LENGTH].index_select(0, finished)
+        self._restart(finished)
+        return BatchedStep(
+            observations=self._observe_in_play(),
             rewards=rewards,
             terminated=terminated,
             truncated=truncated,
             final_indices=finished,
             final_observations=final_observations,
             final_returns=(final_state[_SCORE] - final_dies.long()).float(),
-            final_episode_lengths=final_state[_EPISODE_LENGTH],
+            final_episode_lengths=final_episode_lengths,
             final_scores=final_state[_SCORE],
             final_lengths=final_state[_LENGTH],
             final_successes=wins.index_select(0, finished),
         )
-        self._restart(finished)
-        return dataclasses.replace(step, observations=self._planes.clone())
 
     @property
     def scores(self) -> torch.Tensor:
@@ -330,14 +321,12 @@ class BatchedSnakeVecEnv(VecEnv):
             raise ValueError(f"index must be in [0, {self.num_envs}), got {index!r}")
         cells, direction, food = self.rules.validate_state(body, direction, food)
         n = self.rules.board_size
-        state, planes, ring = self._snake_tables((cells[:, 0] * n + cells[:, 1])[None], np.array([direction]))
-        self._state[:, index] = state[0]
-        self._planes[index] = planes[0]
-        self._ring[index, : len(cells)] = ring[0]
+        state, links = self._snake_tables((cells[:, 0] * n + cells[:, 1])[None], np.array([direction]))
         if food is not None:
-            self._state[_FOOD, index] = food[0] * n + food[1]
-            self._planes[index, FOOD, food[0], food[1]] = 1
-        return self._planes[index].cpu().numpy().copy()
+            state[0, _FOOD] = food[0] * n + food[1]
+        self._state[:, index] = state[0]
+        self._links[index] = links[0]
+        return self._observe(self._state[:, index : index + 1], self._links[index : index + 1])[0].cpu().numpy()
 
     def close(self) -> None:
         pass
@@ -362,18 +351,48 @@ class BatchedSnakeVecEnv(VecEnv):
         return [False for _ in self._get_indices(indices)]
 
     def get_images(self) -> Sequence[np.ndarray | None]:
-        return [render_rgb(obs) for obs in self._planes.cpu().numpy()]
+        return [render_rgb(obs) for obs in self._current_observations(self.num_envs)]
 
     def render(self, mode: str | None = None) -> np.ndarray | str | None:
         """The first game as text (``ansi``), or the first 16 games tiled (``rgb_array``)."""
         mode = mode or self.render_mode
         if mode == "ansi":
-            return render_ansi(self._planes[0].cpu().numpy())
+            return render_ansi(self._current_observations(1)[0])
         if mode == "rgb_array":
-            return tile_images([render_rgb(obs) for obs in self._planes[:RENDERED_GAMES].cpu().numpy()])
+            return tile_images([render_rgb(obs) for obs in self._current_observations(RENDERED_GAMES)])
         return None
 
     # ------------------------------------------------------------------ game mechanics
+
+    def _observe(self, state: torch.Tensor, links: torch.Tensor, in_play: bool = False) -> torch.Tensor:
+        """Fresh observations ``(M, C, H, W)`` of the games with these state columns and link planes.
+
+        :param state: ``(rows, M)`` columns of per-game state.
+        :param links: ``(M, cells)`` link planes.
+        :param in_play: these are all ``N`` games, ready for their next move: every game has food
+            then (only a finished game may have filled the board).
+        """
+        count, n = len(links), self.rules.board_size
+        observations = torch.zeros((count, NUM_CHANNELS, self._cells), dtype=torch.uint8, device=self.device)
+        torch.minimum(links, self._one, out=observations[:, BODY])  # links are 0 or 1 + direction
+        cells = state.index_select(0, self._one_hot_rows)  # head, neck, tail and food
+        if in_play:
+            offsets, values = self._one_hot_offsets, self._one.expand(cells.numel())
+        else:
+            # The first ``count`` columns of the offsets of all games fit any ``count`` games.
+            offsets, values = self._one_hot_offsets[:, :count], (cells >= 0).view(-1).byte()  # food -1: none
+            cells = cells.clamp(min=0)
+        observations.view(-1).scatter_(0, (offsets + cells).view(-1), values)
+        return observations.view(count, NUM_CHANNELS, n, n)
+
+    def _observe_in_play(self) -> torch.Tensor:
+        """Fresh observations of all games as they are now, ``(N, C, H, W)``."""
+        return self._observe(self._state, self._links[: self.num_envs], in_play=True)
+
+    def _current_observations(self, count: int) -> np.ndarray:
+        """The first ``count`` games as they are now, as NumPy observations."""
+        count = min(count, self.num_envs)
+        return self._observe(self._state[:, :count], self._links[:count]).cpu().numpy()
 
     def _restart(self, games: torch.Tensor) -> None:
         """Start a new game in each of ``games``, an index tensor from ``nonzero()`` or ``arange``."""
@@ -382,76 +401,50 @@ class BatchedSnakeVecEnv(VecEnv):
         count, generator, device = len(games), self._generator, self.device
         start = torch.randint(len(self._start_states), (count,), generator=generator, device=device)
         free_choice = torch.randint(self._start_free.shape[1], (count,), generator=generator, device=device)
-        food = self._start_free[start, free_choice]
         state = self._start_states.index_select(0, start).T
-        state[_FOOD] = food
+        state[_FOOD] = self._start_free[start, free_choice]
         self._state.index_copy_(1, games, state)
-        _copy_rows(self._planes, games, self._start_planes.index_select(0, start))
-        self._ring[:, : self.rules.start_length].index_copy_(0, games, self._start_rings.index_select(0, start))
-        self._write(1, self._channel_offsets(FOOD, games=games), (food,))
+        _copy_rows(self._links, games, self._start_links.index_select(0, start))
 
     def _start_tables(self) -> tuple[torch.Tensor, ...]:
-        """Every possible starting game: rows of state, planes (no food yet), ring and free cells.
+        """Every possible starting game: rows of state (no food yet), link planes and free cells.
 
         All starts leave the same number of cells free, so food is a uniform pick from a row of
         the free-cell table: together with a uniform start, the same distribution as
         ``SnakeEnv.reset``.
         """
-        states, planes, rings = self._snake_tables(*self.rules.start_states())
-        occupied = (planes[:, HEAD] | planes[:, BODY]).view(len(planes), -1).bool()
-        free = torch.arange(self.rules.num_cells, device=self.device).expand(len(planes), -1)[~occupied]
-        return states, planes, rings, free.view(len(planes), -1)
+        bodies, directions = self.rules.start_states()
+        states, links = self._snake_tables(bodies, directions)
+        occupied = links.bool()
+        occupied[torch.arange(len(bodies), device=self.device), states[:, _HEAD]] = True
+        free = torch.arange(self.rules.num_cells, device=self.device).expand(len(bodies), -1)[~occupied]
+        return states, links, free.view(len(bodies), -1)
 
-    def _snake_tables(
-        self, bodies: np.ndarray, directions: np.ndarray
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _snake_tables(self, bodies: np.ndarray, directions: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         """Games holding the given snakes (flat cells, head first, ``(count, L)``) and no food.
 
-        :return: rows of state ``(count, _STATE_ROWS)``, planes ``(count, C, H, W)`` and ring ``(count, L)``.
+        :return: rows of state ``(count, _STATE_ROWS)`` and link planes ``(count, cells)``.
         """
         count, length = bodies.shape
         states = np.zeros((count, _STATE_ROWS), dtype=np.int64)
-        states[:, _HEAD], states[:, _NECK], states[:, _DIRECTION] = bodies[:, 0], bodies[:, 1], directions
-        states[:, _HEAD_PTR], states[:, _TAIL_PTR] = length - 1, 0
-        states[:, _LENGTH], states[:, _FOOD] = length, -1
-        planes = np.zeros((count, NUM_CHANNELS, self.rules.num_cells), dtype=np.uint8)
-        rows = np.arange(count)
-        planes[rows[:, None], BODY, bodies[:, 1:]] = 1
-        planes[rows, HEAD, bodies[:, 0]] = 1
-        planes[rows, NECK, bodies[:, 1]] = 1
-        planes[rows, TAIL, bodies[:, -1]] = 1
-        planes = planes.reshape(count, NUM_CHANNELS, self.rules.board_size, self.rules.board_size)
-        tables = (states, planes, bodies[:, ::-1].copy())
-        return tuple(torch.as_tensor(table, device=self.device) for table in tables)
+        states[:, _HEAD], states[:, _NECK], states[:, _TAIL] = bodies[:, 0], bodies[:, 1], bodies[:, -1]
+        states[:, _DIRECTION], states[:, _LENGTH], states[:, _FOOD] = directions, length, -1
+        # Each body cell links to the cell before it in the list (one step closer to the head).
+        toward_head = np.argmax(self.rules.neighbor_table()[bodies[:, 1:]] == bodies[:, :-1, None], axis=2)
+        links = np.zeros((count, self.rules.num_cells), dtype=np.uint8)
+        links[np.arange(count)[:, None], bodies[:, 1:]] = 1 + toward_head
+        return torch.as_tensor(states, device=self.device), torch.as_tensor(links, device=self.device)
 
-    def _free_cells(self, planes: torch.Tensor) -> torch.Tensor:
-        """Which cells of each game in ``planes`` ``(count, C, H, W)`` the snake leaves free, ``(count, cells)``."""
-        return ((planes[:, HEAD] | planes[:, BODY]) == 0).view(len(planes), -1)
-
-    def _place_food(self, games: torch.Tensor, free: torch.Tensor) -> None:
-        """Put food on a uniformly random cell of each of ``games`` where ``free``; each must have one."""
+    def _place_food(self, games: torch.Tensor) -> None:
+        """Put food on a uniformly random free cell of each of ``games``; each must have one."""
+        free = self._links.index_select(0, games) == 0
+        free.scatter_(1, self._state[_HEAD].index_select(0, games).unsqueeze(1), False)
         free_count = free.sum(dim=1)
         uniform = torch.rand(len(games), generator=self._generator, device=self.device, dtype=torch.float64)
         k = (uniform * free_count).long().clamp_(max=free_count - 1)
         # The (k+1)-th free cell is the first whose running count of free cells exceeds k.
         food = (free.cumsum(dim=1) <= k.unsqueeze(1)).sum(dim=1)
         self._state[_FOOD].index_copy_(0, games, food)
-        self._write(1, self._channel_offsets(FOOD, games=games), (food,))
-
-    def _channel_offsets(self, *channels: int, games: torch.Tensor | None = None) -> torch.Tensor:
-        """Flat storage offsets of ``channels`` for each of ``games`` (all when ``None``), ``(k * count,)``."""
-        rows = self._plane_offsets if games is None else self._plane_offsets.index_select(0, games)
-        channel_starts = torch.tensor(channels, device=self.device) * self.rules.num_cells
-        return (channel_starts.unsqueeze(1) + rows.unsqueeze(0)).reshape(-1)
-
-    def _write(self, value: int, offsets: torch.Tensor, cells: Sequence[torch.Tensor]) -> None:
-        """Set plane cells to ``value`` in one scattered write.
-
-        ``offsets`` come from :meth:`_channel_offsets`; ``cells`` hold one flat cell per game for
-        each channel, in the same order.
-        """
-        index = offsets + torch.cat(cells)
-        self._planes_flat.scatter_(0, index, self._fill_values[value][: len(index)])
 
 
 def _copy_rows(destination: torch.Tensor, index: torch.Tensor, source: torch.Tensor) -> None:

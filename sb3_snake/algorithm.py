@@ -22,6 +22,7 @@ from torch import nn
 from sb3_snake.extractor import SnakeAttentionExtractor
 from sb3_snake.optimizations import ActiveOptimizations, apply_optimizations
 from sb3_snake.settings import OptimizationSettings
+from sb3_snake.symmetry import SymmetryAugmentation
 
 
 class SnakeQNetwork(QNetwork):
@@ -112,6 +113,8 @@ class SnakeDQN(DQN):
         that stops after a number of episodes does not have.
     :param double_dqn: compute TD targets with Double DQN (van Hasselt et al., 2016): the
         online network picks the next action, the target network values it.
+    :param symmetry_augmentation: show each replayed transition under a random one of the
+        board's eight symmetries (:mod:`sb3_snake.symmetry`); needs square observations.
     :param kwargs: any other ``DQN`` argument (``n_steps`` gives n-step returns; a dueling
         head is ``policy_kwargs={"dueling": True}``).
 
@@ -134,10 +137,13 @@ class SnakeDQN(DQN):
         optimizations: OptimizationSettings | None = None,
         exploration_steps: int | None = None,
         double_dqn: bool = False,
+        symmetry_augmentation: bool = False,
         **kwargs: Any,
     ):
         self.exploration_steps = exploration_steps
         self.double_dqn = double_dqn
+        self.symmetry_augmentation = symmetry_augmentation
+        self._augmentation: SymmetryAugmentation | None = None
         self.optimizations = optimizations if optimizations is not None else OptimizationSettings.load()
         kwargs.setdefault("batch_size", self.optimizations.batch_size)
         self.active_optimizations: ActiveOptimizations | None = None
@@ -146,6 +152,11 @@ class SnakeDQN(DQN):
     def _setup_model(self) -> None:
         super()._setup_model()
         self.active_optimizations = apply_optimizations(self, self.optimizations)
+        if self.symmetry_augmentation:
+            *_, height, width = self.observation_space.shape
+            if height != width:
+                raise ValueError(f"symmetry augmentation needs a square board, got observations of {height}x{width}")
+            self._augmentation = SymmetryAugmentation(width, self.device)
 
     def _on_step(self) -> None:
         super()._on_step()
@@ -156,7 +167,8 @@ class SnakeDQN(DQN):
             self.logger.record("rollout/exploration_rate", self.exploration_rate)
 
     def train(self, gradient_steps: int, batch_size: int = 100) -> None:
-        """SB3's DQN update, with an optional Double DQN target and no host sync per step.
+        """SB3's DQN update, with optional Double DQN targets and symmetry augmentation, and no
+        host sync per step.
 
         SB3 calls ``loss.item()`` after every gradient step, which waits for the device each
         time; here the losses stay on the device and are read once per call.
@@ -166,6 +178,8 @@ class SnakeDQN(DQN):
         losses = []
         for _ in range(gradient_steps):
             replay_data = self.replay_buffer.sample(batch_size, env=self._vec_normalize_env)
+            if self._augmentation is not None:
+                replay_data = self._augmentation(replay_data)
             discounts = replay_data.discounts if replay_data.discounts is not None else self.gamma
             with torch.no_grad():
                 next_q_values = self.q_net_target(replay_data.next_observations)
@@ -187,7 +201,7 @@ class SnakeDQN(DQN):
         self.logger.record("train/loss", torch.stack(losses).mean().item())
 
     def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "optimizations", "active_optimizations"]
+        return [*super()._excluded_save_params(), "optimizations", "active_optimizations", "_augmentation"]
 
     @classmethod
     def load(

@@ -19,6 +19,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from stable_baselines3.common.callbacks import BaseCallback
 
+from sb3_snake.evaluation import SELECTION_SEED_OFFSET, evaluate
+
 logger = logging.getLogger(__name__)
 
 
@@ -191,6 +193,44 @@ class EpisodeCheckpoint(BaseCallback):
             self._saved_at = done - done % self.every
             save_atomically(self.model, self.run_dir / "checkpoint.zip", self.replay_buffer)
         return True
+
+
+class BestModelSelection(BaseCallback):
+    """Every ``every`` env steps, plays ``episodes`` greedy games and keeps the best model so far.
+
+    The model with the highest mean score is saved as ``best_model.zip`` in ``run_dir``,
+    atomically, as SB3's ``EvalCallback`` keeps ``best_model``. The games are seeded from
+    :data:`~sb3_snake.evaluation.SELECTION_SEED_OFFSET`, apart from training's seeds and from
+    ``sb3-snake eval``'s, and each evaluation plays new games (its seed is its index). The
+    time spent here counts in the run's wall time.
+    """
+
+    def __init__(self, run_dir: Path, every: int, episodes: int, log: Any = None):
+        super().__init__()
+        self.run_dir, self.every, self.episodes, self.log = run_dir, every, episodes, log
+        self.history: list[dict[str, float]] = []  #: env steps and mean score of each evaluation
+        self._next = every
+
+    @property
+    def best(self) -> dict[str, float] | None:
+        """The evaluation that produced ``best_model.zip``, if any."""
+        return max(self.history, key=lambda entry: entry["mean_score"], default=None)
+
+    def _on_step(self) -> bool:
+        if self.num_timesteps >= self._next:
+            self._next = self.num_timesteps + self.every
+            self.evaluate_now()
+        return True
+
+    def evaluate_now(self) -> None:
+        result = evaluate(self.model, self.episodes, seed=len(self.history), seed_offset=SELECTION_SEED_OFFSET)
+        best = self.best
+        entry = {"env_steps": self.num_timesteps, "mean_score": result["mean_score"]}
+        self.history.append(entry)
+        if best is None or entry["mean_score"] > best["mean_score"]:
+            save_atomically(self.model, self.run_dir / "best_model.zip")
+        if self.log is not None:
+            self.log({"selection/mean_score": entry["mean_score"], "env_steps": self.num_timesteps})
 
 
 class EpisodeMetrics(BaseCallback):

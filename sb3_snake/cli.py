@@ -176,6 +176,14 @@ def train(
         bool, typer.Option("--dueling/--no-dueling", help="Dueling head: Q = V + A - mean(A).", rich_help_panel=DQN)
     ] = False,
     n_steps: Annotated[int, typer.Option(min=1, help="n-step returns.", rich_help_panel=DQN)] = 1,
+    symmetry_augmentation: Annotated[
+        bool,
+        typer.Option(
+            "--symmetry-augmentation/--no-symmetry-augmentation",
+            help="Replay each transition under a random one of the board's 8 symmetries.",
+            rich_help_panel=DQN,
+        ),
+    ] = False,
     name: Annotated[str | None, typer.Option(help="Run name: writes into runs/NAME.", rich_help_panel=RUN)] = None,
     output: Annotated[Path | None, typer.Option(help="Run directory (overrides --name).", rich_help_panel=RUN)] = None,
     checkpoint_every: Annotated[
@@ -184,6 +192,17 @@ def train(
     save_replay_buffer: Annotated[
         bool, typer.Option(help="Save the replay buffer with checkpoints and model.", rich_help_panel=RUN)
     ] = False,
+    select_every: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Env steps between greedy evaluations; the best model is kept as best_model.zip.",
+            rich_help_panel=RUN,
+        ),
+    ] = None,
+    select_episodes: Annotated[
+        int, typer.Option(min=1, help="Greedy games per --select-every evaluation.", rich_help_panel=RUN)
+    ] = 32,
     resume: Annotated[
         Path | None, typer.Option(help="Continue from this checkpoint or model.", rich_help_panel=RUN)
     ] = None,
@@ -231,8 +250,11 @@ def train(
             double_dqn=double_dqn,
             dueling=dueling,
             n_steps=n_steps,
+            symmetry_augmentation=symmetry_augmentation,
             checkpoint_every=checkpoint_every,
             save_replay_buffer=save_replay_buffer,
+            select_every=select_every,
+            select_episodes=select_episodes,
             verbose=verbose,
         )
     except ValueError as error:
@@ -254,6 +276,12 @@ def train(
     elif summary["stopped_by"] in ("timesteps", "time_limit"):
         typer.echo(f"stopped by the {summary['stopped_by'].replace('_', ' ')}")
     typer.echo(f"saved {run_dir / 'model.zip'} and {run_dir / 'summary.json'}")
+    if summary["best_model"] is not None:
+        best = summary["best_model"]
+        typer.echo(
+            f"best greedy evaluation: mean score {best['mean_score']:.2f} at {best['env_steps']:,} env steps, "
+            f"saved as {run_dir / 'best_model.zip'}"
+        )
 
 
 def _load_model_or_exit(model: Path, env_file: Path | None):

@@ -1,7 +1,10 @@
 """Greedy evaluation of a trained model, and one game played for a person to watch.
 
 Evaluation games are seeded from ``EVAL_SEED_OFFSET`` upwards, far from the small seeds that
-training uses, so evaluation never replays a training game's random draws.
+training uses, so evaluation never replays a training game's random draws. The evaluations
+that pick a run's best model during training use their own range (``SELECTION_SEED_OFFSET``),
+so a model chosen on those games is then judged by ``sb3-snake eval`` on games it was not
+chosen on.
 """
 
 from __future__ import annotations
@@ -18,10 +21,14 @@ from sb3_snake.envs import BatchedSnakeVecEnv, SnakeEnv
 
 #: Evaluation seeds start here; training seeds are small integers.
 EVAL_SEED_OFFSET = 1_000_000_007
+#: Seeds of the evaluations that select the best model during training.
+SELECTION_SEED_OFFSET = 2_000_000_011
 
 
-def evaluate(model: Any, episodes: int = 100, seed: int = 0, max_envs: int = 64) -> dict[str, Any]:
-    """Play ``episodes`` greedy games and summarise their scores.
+def evaluate(
+    model: Any, episodes: int = 100, seed: int = 0, max_envs: int = 64, seed_offset: int = EVAL_SEED_OFFSET
+) -> dict[str, Any]:
+    """Play ``episodes`` greedy games, seeded from ``seed_offset + seed``, and summarise their scores.
 
     Games run in parallel; each game slot plays a fixed quota of episodes, so short games are
     not over-represented (stopping at the first ``episodes`` finished games would bias the
@@ -33,7 +40,7 @@ def evaluate(model: Any, episodes: int = 100, seed: int = 0, max_envs: int = 64)
     n_envs = min(episodes, max_envs)
     quota = np.full(n_envs, episodes // n_envs)
     quota[: episodes % n_envs] += 1
-    env = BatchedSnakeVecEnv(n_envs, board_size=board_size, seed=EVAL_SEED_OFFSET + seed)
+    env = BatchedSnakeVecEnv(n_envs, board_size=board_size, seed=seed_offset + seed)
     obs = env.reset()
     scores: list[int] = []
     lengths: list[int] = []
@@ -56,7 +63,7 @@ def evaluate(model: Any, episodes: int = 100, seed: int = 0, max_envs: int = 64)
         "mean_length": float(np.mean(lengths)),
         "win_rate": wins / len(scores),
         "board_size": board_size,
-        "seed": EVAL_SEED_OFFSET + seed,
+        "seed": seed_offset + seed,
     }
 
 

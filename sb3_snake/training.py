@@ -23,6 +23,7 @@ from stable_baselines3.common.logger import HumanOutputFormat, Logger
 from sb3_snake.algorithm import SnakeDQN
 from sb3_snake.benchmark.system import system_info
 from sb3_snake.callbacks import (
+    BestModelSelection,
     EpisodeBudget,
     EpisodeCheckpoint,
     EpisodeMetrics,
@@ -68,7 +69,10 @@ class TrainConfig:
     double_dqn: bool = False  #: Double DQN targets (online net picks, target net values)
     dueling: bool = False  #: dueling head: Q = V + A - mean(A)
     n_steps: int = 1  #: n-step returns (SB3's NStepReplayBuffer)
+    symmetry_augmentation: bool = False  #: replay each transition under a random board symmetry
     checkpoint_every: int | None = None  #: finished episodes between checkpoints (None: none)
+    select_every: int | None = None  #: env steps between greedy evaluations that keep best_model.zip
+    select_episodes: int = 32  #: greedy games per such evaluation
     save_replay_buffer: bool = False  #: save the replay buffer beside checkpoints and the model
     verbose: int = 0  #: 1 prints SB3's training metrics
 
@@ -94,6 +98,10 @@ class TrainConfig:
             raise ValueError(f"replay_ratio must be positive, got {self.replay_ratio}")
         if self.checkpoint_every is not None and self.checkpoint_every < 1:
             raise ValueError(f"checkpoint_every must be at least 1, got {self.checkpoint_every}")
+        if self.select_every is not None and self.select_every < 1:
+            raise ValueError(f"select_every must be at least 1, got {self.select_every}")
+        if self.select_episodes < 1:
+            raise ValueError(f"select_episodes must be at least 1, got {self.select_episodes}")
 
     def update_schedule(self, batch_size: int) -> tuple[int, int]:
         """``(train_freq, gradient_steps)``: given ones win, else the pair that meets ``replay_ratio``.
@@ -119,6 +127,7 @@ class TrainConfig:
             "exploration_steps",
             "double_dqn",
             "n_steps",
+            "symmetry_augmentation",
             "seed",
             "verbose",
         )
@@ -176,7 +185,8 @@ def train(
     """Train until the first limit of ``config`` (episodes, env steps, wall time) or a signal.
 
     Writes ``model.zip``, ``summary.json`` and ``episodes.json`` into ``run_dir`` (and
-    ``checkpoint.zip`` every ``config.checkpoint_every`` episodes) and returns the summary.
+    ``checkpoint.zip`` every ``config.checkpoint_every`` episodes, ``best_model.zip`` when
+    ``config.select_every`` is set) and returns the summary.
     """
     console = console or Console()
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -216,6 +226,10 @@ def train(
     callbacks = [budget, ProgressReport(budget, console), EpisodeMetrics(budget, tracking.log)]
     if config.checkpoint_every:
         callbacks.append(EpisodeCheckpoint(budget, run_dir, config.checkpoint_every, config.save_replay_buffer))
+    selection = None
+    if config.select_every:
+        selection = BestModelSelection(run_dir, config.select_every, config.select_episodes, tracking.log)
+        callbacks.append(selection)
     with stop_on_signals(budget):
         model.learn(
             MAX_TIMESTEPS,
@@ -243,6 +257,8 @@ def train(
             name: {"value": value, "source": settings.source(name)} for name, value in settings.as_dict().items()
         },
         "active": active.as_dict(),
+        "best_model": selection.best if selection else None,
+        "selection_history": selection.history if selection else None,
         "resumed_from": str(resume) if resume else None,
         "wandb_mode": tracking.mode,
     }

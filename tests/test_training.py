@@ -36,6 +36,8 @@ def tiny_config(**changes):
         ({"device": "tpu"}, "device must be auto, cpu or cuda, got 'tpu'"),
         ({"replay_ratio": 0}, "replay_ratio must be positive"),
         ({"checkpoint_every": 0}, "checkpoint_every must be at least 1"),
+        ({"select_every": 0}, "select_every must be at least 1"),
+        ({"select_episodes": 0}, "select_episodes must be at least 1"),
     ],
 )
 def test_bad_config(changes, message):
@@ -122,6 +124,48 @@ def test_resume_continues_with_the_replay_buffer(tmp_path):
     second = train(tiny_config(episodes=4), FAST, tmp_path / "b", resume=tmp_path / "a" / "model.zip")
     assert second["episodes"] == 4 and second["total_env_steps"] > first["total_env_steps"]
     assert second["resumed_from"].endswith("model.zip")
+
+
+def test_best_model_selection_keeps_the_best_greedy_evaluation(tmp_path, monkeypatch):
+    """Evaluations on their own seeds; best_model.zip is rewritten only when the mean improves."""
+    import sb3_snake.callbacks as callbacks
+    from sb3_snake.evaluation import EVAL_SEED_OFFSET, SELECTION_SEED_OFFSET
+
+    means, calls, saves = iter([1.0, 3.0, 2.0, 0.5]), [], []
+
+    def scripted_evaluate(model, episodes, seed, seed_offset):
+        calls.append((episodes, seed_offset + seed))
+        return {"mean_score": next(means)}
+
+    monkeypatch.setattr(callbacks, "evaluate", scripted_evaluate)
+    real_save = callbacks.save_atomically
+    monkeypatch.setattr(callbacks, "save_atomically", lambda model, path: saves.append(path) or real_save(model, path))
+    summary = train(tiny_config(episodes=None, timesteps=400, select_every=100, select_episodes=5), FAST, tmp_path)
+    assert [episodes for episodes, _ in calls] == [5] * 4
+    seeds = [seed for _, seed in calls]
+    assert seeds == [SELECTION_SEED_OFFSET + i for i in range(4)] and min(seeds) > EVAL_SEED_OFFSET + 10**6
+    assert saves == [tmp_path / "best_model.zip"] * 2  # after 1.0 and 3.0, not after 2.0 or 0.5
+    assert summary["best_model"]["mean_score"] == 3.0 and 200 <= summary["best_model"]["env_steps"] < 300
+    assert [entry["mean_score"] for entry in summary["selection_history"]] == [1.0, 3.0, 2.0, 0.5]
+    assert load_model(tmp_path / "best_model.zip", FAST).observation_space.shape == (5, 5, 5)
+
+
+def test_symmetry_augmentation_is_used_in_training_and_kept_on_save(tmp_path, monkeypatch):
+    import sb3_snake.symmetry as symmetry
+
+    augmented = []
+    original_call = symmetry.SymmetryAugmentation.__call__
+
+    def counting_call(self, samples, symmetries=None):
+        augmented.append(len(samples.actions))
+        return original_call(self, samples, symmetries)
+
+    monkeypatch.setattr(symmetry.SymmetryAugmentation, "__call__", counting_call)
+    summary = train(tiny_config(episodes=None, timesteps=200, symmetry_augmentation=True), FAST, tmp_path)
+    assert summary["hyperparameters"]["symmetry_augmentation"] is True
+    assert augmented and set(augmented) == {16}  # every replayed batch, at the batch size
+    model = load_model(tmp_path / "model.zip", FAST)
+    assert model.symmetry_augmentation and model._augmentation is not None
 
 
 def test_timesteps_limit_stops_first(tmp_path):

@@ -21,7 +21,7 @@ cell exactly when the link plane is set there and that cell is not the tail (the
 is freed this very step; food never lies on the body).
 
 Observations are drawn fresh from that state every step, into a new tensor: the body plane
-is the link plane compared with zero, and head, neck, tail and food are one scattered write
+is the link plane capped at one, and head, neck, tail and food are one scattered write
 of ones. So nothing returned is ever written again, and the state a step reads and writes
 (about 100 bytes per game on a 10x10 board) stays in the CPU's caches for thousands of games.
 

@@ -11,6 +11,13 @@ Padding that makes the board a multiple of the patch size is zeros; a patch's pa
 is fixed by its position, so the learned position embedding of that token is what tells the
 network which of its cells lie off the board.
 
+Beside the transformer, a :class:`HeadView` sees the board re-centred on the snake's head
+through one linear layer, and the two feature vectors are concatenated. The transformer knows
+cells by their absolute position, so "the cell above the head is free" or "the food is to the
+left" are relations it must learn between two tokens for every head position; in the head-centred
+view they are fixed inputs, which one layer reads from the start. The transformer is left with
+what needs the whole board (where the body will be free, which region the head may be walled in).
+
 Patches are cut with ``view``/``permute`` (one copy), not ``F.unfold``: on CPU ``unfold`` loops
 over the batch and took most of the forward pass.
 """
@@ -24,6 +31,8 @@ import torch
 import torch.nn.functional as F
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from torch import nn
+
+from sb3_snake.envs.rules import HEAD
 
 #: Boards up to this many cells get one token per cell; larger ones use patches.
 MAX_CELL_TOKENS = 64
@@ -100,6 +109,51 @@ class AttentionPool(nn.Module):
         return F.scaled_dot_product_attention(query, k, v).reshape(batch, dim)
 
 
+class HeadView(nn.Module):
+    """The board as seen from the head, through a linear layer and a ReLU.
+
+    A ``(C, H, W)`` board becomes a ``(C, 2H - 1, 2W - 1)`` view whose centre is the head: each
+    board cell sits at its offset from the head, so every cell is in view wherever the head is.
+    The head channel (always just the centre) is replaced by an on-board channel, which is 0
+    beyond the walls. The view is one ``gather`` from the zero-padded board.
+
+    :param board_shape: ``(C, H, W)`` of the observations; channel :data:`~sb3_snake.envs.rules.HEAD`
+        marks the head.
+    :param features_dim: size of the output vector.
+    """
+
+    def __init__(self, board_shape: tuple[int, int, int], features_dim: int):
+        super().__init__()
+        channels, height, width = board_shape
+        padded_width = 3 * width - 2
+        rows, cols = torch.meshgrid(torch.arange(2 * height - 1), torch.arange(2 * width - 1), indexing="ij")
+        # Flat index into the padded board of each view cell when the head is at (0, 0).
+        self.register_buffer("view_index", (rows * padded_width + cols).flatten(), persistent=False)
+        on_board = torch.zeros(3 * height - 2, padded_width)
+        on_board[height - 1 : 2 * height - 1, width - 1 : 2 * width - 1] = 1
+        self.register_buffer("on_board", on_board.flatten(), persistent=False)
+        self.register_buffer(
+            "other_channels", torch.tensor([c for c in range(channels) if c != HEAD]), persistent=False
+        )
+        self.board_shape = board_shape
+        self.linear = nn.Linear(channels * self.view_index.numel(), features_dim)
+
+    def view(self, observations: torch.Tensor) -> torch.Tensor:
+        """``(B, C, H, W)`` -> ``(B, C, 2H - 1, 2W - 1)``: the head-centred view (on-board channel last)."""
+        _, height, width = self.board_shape
+        batch = observations.shape[0]
+        head = observations[:, HEAD].flatten(1).argmax(dim=1)
+        origin = (head // width) * (3 * width - 2) + head % width
+        index = self.view_index + origin[:, None]
+        padded = F.pad(observations[:, self.other_channels], (width - 1, width - 1, height - 1, height - 1))
+        cells = padded.flatten(2).gather(2, index[:, None, :].expand(-1, padded.shape[1], -1))
+        planes = torch.cat([cells, self.on_board[index].to(cells.dtype)[:, None, :]], dim=1)
+        return planes.view(batch, -1, 2 * height - 1, 2 * width - 1)
+
+    def forward(self, observations: torch.Tensor) -> torch.Tensor:
+        return F.relu(self.linear(self.view(observations).flatten(1)))
+
+
 class SnakeAttentionExtractor(BaseFeaturesExtractor):
     """Transformer features extractor for ``(C, H, W)`` board observations.
 
@@ -118,6 +172,8 @@ class SnakeAttentionExtractor(BaseFeaturesExtractor):
     :param num_layers: transformer blocks.
     :param mlp_ratio: hidden width of each block's MLP, as a multiple of ``embed_dim``.
     :param patch_size: cells per token side; ``None`` picks :func:`default_patch_size`.
+    :param head_view_dim: output size of the :class:`HeadView` beside the transformer; 0 leaves
+        it out (then the observations need no head channel).
     """
 
     def __init__(
@@ -129,6 +185,7 @@ class SnakeAttentionExtractor(BaseFeaturesExtractor):
         num_layers: int = 1,
         mlp_ratio: int = 2,
         patch_size: int | None = None,
+        head_view_dim: int = 64,
     ):
         if len(observation_space.shape) != 3:
             raise ValueError(
@@ -145,7 +202,8 @@ class SnakeAttentionExtractor(BaseFeaturesExtractor):
         self.col_embedding = nn.Parameter(torch.randn(1, self.grid[1], embed_dim) * 0.02)
         self.blocks = nn.ModuleList(TransformerBlock(embed_dim, num_heads, mlp_ratio) for _ in range(num_layers))
         self.pool = AttentionPool(embed_dim, num_heads)
-        self.head = nn.Sequential(nn.Linear(embed_dim, features_dim), nn.ReLU())
+        self.head_view = HeadView(observation_space.shape, head_view_dim) if head_view_dim else None
+        self.head = nn.Sequential(nn.Linear(embed_dim + head_view_dim, features_dim), nn.ReLU())
 
     def forward(self, observations: torch.Tensor) -> torch.Tensor:
         board = F.pad(observations, self.padding) if any(self.padding) else observations
@@ -154,4 +212,7 @@ class SnakeAttentionExtractor(BaseFeaturesExtractor):
         tokens = self.embed(patches) + positions
         for block in self.blocks:
             tokens = block(tokens)
-        return self.head(self.pool(tokens))
+        features = self.pool(tokens)
+        if self.head_view is not None:
+            features = torch.cat([features, self.head_view(observations)], dim=1)
+        return self.head(features)

@@ -7,7 +7,8 @@ import torch
 from stable_baselines3 import DQN
 
 from sb3_snake import BatchedSnakeVecEnv
-from sb3_snake.extractor import SnakeAttentionExtractor, cut_patches, default_patch_size
+from sb3_snake.envs.rules import HEAD
+from sb3_snake.extractor import HeadView, SnakeAttentionExtractor, cut_patches, default_patch_size
 
 
 @pytest.mark.parametrize("board_size", [4, 5, 8, 10, 13, 20])
@@ -79,3 +80,47 @@ def test_configured_through_policy_kwargs_and_saved_with_plain_dqn(tmp_path):
     loaded = DQN.load(tmp_path / "m.zip")
     obs = env.reset()
     np.testing.assert_array_equal(model.predict(obs, deterministic=True)[0], loaded.predict(obs, deterministic=True)[0])
+
+
+def random_boards(batch, channels, height, width, generator):
+    """Boards of random cells with exactly one head each."""
+    boards = (torch.rand(batch, channels, height, width, generator=generator) < 0.3).float()
+    boards[:, HEAD] = 0
+    heads = torch.randint(height * width, (batch,), generator=generator)
+    boards[:, HEAD].view(batch, -1)[torch.arange(batch), heads] = 1
+    return boards, heads
+
+
+@pytest.mark.parametrize(("height", "width"), [(4, 4), (6, 9), (10, 10)])
+def test_head_view_puts_every_cell_at_its_offset_from_the_head(height, width):
+    boards, heads = random_boards(16, 5, height, width, torch.Generator().manual_seed(height * width))
+    view = HeadView((5, height, width), features_dim=8).view(boards)
+    assert view.shape == (16, 5, 2 * height - 1, 2 * width - 1)
+    others = [c for c in range(5) if c != HEAD]
+    for b, head in enumerate(heads.tolist()):
+        head_row, head_col = divmod(head, width)
+        for i in range(2 * height - 1):
+            for j in range(2 * width - 1):
+                row, col = head_row + i - (height - 1), head_col + j - (width - 1)
+                on_board = 0 <= row < height and 0 <= col < width
+                expected = boards[b, others, row, col] if on_board else torch.zeros(4)
+                assert view[b, -1, i, j] == on_board
+                torch.testing.assert_close(view[b, :-1, i, j], expected, rtol=0, atol=0)
+
+
+def test_head_view_is_the_same_wherever_the_same_scene_lies_on_the_board():
+    """A snake and food shifted together give the same view, up to the on-board channel."""
+    board = torch.zeros(1, 5, 10, 10)
+    board[0, HEAD, 4, 4] = board[0, 1, 5, 4] = board[0, 2, 2, 6] = 1
+    shifted = torch.roll(board, shifts=(2, -3), dims=(2, 3))
+    head_view = HeadView((5, 10, 10), features_dim=8)
+    original, moved = head_view.view(board), head_view.view(shifted)
+    torch.testing.assert_close(original[:, :-1], moved[:, :-1], rtol=0, atol=0)
+    assert not torch.equal(original[:, -1], moved[:, -1])
+
+
+def test_head_view_can_be_left_out():
+    space = gym.spaces.Box(0, 1, (5, 8, 8), np.uint8)
+    with_view, without = SnakeAttentionExtractor(space), SnakeAttentionExtractor(space, head_view_dim=0)
+    assert isinstance(with_view.head_view, HeadView) and without.head_view is None
+    assert without(torch.zeros(2, 5, 8, 8)).shape == with_view(torch.zeros(2, 5, 8, 8)).shape

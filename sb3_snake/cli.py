@@ -175,6 +175,14 @@ def train(
     dueling: Annotated[
         bool, typer.Option("--dueling/--no-dueling", help="Dueling head: Q = V + A - mean(A).", rich_help_panel=DQN)
     ] = False,
+    head_view: Annotated[
+        bool,
+        typer.Option(
+            "--head-view/--no-head-view",
+            help="Give the attention extractor the board re-centred on the snake's head too.",
+            rich_help_panel=DQN,
+        ),
+    ] = True,
     n_steps: Annotated[int, typer.Option(min=1, help="n-step returns.", rich_help_panel=DQN)] = 1,
     symmetry_augmentation: Annotated[
         bool,
@@ -249,6 +257,7 @@ def train(
             exploration_steps=exploration_steps,
             double_dqn=double_dqn,
             dueling=dueling,
+            head_view=head_view,
             n_steps=n_steps,
             symmetry_augmentation=symmetry_augmentation,
             checkpoint_every=checkpoint_every,

@@ -161,9 +161,10 @@ class SnakeAttentionExtractor(BaseFeaturesExtractor):
     SnakeAttentionExtractor, "features_extractor_kwargs": {"embed_dim": 32}}``; the
     ``AttentionPolicy`` of :class:`~sb3_snake.SnakeDQN` uses it by default.
 
-    The default sizes are small on purpose: they train at about 11,000 gradient samples/s
-    (batch 256, fp32) on a 2-core CPU, where two blocks of width 32 managed about 4,300 and
-    one block of width 64 about 5,300 (README, "Measured performance").
+    The default sizes are small on purpose: with the head view they train at 8,000-10,000
+    gradient samples/s in fp32 (12,000-14,000 compiled) on a 2-core CPU. Before the head view,
+    at about 11,000 for the defaults (batch 256, fp32), two blocks of width 32 managed about
+    4,300 and one block of width 64 about 5,300 (README, "Measured performance").
 
     :param observation_space: a ``Box`` of shape ``(C, H, W)``, any board size from 4 up.
     :param features_dim: size of the output vector.

@@ -68,6 +68,7 @@ class TrainConfig:
     exploration_steps: int = 10_000  #: env steps over which epsilon decays linearly
     double_dqn: bool = False  #: Double DQN targets (online net picks, target net values)
     dueling: bool = False  #: dueling head: Q = V + A - mean(A)
+    head_view: bool = True  #: the extractor also sees the board re-centred on the head (extractor.HeadView)
     n_steps: int = 1  #: n-step returns (SB3's NStepReplayBuffer)
     symmetry_augmentation: bool = False  #: replay each transition under a random board symmetry
     checkpoint_every: int | None = None  #: finished episodes between checkpoints (None: none)
@@ -137,7 +138,10 @@ class TrainConfig:
             "train_freq": train_freq,
             "gradient_steps": gradient_steps,
             "batch_size": batch_size,
-            "policy_kwargs": {"dueling": self.dueling},
+            "policy_kwargs": {
+                "dueling": self.dueling,
+                **({} if self.head_view else {"features_extractor_kwargs": {"head_view_dim": 0}}),
+            },
         }
 
 

@@ -168,10 +168,12 @@ def test_plot_of_a_trained_run(trained_run, tmp_path):
 
 
 def test_time_limit_without_episodes_runs_until_the_limit(tmp_path):
-    result = runner.invoke(app, ["train", "--time-limit", "0.05", *TINY, "--output", str(tmp_path)])
+    args = ["train", "--time-limit", "0.05", "--no-head-view", *TINY, "--output", str(tmp_path)]
+    result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["stopped_by"] == "time_limit" and summary["target_episodes"] is None
+    assert summary["hyperparameters"]["head_view"] is False
     assert "stopped by the time limit" in result.output
 
 

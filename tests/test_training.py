@@ -7,6 +7,7 @@ import pytest
 
 from sb3_snake.envs import BatchedSnakeVecEnv
 from sb3_snake.evaluation import evaluate
+from sb3_snake.extractor import HeadView
 from sb3_snake.settings import OptimizationSettings
 from sb3_snake.tracking import WandbRun
 from sb3_snake.training import TrainConfig, WandbOptions, load_for_resume, load_model, train
@@ -166,6 +167,14 @@ def test_symmetry_augmentation_is_used_in_training_and_kept_on_save(tmp_path, mo
     assert augmented and set(augmented) == {16}  # every replayed batch, at the batch size
     model = load_model(tmp_path / "model.zip", FAST)
     assert model.symmetry_augmentation and model._augmentation is not None
+
+
+@pytest.mark.parametrize("head_view", [True, False])
+def test_head_view_option_shapes_the_saved_policy(tmp_path, head_view):
+    summary = train(tiny_config(episodes=None, timesteps=100, head_view=head_view), FAST, tmp_path)
+    assert summary["hyperparameters"]["head_view"] is head_view
+    extractor = load_model(tmp_path / "model.zip", FAST).q_net.features_extractor
+    assert isinstance(extractor.head_view, HeadView) is head_view
 
 
 def test_timesteps_limit_stops_first(tmp_path):

@@ -125,11 +125,11 @@ class HeadView(nn.Module):
     def __init__(self, board_shape: tuple[int, int, int], features_dim: int):
         super().__init__()
         channels, height, width = board_shape
-        padded_width = 3 * width - 2
+        self.padded_width = 3 * width - 2  # the board plus width - 1 cells of padding on each side
         rows, cols = torch.meshgrid(torch.arange(2 * height - 1), torch.arange(2 * width - 1), indexing="ij")
         # Flat index into the padded board of each view cell when the head is at (0, 0).
-        self.register_buffer("view_index", (rows * padded_width + cols).flatten(), persistent=False)
-        on_board = torch.zeros(3 * height - 2, padded_width)
+        self.register_buffer("view_index", (rows * self.padded_width + cols).flatten(), persistent=False)
+        on_board = torch.zeros(3 * height - 2, self.padded_width)
         on_board[height - 1 : 2 * height - 1, width - 1 : 2 * width - 1] = 1
         self.register_buffer("on_board", on_board.flatten(), persistent=False)
         self.register_buffer(
@@ -143,7 +143,7 @@ class HeadView(nn.Module):
         _, height, width = self.board_shape
         batch = observations.shape[0]
         head = observations[:, HEAD].flatten(1).argmax(dim=1)
-        origin = (head // width) * (3 * width - 2) + head % width
+        origin = (head // width) * self.padded_width + head % width
         index = self.view_index + origin[:, None]
         padded = F.pad(observations[:, self.other_channels], (width - 1, width - 1, height - 1, height - 1))
         cells = padded.flatten(2).gather(2, index[:, None, :].expand(-1, padded.shape[1], -1))

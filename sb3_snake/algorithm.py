@@ -3,19 +3,30 @@
 ``SnakeDQN("AttentionPolicy", env, optimizations=settings, **dqn_kwargs)`` is all a library
 user needs; the CLI does nothing more. ``"MlpPolicy"`` and ``"CnnPolicy"`` keep working and get
 the same optimizations. When ``batch_size`` is not passed it comes from the settings.
+
+Every zip that :meth:`SnakeDQN.save` writes also holds ``sb3_snake.json``: the model described
+in plain JSON (policy, spaces, hyperparameters, counters), written here and read back by
+:func:`sb3_snake.persistence.load_model` so that a model can be loaded without unpickling
+anything from the file.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import math
+import os
+import zipfile
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from stable_baselines3 import DQN
 from stable_baselines3.common.torch_layers import create_mlp
+from stable_baselines3.common.utils import LinearSchedule
 from stable_baselines3.dqn.policies import CnnPolicy, DQNPolicy, MlpPolicy, QNetwork
 from torch import nn
 
@@ -23,6 +34,73 @@ from sb3_snake.extractor import SnakeAttentionExtractor
 from sb3_snake.optimizations import ActiveOptimizations, apply_optimizations
 from sb3_snake.settings import OptimizationSettings
 from sb3_snake.symmetry import SymmetryAugmentation
+
+#: The zip entry of a saved model that describes it in plain JSON.
+METADATA_ENTRY = "sb3_snake.json"
+METADATA_FORMAT = "sb3-snake model"
+METADATA_VERSION = 1
+
+#: DQN hyperparameters kept in the metadata and reported as what a run really trained with.
+HYPERPARAMETERS = (
+    "seed",
+    "learning_rate",
+    "buffer_size",
+    "learning_starts",
+    "batch_size",
+    "tau",
+    "gamma",
+    "gradient_steps",
+    "target_update_interval",
+    "exploration_initial_eps",
+    "exploration_final_eps",
+    "exploration_fraction",
+    "max_grad_norm",
+    "n_steps",
+    "exploration_steps",
+    "double_dqn",
+    "symmetry_augmentation",
+)
+#: Counters that a resumed run continues from.
+COUNTERS = ("num_timesteps", "_n_updates", "_n_calls", "_episode_num", "exploration_rate")
+
+
+def _portable_classes() -> dict[str, type]:
+    from stable_baselines3.common.torch_layers import FlattenExtractor, NatureCNN
+
+    classes = [SnakeAttentionExtractor, FlattenExtractor, NatureCNN, torch.optim.Adam, torch.optim.AdamW]
+    classes += [nn.ReLU, nn.Tanh, nn.GELU, nn.SiLU, nn.ELU, nn.LeakyReLU, torch.optim.SGD, torch.optim.RMSprop]
+    return {f"{cls.__module__}.{cls.__qualname__}": cls for cls in classes}
+
+
+#: Classes that may appear in ``policy_kwargs`` of a model loaded without unpickling, by name.
+PORTABLE_CLASSES = _portable_classes()
+
+
+def encode_policy_kwargs(value: Any) -> Any:
+    """``policy_kwargs`` as JSON: classes of :data:`PORTABLE_CLASSES` become ``{"class": name}``;
+    anything else that JSON cannot hold makes the whole value ``None`` (not portable)."""
+
+    def encode(item: Any) -> Any:
+        if item is None or isinstance(item, (bool, int, float, str)):
+            return item
+        if isinstance(item, (list, tuple)):
+            return [encode(element) for element in item]
+        if isinstance(item, dict) and all(isinstance(key, str) for key in item):
+            return {key: encode(element) for key, element in item.items()}
+        name = f"{getattr(item, '__module__', '')}.{getattr(item, '__qualname__', '')}"
+        if isinstance(item, type) and PORTABLE_CLASSES.get(name) is item:
+            return {"class": name}
+        raise TypeError(name)
+
+    try:
+        return encode(value)
+    except TypeError:
+        return None
+
+
+class TrainingDiverged(RuntimeError):
+    """The TD loss became NaN or infinite: the networks' weights can no longer be trusted."""
+
 
 
 class SnakeQNetwork(QNetwork):
@@ -104,9 +182,9 @@ class SnakeDQN(DQN):
 
     :param policy: ``"AttentionPolicy"``, ``"MlpPolicy"``, ``"CnnPolicy"`` or a policy class.
     :param env: the environment, typically a :class:`~sb3_snake.BatchedSnakeVecEnv`.
-    :param optimizations: the settings to apply; ``None`` resolves them as the CLI does
-        (``OptimizationSettings.load()``: environment, ``.env`` in the working directory,
-        defaults).
+    :param optimizations: the settings to apply; ``None`` uses the built-in defaults
+        (``OptimizationSettings()``). Nothing is read from ``.env`` or the environment here:
+        ``OptimizationSettings.load()`` does that when asked, as the CLI does.
     :param exploration_steps: when set, epsilon falls linearly from ``exploration_initial_eps``
         to ``exploration_final_eps`` over this many env steps (all envs together), whatever
         ``total_timesteps`` is; SB3's ``exploration_fraction`` needs a known total, which a run
@@ -144,7 +222,7 @@ class SnakeDQN(DQN):
         self.double_dqn = double_dqn
         self.symmetry_augmentation = symmetry_augmentation
         self._augmentation: SymmetryAugmentation | None = None
-        self.optimizations = optimizations if optimizations is not None else OptimizationSettings.load()
+        self.optimizations = optimizations if optimizations is not None else OptimizationSettings()
         kwargs.setdefault("batch_size", self.optimizations.batch_size)
         self.active_optimizations: ActiveOptimizations | None = None
         super().__init__(policy, env, **kwargs)
@@ -152,6 +230,10 @@ class SnakeDQN(DQN):
     def _setup_model(self) -> None:
         super()._setup_model()
         self.active_optimizations = apply_optimizations(self, self.optimizations)
+        self._setup_augmentation()
+
+    def _setup_augmentation(self) -> None:
+        self._augmentation = None
         if self.symmetry_augmentation:
             *_, height, width = self.observation_space.shape
             if height != width:
@@ -171,7 +253,8 @@ class SnakeDQN(DQN):
         host sync per step.
 
         SB3 calls ``loss.item()`` after every gradient step, which waits for the device each
-        time; here the losses stay on the device and are read once per call.
+        time; here the losses stay on the device and are read once per call. That one read
+        also checks them: a NaN or infinite loss raises :class:`TrainingDiverged`.
         """
         self.policy.set_training_mode(True)
         self._update_learning_rate(self.policy.optimizer)
@@ -197,11 +280,81 @@ class SnakeDQN(DQN):
             self.policy.optimizer.step()
             losses.append(loss.detach())
         self._n_updates += gradient_steps
+        loss = torch.stack(losses).mean().item()
+        if not math.isfinite(loss):
+            raise TrainingDiverged(
+                f"the TD loss became {loss} by update {self._n_updates} (learning rate {self.learning_rate}); "
+                "lower --learning-rate"
+            )
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
-        self.logger.record("train/loss", torch.stack(losses).mean().item())
+        self.logger.record("train/loss", loss)
 
     def _excluded_save_params(self) -> list[str]:
         return [*super()._excluded_save_params(), "optimizations", "active_optimizations", "_augmentation"]
+
+    def set_hyperparameters(self, **values: Any) -> None:
+        """Change hyperparameters of a built (or loaded) model, as if it had been made with them.
+
+        Takes the names of :data:`HYPERPARAMETERS` (except ``n_steps``, which fixes the replay
+        buffer's kind), ``train_freq`` and ``verbose``. The learning-rate and exploration
+        schedules are rebuilt; a new ``buffer_size`` gives a new, empty replay buffer.
+        """
+        unknown = set(values) - (set(HYPERPARAMETERS) - {"n_steps"}) - {"train_freq", "verbose"}
+        if unknown:
+            raise ValueError(f"cannot set {', '.join(sorted(unknown))} on a built model")
+        rebuild_buffer = "buffer_size" in values and values["buffer_size"] != self.buffer_size
+        for name, value in values.items():
+            setattr(self, name, value)
+        self._setup_lr_schedule()
+        self._convert_train_freq()
+        self.exploration_schedule = LinearSchedule(
+            self.exploration_initial_eps, self.exploration_final_eps, self.exploration_fraction
+        )
+        if hasattr(self.replay_buffer, "gamma"):
+            self.replay_buffer.gamma = self.gamma  # NStepReplayBuffer discounts with it
+        if rebuild_buffer:
+            buffer = self.replay_buffer
+            kwargs = {"n_steps": buffer.n_steps, "gamma": self.gamma} if hasattr(buffer, "n_steps") else {}
+            self.replay_buffer = type(buffer)(
+                self.buffer_size,
+                self.observation_space,
+                self.action_space,
+                device=self.device,
+                n_envs=self.n_envs,
+                optimize_memory_usage=self.optimize_memory_usage,
+                **kwargs,
+            )
+        self._setup_augmentation()
+
+    def hyperparameters(self) -> dict[str, Any]:
+        """The hyperparameters this model trains with now, as plain JSON values."""
+        values = {name: getattr(self, name) for name in HYPERPARAMETERS}
+        if not isinstance(values["learning_rate"], (int, float)):
+            values["learning_rate"] = float(self.lr_schedule(self._current_progress_remaining))
+        return {**values, "train_freq": self.train_freq.frequency, "train_freq_unit": self.train_freq.unit.value}
+
+    def metadata(self) -> dict[str, Any]:
+        """This model in plain JSON: enough to rebuild it without unpickling (see ``persistence``)."""
+        policy = next((name for name, cls in self.policy_aliases.items() if cls is type(self.policy)), None)
+        return {
+            "format": METADATA_FORMAT,
+            "version": METADATA_VERSION,
+            "policy": policy,
+            "observation_shape": list(self.observation_space.shape),
+            "n_actions": int(self.action_space.n),
+            "n_envs": self.n_envs,
+            "policy_kwargs": encode_policy_kwargs(self.policy_kwargs),
+            "hyperparameters": self.hyperparameters(),
+            "counters": {name: getattr(self, name) for name in COUNTERS},
+        }
+
+    def save(self, path: Any, exclude: Any = None, include: Any = None) -> None:
+        """SB3's ``save``, plus :data:`METADATA_ENTRY` in the zip when ``path`` is a file path."""
+        super().save(path, exclude=exclude, include=include)
+        if isinstance(path, (str, os.PathLike)):
+            target = Path(path) if Path(path).suffix else Path(f"{path}.zip")
+            with zipfile.ZipFile(target, "a") as archive:
+                archive.writestr(METADATA_ENTRY, json.dumps(self.metadata(), indent=1))
 
     @classmethod
     def load(
@@ -212,6 +365,10 @@ class SnakeDQN(DQN):
         optimizations: OptimizationSettings | None = None,
         **kwargs: Any,
     ) -> SnakeDQN:
-        """Load a saved model and apply ``optimizations`` (``None``: resolved as in ``__init__``)."""
-        optimizations = optimizations if optimizations is not None else OptimizationSettings.load()
+        """SB3's loader, then ``optimizations`` applied (``None``: the built-in defaults).
+
+        Like SB3's, it unpickles parts of the file, which can run code: use it only for files
+        you trust. :func:`sb3_snake.load_model` loads without unpickling.
+        """
+        optimizations = optimizations if optimizations is not None else OptimizationSettings()
         return super().load(path, env=env, device=device, optimizations=optimizations, **kwargs)

@@ -1,14 +1,15 @@
-"""SB3 callbacks of a training run: episode budget, progress, checkpoints, graceful stop, W&B.
+"""SB3 callbacks of a training run: episode budget and stop requests, progress, checkpoints,
+best-model selection, W&B episodes.
 
 Each callback does one thing and reads what SB3 hands every callback (``self.locals``:
 ``dones`` and ``infos`` of the step just taken). They are combined in
-:func:`sb3_snake.training.train`.
+:func:`sb3_snake.training.build_callbacks`.
 """
 
 from __future__ import annotations
 
 import logging
-import os
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,8 +21,38 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from stable_baselines3.common.callbacks import BaseCallback
 
 from sb3_snake.evaluation import SELECTION_SEED_OFFSET, evaluate
+from sb3_snake.persistence import save_model
 
 logger = logging.getLogger(__name__)
+
+
+class RunCancelled(Exception):
+    """A stop was requested before training began: nothing was trained or saved."""
+
+
+class StopRequest:
+    """Asks a run to stop after its current env step and save as usual; safe from any thread.
+
+    The library installs no signal handler: the CLI's handler calls :meth:`request`, and a
+    Python user can do the same from another thread. :attr:`phase` says what the run is doing
+    (``preparing``, ``training``, ``saving``, ``finished``), so a handler can tell a request it
+    should honour from one that should abort at once. A request made while the run is still
+    preparing cancels it before training starts (:class:`RunCancelled`).
+    """
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.reason = ""
+        self.phase = "preparing"
+
+    def request(self, reason: str = "stop requested") -> None:
+        if not self._event.is_set():
+            self.reason = reason
+        self._event.set()
+
+    @property
+    def requested(self) -> bool:
+        return self._event.is_set()
 
 
 @dataclass
@@ -49,8 +80,8 @@ class EpisodeBudget(BaseCallback):
 
     Limits: ``target`` finished episodes (when several games finish on the last step, only as
     many as needed are counted, in game order, so the statistics cover exactly ``target``),
-    ``max_env_steps`` env steps of this run, ``max_seconds`` of wall time, or a stop requested
-    by a signal handler (``stop_requested``). ``stopped_by`` names the one that ended the run.
+    ``max_env_steps`` env steps of this run, ``max_seconds`` of wall time, or ``stop``
+    (a :class:`StopRequest`). ``stopped_by`` names the one that ended the run.
     """
 
     def __init__(
@@ -60,6 +91,7 @@ class EpisodeBudget(BaseCallback):
         start_time: float,
         max_env_steps: int | None = None,
         max_seconds: float | None = None,
+        stop: StopRequest | None = None,
     ):
         super().__init__()
         self.target = target
@@ -67,7 +99,7 @@ class EpisodeBudget(BaseCallback):
         self.start_time = start_time
         self.max_env_steps = max_env_steps
         self.max_seconds = max_seconds
-        self.stop_requested = False
+        self.stop = stop or StopRequest()
         self.stopped_by: str | None = None
         self.new_episodes: list[tuple[int, int]] = []  #: (score, length) finished this step
         self._start_steps = 0
@@ -97,8 +129,8 @@ class EpisodeBudget(BaseCallback):
             return "timesteps"
         if self.max_seconds is not None and time.perf_counter() - self.start_time >= self.max_seconds:
             return "time_limit"
-        if self.stop_requested:
-            return "signal"
+        if self.stop.requested:
+            return "stop"
         return None
 
     @property
@@ -154,29 +186,14 @@ class ProgressReport(BaseCallback):
         return True
 
     def _on_training_end(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the live bar (also when training ended by an exception, which SB3 does not report)."""
         if self._progress is not None:
             self._progress.update(self._task, completed=len(self.budget.record), stats=self._stats())
             self._progress.stop()
-
-
-def save_atomically(model: Any, path: Path, replay_buffer: bool = False) -> None:
-    """Save ``model`` to ``path`` (a ``.zip``) through a temporary file and a rename.
-
-    A crash mid-write leaves the previous file intact, never a truncated one. With
-    ``replay_buffer``, the buffer goes beside it as ``<stem>.replay.pkl``, the same way.
-    """
-    temporary = path.with_name(path.stem + ".tmp.zip")
-    model.save(temporary)
-    os.replace(temporary, path)
-    if replay_buffer:
-        buffer_path = replay_buffer_path(path)
-        temporary_buffer = buffer_path.with_name(buffer_path.stem + ".tmp.pkl")
-        model.save_replay_buffer(temporary_buffer)
-        os.replace(temporary_buffer, buffer_path)
-
-
-def replay_buffer_path(model_path: Path) -> Path:
-    return model_path.with_name(model_path.stem + ".replay.pkl")
+            self._progress = None
 
 
 class EpisodeCheckpoint(BaseCallback):
@@ -191,7 +208,7 @@ class EpisodeCheckpoint(BaseCallback):
         done = len(self.budget.record)
         if done - self._saved_at >= self.every:
             self._saved_at = done - done % self.every
-            save_atomically(self.model, self.run_dir / "checkpoint.zip", self.replay_buffer)
+            save_model(self.model, self.run_dir / "checkpoint.zip", self.replay_buffer)
         return True
 
 
@@ -228,7 +245,7 @@ class BestModelSelection(BaseCallback):
         entry = {"env_steps": self.num_timesteps, "mean_score": result["mean_score"]}
         self.history.append(entry)
         if best is None or entry["mean_score"] > best["mean_score"]:
-            save_atomically(self.model, self.run_dir / "best_model.zip")
+            save_model(self.model, self.run_dir / "best_model.zip")
         if self.log is not None:
             self.log({"selection/mean_score": entry["mean_score"], "env_steps": self.num_timesteps})
 

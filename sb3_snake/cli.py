@@ -1,287 +1,315 @@
-"""The ``sb3-snake`` command line: parses options, builds settings, calls library functions."""
+"""The ``sb3-snake`` command line: parses options, builds settings, calls library functions.
+
+Each option is declared once: ``train``'s options are made from :class:`~sb3_snake.training.TrainConfig`'s
+fields (name, help, group, default) and the optimization flags from the settings' keys
+(:meth:`OptimizationSettings.flag <sb3_snake.settings.OptimizationSettings.flag>`). An option
+left out is ``None`` and falls through to the config's default, to ``.env``, or, on
+``--resume``, to what the model trained with.
+
+Every user error, from Click's parser or from the library, is one line on stderr
+(``error: ...``) and exit code 2 (:func:`fail`). The process state belongs here: the CLI sets
+torch's thread count for the command (``torch_threads``) and turns SIGINT/SIGTERM into a
+:class:`~sb3_snake.callbacks.StopRequest`.
+"""
 
 from __future__ import annotations
 
+import inspect
 import json
+import math
+import signal
 import sys
-from datetime import datetime
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import fields
+from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, get_type_hints
 
-import torch
+import click
 import typer
+from typer.core import TyperGroup
 
-from sb3_snake.benchmark import gradient_step
-from sb3_snake.benchmark.env_throughput import DEFAULT_NUM_ENVS, format_table, run_env_benchmark
-from sb3_snake.benchmark.system import RESULTS_DIR, save_results
-from sb3_snake.settings import OptimizationSettings, SettingsError
-from sb3_snake.tracking import WANDB_MODES
+from sb3_snake.benchmark.env_throughput import DEFAULT_NUM_ENVS
+from sb3_snake.benchmark.gradient_step import DEFAULT_BATCH_SIZES
+from sb3_snake.benchmark.results import RESULTS_DIR
+from sb3_snake.paths import check_writable_dir, check_writable_file
+from sb3_snake.settings import COMPILE_MODES, OptimizationSettings, check_env_file_writable
+from sb3_snake.system import check_device, cpu_cores, resolve_device
+from sb3_snake.tracking import WANDB_MODES, resolve_mode
+
+
+#: Click's exception classes: recent Typer vendors its own Click (``typer._click``), older
+#: Typer uses the ``click`` package; both raise usage errors as ``ClickException``.
+_CLICK_ERRORS = tuple({click.ClickException, *(getattr(typer, "TyperException", click.ClickException),)})
+_ABORTS = tuple({click.exceptions.Abort, typer.Abort})
+
+
+class OneLineErrors(TyperGroup):
+    """Click's usage errors (bad choice, bad number, unknown option) as one line, exit 2."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        try:
+            result = super().main(*args, standalone_mode=False, **kwargs)
+        except _ABORTS:
+            if not standalone_mode:
+                raise
+            sys.exit(1)
+        except _CLICK_ERRORS as error:
+            if not standalone_mode:
+                raise
+            if type(error).__name__ == "NoArgsIsHelpError":  # help shown for a bare command
+                error.show()
+                sys.exit(0)
+            message = error.format_message() if hasattr(error, "format_message") else str(error)
+            message = message.replace("Value error, ", "")
+            typer.echo(f"error: {' '.join(message.split())}", err=True)
+            sys.exit(2)
+        if standalone_mode:
+            sys.exit(result if isinstance(result, int) else 0)
+        return result
+
 
 app = typer.Typer(
     name="sb3-snake",
     help="Train, evaluate and benchmark Stable-Baselines3 agents on Snake.",
     no_args_is_help=True,
     add_completion=False,
+    cls=OneLineErrors,
 )
 
 
-@app.callback()
-def _main() -> None:
-    """Train, evaluate and benchmark Stable-Baselines3 agents on Snake."""
+class Device(str, Enum):
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
 
 
-def _parse_int_list(text: str, option: str) -> list[int]:
-    try:
-        values = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        values = []
-    if not values or min(values) < 1:
-        raise typer.BadParameter(
-            f"expected comma-separated positive integers such as 64,4096, got {text!r}", param_hint=option
-        )
-    return values
+WandbMode = Enum("WandbMode", {mode: mode for mode in WANDB_MODES}, type=str)
+CompileMode = Enum("CompileMode", {mode: mode for mode in COMPILE_MODES}, type=str)
 
-
-DEFAULT_EPISODES = 1000
 OPTIMIZATIONS = "Optimizations (override .env)"
-ENVIRONMENT = "Environment"
-DQN = "DQN hyperparameters"
-RUN = "Run, checkpoints and logging"
 
 
-# Optimization overrides shared by the commands that train (flags win over .env).
-BatchSizeOption = Annotated[
-    int | None,
-    typer.Option(help="Replay samples per gradient step (default: OPTIMAL_BATCH_SIZE).", rich_help_panel=OPTIMIZATIONS),
-]
-CompileOption = Annotated[
-    bool | None,
-    typer.Option(
-        "--compile/--no-compile",
-        help="torch.compile the Q-networks.",
-        rich_help_panel=OPTIMIZATIONS,
-        show_default=False,
-    ),
-]
-FlashAttentionOption = Annotated[
-    bool | None,
-    typer.Option(
-        "--flash-attention/--no-flash-attention",
-        help="Restrict SDPA to the FlashAttention kernel.",
-        rich_help_panel=OPTIMIZATIONS,
-        show_default=False,
-    ),
-]
-Bf16Option = Annotated[
-    bool | None,
-    typer.Option(
-        "--bf16/--no-bf16",
-        help="bfloat16 autocast in forward passes.",
-        rich_help_panel=OPTIMIZATIONS,
-        show_default=False,
-    ),
-]
-EnvFileOption = Annotated[
-    Path | None,
-    typer.Option(help="The .env to read (default: ./.env when present).", rich_help_panel=OPTIMIZATIONS),
-]
-
-
-def _fail(message: str) -> typer.Exit:
-    """Print one clear line to stderr and return the exit (code 2) to raise."""
-    typer.echo(f"error: {message}", err=True)
+def fail(message: str) -> typer.Exit:
+    """The one way a command reports a user error: one line on stderr; raise the returned exit (2)."""
+    typer.echo(f"error: {' '.join(str(message).split())}", err=True)
     return typer.Exit(code=2)
 
 
-def _parse_combinations(text: str) -> tuple[str, ...]:
-    """Comma-separated optimization combinations of the gradient benchmark; unknown ones exit 2."""
-    names = tuple(name.strip() for name in text.split(",") if name.strip())
-    unknown = [name for name in names if name not in gradient_step.COMBINATIONS]
-    if unknown or not names:
-        raise _fail(
-            f"--combinations: unknown {', '.join(unknown) or '(none given)'}; "
-            f"choose from {', '.join(gradient_step.COMBINATIONS)}"
-        )
-    return names
-
-
-def _load_settings(env_file: Path | None, **overrides: object) -> OptimizationSettings:
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """The library's ValueErrors (SettingsError is one) become :func:`fail`."""
     try:
-        return OptimizationSettings.load(env_file, **overrides)
-    except SettingsError as error:
-        raise _fail(str(error)) from None
+        yield
+    except ValueError as error:
+        raise fail(str(error)) from None
+
+
+# ---------------------------------------------------------------------- options, declared once
+
+
+def _keyword(name: str, annotation: Any, default: Any = None) -> inspect.Parameter:
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+
+
+def _optional(base: Any, decls: list[str], help: str, panel: str, default_text: str | None) -> Any:
+    shown = default_text if default_text is not None else False
+    return Annotated[base | None, typer.Option(*decls, help=help, rich_help_panel=panel, show_default=shown)]
+
+
+def _switch(flag: str) -> list[str]:
+    return [flag] if "/" in flag else [f"{flag}/--no-{flag[2:]}"]
+
+
+def config_parameters() -> list[inspect.Parameter]:
+    """One option per TrainConfig field: its flag, help, group and shown default."""
+    from sb3_snake.training import TrainConfig, option_flag
+
+    hints = get_type_hints(TrainConfig)
+    parameters = []
+    for config_field in fields(TrainConfig):
+        hint = hints[config_field.name]
+        base = next((arg for arg in getattr(hint, "__args__", (hint,)) if arg is not type(None)), hint)
+        flag = option_flag(config_field.name)
+        base = {"device": Device, "tensorboard_log": Path}.get(config_field.name, base)
+        decls = _switch(flag) if base is bool else [flag]
+        default = config_field.default
+        shown = None if default is None or base is bool else str(default)
+        meta = config_field.metadata
+        parameters.append(_keyword(config_field.name, _optional(base, decls, meta["help"], meta["group"], shown)))
+    return parameters
+
+
+def settings_parameters() -> list[inspect.Parameter]:
+    """One option per optimization setting, with the flag the settings declare, and ``--env-file``."""
+    types = {"batch_size": int, "compile_mode": CompileMode, "num_threads": str}
+    parameters = []
+    for name in OptimizationSettings.__dataclass_fields__:
+        if name == "sources":
+            continue
+        flag, help = OptimizationSettings.flag(name), OptimizationSettings.help(name)
+        base = types.get(name, bool)
+        decls = _switch(flag) if base is bool else [flag]
+        parameters.append(_keyword(name, _optional(base, decls, help, OPTIMIZATIONS, None)))
+    env_file = Annotated[
+        Path | None, typer.Option(help="The .env to read (default: ./.env when present).", rich_help_panel=OPTIMIZATIONS)
+    ]
+    return [*parameters, _keyword("env_file", env_file)]
+
+
+def with_parameters(*groups: list[inspect.Parameter]) -> Callable[[Callable], Callable]:
+    """Give a ``def command(**options)`` the signature Typer reads its options from."""
+
+    def decorate(command: Callable) -> Callable:
+        own = list(inspect.signature(command).parameters.values())[:-1]  # all but **options
+        command.__signature__ = inspect.Signature([*own, *(p for group in groups for p in group)])
+        return command
+
+    return decorate
+
+
+def load_settings(env_file: Path | None, options: dict[str, Any]) -> OptimizationSettings:
+    """Settings from the command's optimization options (popped from ``options``) over .env."""
+    overrides = {name: options.pop(name, None) for name in list(OptimizationSettings.__dataclass_fields__)}
+    overrides.pop("sources")
+    if isinstance(overrides.get("compile_mode"), Enum):
+        overrides["compile_mode"] = overrides["compile_mode"].value
+    if overrides.get("num_threads") is not None:
+        overrides["num_threads"] = OptimizationSettings.parse("num_threads", overrides["num_threads"])
+    return OptimizationSettings.load(env_file, **overrides)
+
+
+def command_threads(settings: OptimizationSettings, device: str) -> int:
+    from sb3_snake.optimizations import choose_num_threads
+
+    return choose_num_threads(settings.num_threads, resolve_device(device).type, cpu_cores())[0]
+
+
+# ---------------------------------------------------------------------- signals
+
+
+@contextmanager
+def stop_on_signals(stop: Any) -> Iterator[list[int]]:
+    """SIGINT/SIGTERM: the first asks the run to stop after this step and save; a second, or
+    one before training started, aborts at once (KeyboardInterrupt). Yields the signals seen."""
+    received: list[int] = []
+
+    def handle(signum: int, frame: Any) -> None:
+        received.append(signum)
+        first = not stop.requested
+        stop.request(signal.Signals(signum).name)
+        if stop.phase in ("preparing", "finished") or not first:
+            raise KeyboardInterrupt
+        doing = "stopping after this step, saving..." if stop.phase == "training" else "saving..."
+        typer.echo(f"{doing} (Ctrl-C again to abort)", err=True)
+
+    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield received
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def signal_exit_code(received: list[int]) -> int:
+    """128 + the signal's number, as shells report it: 130 for SIGINT, 143 for SIGTERM."""
+    return 128 + (received[-1] if received else signal.SIGINT)
+
+
+# ---------------------------------------------------------------------- train
+
+
+RUN = "Run, checkpoints and logging"
 
 
 @app.command()
+@with_parameters(config_parameters(), settings_parameters())
 def train(
-    episodes: Annotated[
-        int | None,
-        typer.Option(
-            help="Stop once this many episodes (all envs together) finished (default: 1000 when no other limit).",
-            rich_help_panel=RUN,
-        ),
-    ] = None,
-    timesteps: Annotated[
-        int | None, typer.Option(help="Stop after this many env steps (all envs together).", rich_help_panel=RUN)
-    ] = None,
-    time_limit: Annotated[
-        float | None, typer.Option(help="Stop after this many minutes of training.", rich_help_panel=RUN)
-    ] = None,
-    batch_size: BatchSizeOption = None,
-    compile: CompileOption = None,
-    flash_attention: FlashAttentionOption = None,
-    bf16: Bf16Option = None,
-    env_file: EnvFileOption = None,
-    device: Annotated[str, typer.Option(help="auto, cpu or cuda.", rich_help_panel=ENVIRONMENT)] = "auto",
-    n_envs: Annotated[int, typer.Option(min=1, help="Games stepped together.", rich_help_panel=ENVIRONMENT)] = 16,
-    board_size: Annotated[int, typer.Option(help="Side of the board (at least 4).", rich_help_panel=ENVIRONMENT)] = 10,
-    seed: Annotated[int, typer.Option(help="Seed of envs, networks and exploration.", rich_help_panel=ENVIRONMENT)] = 0,
-    learning_rate: Annotated[float, typer.Option(help="Adam step size.", rich_help_panel=DQN)] = 5e-4,
-    buffer_size: Annotated[
-        int, typer.Option(min=1, help="Replay capacity (transitions).", rich_help_panel=DQN)
-    ] = 100_000,
-    learning_starts: Annotated[
-        int, typer.Option(min=0, help="Env steps before learning.", rich_help_panel=DQN)
-    ] = 1_000,
-    replay_ratio: Annotated[
-        float, typer.Option(min=0.001, help="Gradient samples per env step.", rich_help_panel=DQN)
-    ] = 32.0,
-    train_freq: Annotated[
-        int | None,
-        typer.Option(
-            min=1, help="Vector-env steps between updates (default: from --replay-ratio).", rich_help_panel=DQN
-        ),
-    ] = None,
-    gradient_steps: Annotated[
-        int | None,
-        typer.Option(min=1, help="Gradient steps per update (default: from --replay-ratio).", rich_help_panel=DQN),
-    ] = None,
-    gamma: Annotated[float, typer.Option(min=0.0, max=1.0, help="Discount.", rich_help_panel=DQN)] = 0.99,
-    target_update_interval: Annotated[
-        int, typer.Option(min=1, help="Env steps between target copies.", rich_help_panel=DQN)
-    ] = 1_000,
-    exploration_initial_eps: Annotated[
-        float, typer.Option(min=0.0, max=1.0, help="Epsilon at the start.", rich_help_panel=DQN)
-    ] = 1.0,
-    exploration_final_eps: Annotated[
-        float, typer.Option(min=0.0, max=1.0, help="Epsilon after the decay.", rich_help_panel=DQN)
-    ] = 0.02,
-    exploration_steps: Annotated[
-        int, typer.Option(min=1, help="Env steps of linear epsilon decay.", rich_help_panel=DQN)
-    ] = 10_000,
-    double_dqn: Annotated[
-        bool, typer.Option("--double-dqn/--no-double-dqn", help="Double DQN targets.", rich_help_panel=DQN)
-    ] = False,
-    dueling: Annotated[
-        bool, typer.Option("--dueling/--no-dueling", help="Dueling head: Q = V + A - mean(A).", rich_help_panel=DQN)
-    ] = False,
-    head_view: Annotated[
-        bool,
-        typer.Option(
-            "--head-view/--no-head-view",
-            help="Give the attention extractor the board re-centred on the snake's head too.",
-            rich_help_panel=DQN,
-        ),
-    ] = True,
-    n_steps: Annotated[int, typer.Option(min=1, help="n-step returns.", rich_help_panel=DQN)] = 1,
-    symmetry_augmentation: Annotated[
-        bool,
-        typer.Option(
-            "--symmetry-augmentation/--no-symmetry-augmentation",
-            help="Replay each transition under a random one of the board's 8 symmetries.",
-            rich_help_panel=DQN,
-        ),
-    ] = False,
     name: Annotated[str | None, typer.Option(help="Run name: writes into runs/NAME.", rich_help_panel=RUN)] = None,
-    output: Annotated[Path | None, typer.Option(help="Run directory (overrides --name).", rich_help_panel=RUN)] = None,
-    checkpoint_every: Annotated[
-        int | None, typer.Option(min=1, help="Episodes between atomic checkpoints.", rich_help_panel=RUN)
-    ] = None,
-    save_replay_buffer: Annotated[
-        bool, typer.Option(help="Save the replay buffer with checkpoints and model.", rich_help_panel=RUN)
+    output: Annotated[Path | None, typer.Option(help="Run folder (overrides --name).", rich_help_panel=RUN)] = None,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace the run already in that folder.", rich_help_panel=RUN)
     ] = False,
-    select_every: Annotated[
-        int | None,
-        typer.Option(
-            min=1,
-            help="Env steps between greedy evaluations; the best model is kept as best_model.zip.",
-            rich_help_panel=RUN,
-        ),
-    ] = None,
-    select_episodes: Annotated[
-        int, typer.Option(min=1, help="Greedy games per --select-every evaluation.", rich_help_panel=RUN)
-    ] = 32,
     resume: Annotated[
-        Path | None, typer.Option(help="Continue from this checkpoint or model.", rich_help_panel=RUN)
+        Path | None,
+        typer.Option(help="Continue from this checkpoint or model; options given change it.", rich_help_panel=RUN),
     ] = None,
-    wandb: Annotated[
-        bool, typer.Option("--wandb/--no-wandb", help="Log to Weights & Biases.", rich_help_panel=RUN)
+    trust_model: Annotated[
+        bool,
+        typer.Option("--trust-model", help="Load --resume with SB3's full loader (runs pickled code).", rich_help_panel=RUN),
     ] = False,
+    wandb: Annotated[bool, typer.Option("--wandb/--no-wandb", help="Log to Weights & Biases.", rich_help_panel=RUN)] = False,
     wandb_project: Annotated[str, typer.Option(help="W&B project.", rich_help_panel=RUN)] = "sb3-snake",
     wandb_mode: Annotated[
-        str, typer.Option(help="online, offline or disabled (WANDB_MODE wins).", rich_help_panel=RUN)
-    ] = "online",
-    verbose: Annotated[
-        int, typer.Option(min=0, max=2, help="1: print SB3's training metrics.", rich_help_panel=RUN)
-    ] = 0,
+        WandbMode, typer.Option(help="W&B mode (WANDB_MODE wins).", rich_help_panel=RUN)
+    ] = WandbMode("online"),
+    **options: Any,
 ) -> None:
     """Train SnakeDQN with the attention policy until the first of --episodes, --timesteps, --time-limit."""
-    from sb3_snake.training import TrainConfig, WandbOptions
+    from sb3_snake.optimizations import torch_threads
+    from sb3_snake.training import RunCancelled, StopRequest, TrainConfig, TrainingDiverged, WandbOptions, resume_config
     from sb3_snake.training import train as run_training
 
-    if wandb_mode not in WANDB_MODES:
-        raise _fail(f"--wandb-mode must be one of {', '.join(WANDB_MODES)}, got {wandb_mode!r}")
-    no_limit_given = episodes is None and timesteps is None and time_limit is None
-    settings = _load_settings(
-        env_file, batch_size=batch_size, use_torch_compile=compile, use_flash_attention=flash_attention, use_bf16=bf16
-    )
+    env_file = options.pop("env_file")
+    with user_errors():
+        settings = load_settings(env_file, options)
+        given = {key: value.value if isinstance(value, Enum) else value for key, value in options.items()}
+        given = {key: str(value) if isinstance(value, Path) else value for key, value in given.items() if value is not None}
+        if resume is not None:
+            config = resume_config(resume, trust_model, **given)
+        else:
+            config = TrainConfig(**given)
+        check_tensorboard(config.tensorboard_log)
+        wandb_options = WandbOptions(wandb, wandb_project, resolve_mode(wandb_mode.value) if wandb else "disabled")
+        threads = command_threads(settings, config.device)
+    run_dir = output or (Path("runs") / name if name else None)
+    stop = StopRequest()
     try:
-        config = TrainConfig(
-            episodes=DEFAULT_EPISODES if no_limit_given else episodes,
-            timesteps=timesteps,
-            time_limit_minutes=time_limit,
-            n_envs=n_envs,
-            board_size=board_size,
-            seed=seed,
-            device=device,
-            learning_rate=learning_rate,
-            buffer_size=buffer_size,
-            learning_starts=learning_starts,
-            replay_ratio=replay_ratio,
-            train_freq=train_freq,
-            gradient_steps=gradient_steps,
-            gamma=gamma,
-            target_update_interval=target_update_interval,
-            exploration_initial_eps=exploration_initial_eps,
-            exploration_final_eps=exploration_final_eps,
-            exploration_steps=exploration_steps,
-            double_dqn=double_dqn,
-            dueling=dueling,
-            head_view=head_view,
-            n_steps=n_steps,
-            symmetry_augmentation=symmetry_augmentation,
-            checkpoint_every=checkpoint_every,
-            save_replay_buffer=save_replay_buffer,
-            select_every=select_every,
-            select_episodes=select_episodes,
-            verbose=verbose,
+        with stop_on_signals(stop) as received, torch_threads(threads), user_errors():
+            summary = run_training(
+                config,
+                settings,
+                run_dir,
+                resume=resume,
+                trust_model=trust_model,
+                overwrite=overwrite,
+                wandb_options=wandb_options,
+                stop=stop,
+            )
+    except TrainingDiverged as error:
+        raise fail(str(error)) from None
+    except (KeyboardInterrupt, RunCancelled):
+        where = {"preparing": "before training started; nothing was saved"}.get(
+            stop.phase, "; files saved before it are intact and no partial file was left"
         )
-    except ValueError as error:
-        raise _fail(str(error)) from None
-    run_dir = output or Path("runs") / (name or datetime.now().strftime("%Y%m%d-%H%M%S"))
+        typer.echo(f"aborted {where}".replace("aborted ;", "aborted;"), err=True)
+        raise typer.Exit(signal_exit_code(received)) from None
+    report_training(summary)
+    if summary["stopped_by"] == "stop":
+        raise typer.Exit(signal_exit_code(received))
+
+
+def check_tensorboard(folder: str | None) -> None:
+    """``--tensorboard-log`` needs TensorBoard installed and a writable folder."""
+    if folder is None:
+        return
     try:
-        summary = run_training(
-            config, settings, run_dir, resume=resume, wandb_options=WandbOptions(wandb, wandb_project, wandb_mode)
-        )
-    except ValueError as error:
-        raise _fail(str(error)) from None
+        from torch.utils.tensorboard import SummaryWriter  # noqa: F401
+    except ImportError:
+        raise ValueError('--tensorboard-log needs TensorBoard: pip install "sb3-snake[tensorboard]"') from None
+    check_writable_dir(Path(folder), what="--tensorboard-log folder", create=True)
+
+
+def report_training(summary: dict[str, Any]) -> None:
     typer.echo(
         f"{summary['episodes']} episodes, {summary['env_steps']:,} env steps in {summary['wall_seconds']:.1f}s "
         f"({summary['env_steps_per_second']:,.0f} steps/s); mean score of the last 100: "
         f"{summary['mean_score_last_100']:.2f}, best {summary['best_score']}"
     )
-    if summary["stopped_by"] == "signal":
-        typer.echo("stopped by a signal; the model and summary were saved")
+    run_dir = Path(summary["run_dir"])
+    if summary["stopped_by"] == "stop":
+        typer.echo(f"stopped by {summary['stop_reason']}; the model and summary were saved")
     elif summary["stopped_by"] in ("timesteps", "time_limit"):
         typer.echo(f"stopped by the {summary['stopped_by'].replace('_', ' ')}")
     typer.echo(f"saved {run_dir / 'model.zip'} and {run_dir / 'summary.json'}")
@@ -293,14 +321,19 @@ def train(
         )
 
 
-def _load_model_or_exit(model: Path, env_file: Path | None):
-    from sb3_snake.training import load_model
+# ---------------------------------------------------------------------- eval, play, plot
 
-    settings = _load_settings(env_file)
-    try:
-        return load_model(model, settings)
-    except ValueError as error:
-        raise _fail(str(error)) from None
+TrustModelOption = Annotated[
+    bool, typer.Option("--trust-model", help="Use SB3's full loader, which runs pickled code: trusted files only.")
+]
+EnvFileOption = Annotated[Path | None, typer.Option(help="The .env to read (default: ./.env when present).")]
+
+
+def _load_for_acting(model: Path, env_file: Path | None, trusted: bool) -> Any:
+    from sb3_snake.persistence import load_model
+
+    with user_errors():
+        return load_model(model, load_settings(env_file, {}), trusted=trusted)
 
 
 @app.command("eval")
@@ -309,14 +342,16 @@ def evaluate_command(
     episodes: Annotated[int, typer.Option(help="Greedy games to play.")] = 100,
     seed: Annotated[int, typer.Option(help="Evaluation seed (offset far from training seeds).")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
-    env_file: Annotated[Path | None, typer.Option(help="The .env to read.")] = None,
+    env_file: EnvFileOption = None,
+    trust_model: TrustModelOption = False,
 ) -> None:
     """Greedy evaluation on fresh seeds: mean, median and max score, mean length, win rate."""
-    from sb3_snake.evaluation import evaluate
+    from sb3_snake.evaluation import check_evaluation, evaluate
 
-    if episodes < 1:
-        raise _fail(f"--episodes must be at least 1, got {episodes}")
-    result = evaluate(_load_model_or_exit(model, env_file), episodes, seed)
+    with user_errors():
+        check_evaluation(episodes, seed)
+    loaded = _load_for_acting(model, env_file, trust_model)
+    result = evaluate(loaded, episodes, seed)
     if as_json:
         typer.echo(json.dumps(result))
     else:
@@ -331,14 +366,23 @@ def evaluate_command(
 def play(
     model: Annotated[Path, typer.Argument(help="A saved model (.zip).")],
     seed: Annotated[int, typer.Option(help="Game seed.")] = 0,
-    fps: Annotated[float, typer.Option(min=0.0, help="Frames per second of the animation.")] = 10.0,
+    fps: Annotated[float, typer.Option(help="Frames per second of the animation.")] = 10.0,
     gif: Annotated[Path | None, typer.Option(help="Record the game to this GIF instead of animating it.")] = None,
-    env_file: Annotated[Path | None, typer.Option(help="The .env to read.")] = None,
+    env_file: EnvFileOption = None,
+    trust_model: TrustModelOption = False,
 ) -> None:
     """Play one greedy game, animated in the terminal or recorded as a GIF."""
+    from sb3_snake.evaluation import check_evaluation
     from sb3_snake.evaluation import play as play_game
 
-    result = play_game(_load_model_or_exit(model, env_file), seed=seed, fps=fps, gif=gif, out=sys.stdout)
+    with user_errors():
+        check_evaluation(1, seed)
+        if not (math.isfinite(fps) and fps >= 0):
+            raise ValueError(f"--fps must be a finite number >= 0, got {fps}")
+        if gif is not None:
+            check_writable_file(gif, (".gif",), what="--gif")
+    loaded = _load_for_acting(model, env_file, trust_model)
+    result = play_game(loaded, seed=seed, fps=fps, gif=gif, out=sys.stdout)
     typer.echo(
         f"score {result['score']}, length {result['length']}, {result['steps']} steps"
         + (f"; saved {result['gif']}" if result["gif"] else "")
@@ -347,18 +391,67 @@ def play(
 
 @app.command()
 def plot(
-    run_dir: Annotated[Path, typer.Argument(help="A run directory written by sb3-snake train.")],
+    run_dir: Annotated[Path, typer.Argument(help="A run folder written by sb3-snake train.")],
     output: Annotated[Path | None, typer.Option(help="PNG to write (default: RUN_DIR/learning_curve.png).")] = None,
     window: Annotated[int, typer.Option(min=1, help="Episodes in the moving average.")] = 100,
 ) -> None:
     """Draw the learning curve: score per episode and its moving average, against env steps and time."""
     from sb3_snake.plotting import plot_learning_curve
 
-    try:
+    with user_errors():
+        if output is not None:
+            check_writable_file(output, (".png",), what="plot output")
         path = plot_learning_curve(run_dir, output, window)
-    except ValueError as error:
-        raise _fail(str(error)) from None
     typer.echo(f"saved {path}")
+
+
+# ---------------------------------------------------------------------- benchmarks
+
+
+def _parse_int_list(text: str, option: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        raise ValueError(f"{option}: expected comma-separated positive integers such as 64,4096, got {text!r}")
+    return values
+
+
+def _parse_combinations(text: str) -> tuple[str, ...]:
+    """Comma-separated optimization combinations of the gradient benchmark."""
+    from sb3_snake.benchmark import gradient_step
+
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in names if name not in gradient_step.COMBINATIONS]
+    if unknown or not names:
+        raise ValueError(
+            f"--combinations: unknown {', '.join(unknown) or '(none given)'}; "
+            f"choose from {', '.join(gradient_step.COMBINATIONS)}"
+        )
+    return names
+
+
+ThreadsOption = Annotated[str | None, typer.Option(help="torch intra-op threads (default: torch's).")]
+OutputOption = Annotated[Path, typer.Option(help="Folder for the JSON results.")]
+
+
+def _benchmark_threads(threads: str | None) -> int | None:
+    if threads is None:
+        return None
+    value = OptimizationSettings.parse("num_threads", threads)
+    return cpu_cores() if value == "auto" else value
+
+
+@contextmanager
+def _maybe_threads(count: int | None) -> Iterator[None]:
+    from sb3_snake.optimizations import torch_threads
+
+    if count is None:
+        yield
+    else:
+        with torch_threads(count):
+            yield
 
 
 @app.command("benchmark-env")
@@ -367,34 +460,35 @@ def benchmark_env(
         map(str, DEFAULT_NUM_ENVS)
     ),
     device: Annotated[
-        list[str] | None, typer.Option(help="cpu or cuda; repeat for both (default: all present).")
+        list[Device] | None, typer.Option(help="cpu or cuda; repeat for both (default: all present).")
     ] = None,
     repeats: Annotated[int, typer.Option(min=1, help="Timed runs per configuration (median reported).")] = 5,
     seconds: Annotated[float, typer.Option(min=0.01, help="Seconds per timed run.")] = 0.5,
-    threads: Annotated[int | None, typer.Option(min=1, help="torch intra-op threads (default: torch's).")] = None,
-    output: Annotated[Path, typer.Option(help="Folder for the JSON results.")] = RESULTS_DIR,
+    threads: ThreadsOption = None,
+    output: OutputOption = RESULTS_DIR,
 ) -> None:
     """Env steps/s of the batched env at several sizes against a Python loop over one SnakeEnv."""
-    sizes = _parse_int_list(num_envs, "--num-envs")
-    for name in device or []:
-        if name not in ("cpu", "cuda"):
-            raise typer.BadParameter(f"expected cpu or cuda, got {name!r}", param_hint="--device")
-        if name == "cuda" and not torch.cuda.is_available():
-            raise typer.BadParameter(
-                "cuda was requested but no CUDA GPU is available; use --device cpu", param_hint="--device"
-            )
-    if threads is not None:
-        torch.set_num_threads(threads)
-    typer.echo(
-        f"Measuring {len(sizes)} sizes, {repeats} runs of {seconds:g}s each, {torch.get_num_threads()} torch threads..."
-    )
-    report = run_env_benchmark(
-        sizes,
-        device or None,
-        seconds_per_repeat=seconds,
-        repeats=repeats,
-        progress=lambda r: typer.echo(f"  {r.env} {r.api} {r.device} x{r.num_envs}: {r.steps_per_second:,.0f} steps/s"),
-    )
+    import torch
+
+    from sb3_snake.benchmark.env_throughput import format_table, run_env_benchmark
+    from sb3_snake.benchmark.results import save_results
+
+    with user_errors():
+        sizes = _parse_int_list(num_envs, "--num-envs")
+        devices = [check_device(d.value, allow_auto=False) for d in device or []]
+        count = _benchmark_threads(threads)
+        check_writable_dir(output, what="--output folder", create=True)
+    with _maybe_threads(count):
+        typer.echo(
+            f"Measuring {len(sizes)} sizes, {repeats} runs of {seconds:g}s each, {torch.get_num_threads()} torch threads..."
+        )
+        report = run_env_benchmark(
+            sizes,
+            devices or None,
+            seconds_per_repeat=seconds,
+            repeats=repeats,
+            progress=lambda r: typer.echo(f"  {r.env} {r.api} {r.device} x{r.num_envs}: {r.steps_per_second:,.0f} steps/s"),
+        )
     typer.echo(format_table(report))
     typer.echo(f"Saved {save_results('env_throughput', report, output)}")
 
@@ -402,39 +496,40 @@ def benchmark_env(
 @app.command("benchmark-grad")
 def benchmark_grad(
     batch_sizes: Annotated[str, typer.Option(help="Comma-separated batch sizes.")] = ",".join(
-        map(str, gradient_step.DEFAULT_BATCH_SIZES)
+        map(str, DEFAULT_BATCH_SIZES)
     ),
-    combinations: Annotated[str, typer.Option(help="Comma-separated combinations.")] = ",".join(
-        gradient_step.COMBINATIONS
-    ),
-    device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
+    combinations: Annotated[str | None, typer.Option(help="Comma-separated combinations (default: all).")] = None,
+    device: Annotated[Device, typer.Option(help="cpu or cuda.")] = Device.cpu,
     gradient_steps: Annotated[int, typer.Option(min=1, help="Gradient steps per timed run.")] = 4,
     repeats: Annotated[int, typer.Option(min=1, help="Timed runs per configuration (median reported).")] = 3,
-    threads: Annotated[int | None, typer.Option(min=1, help="torch intra-op threads (default: torch's).")] = None,
-    output: Annotated[Path, typer.Option(help="Folder for the JSON results.")] = RESULTS_DIR,
+    threads: ThreadsOption = None,
+    output: OutputOption = RESULTS_DIR,
 ) -> None:
     """Gradient samples/s of SnakeDQN for each batch size and optimization combination."""
-    sizes = _parse_int_list(batch_sizes, "--batch-sizes")
-    names = _parse_combinations(combinations)
-    if device not in ("cpu", "cuda") or (device == "cuda" and not torch.cuda.is_available()):
-        raise typer.BadParameter(
-            f"device must be cpu, or cuda on a machine with a GPU; got {device!r}", param_hint="--device"
+    from sb3_snake.benchmark import gradient_step
+    from sb3_snake.benchmark.results import save_results
+
+    with user_errors():
+        sizes = _parse_int_list(batch_sizes, "--batch-sizes")
+        names = _parse_combinations(combinations) if combinations is not None else tuple(gradient_step.COMBINATIONS)
+        target = resolve_device(check_device(device.value)).type
+        count = _benchmark_threads(threads)
+        check_writable_dir(output, what="--output folder", create=True)
+    with _maybe_threads(count):
+        report = gradient_step.run_gradient_step_benchmark(
+            sizes,
+            names,
+            target,
+            gradient_steps,
+            repeats,
+            progress=lambda r: typer.echo(f"  {r.combination} batch {r.batch_size}: {r.samples_per_second:,.0f} samples/s"),
         )
-    if threads is not None:
-        torch.set_num_threads(threads)
-    report = gradient_step.run_gradient_step_benchmark(
-        sizes,
-        names,
-        device,
-        gradient_steps,
-        repeats,
-        progress=lambda r: typer.echo(f"  {r.combination} batch {r.batch_size}: {r.samples_per_second:,.0f} samples/s"),
-    )
     typer.echo(gradient_step.format_table(report))
     typer.echo(f"Saved {save_results('gradient_step', report, output)}")
 
 
 @app.command()
+@with_parameters(settings_parameters())
 def benchmark(
     batch_sizes: Annotated[
         str | None,
@@ -444,7 +539,7 @@ def benchmark(
         str | None,
         typer.Option(help="Comma-separated optimization combinations (default: all; quick: those without compile)."),
     ] = None,
-    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    device: Annotated[Device, typer.Option(help="auto, cpu or cuda.")] = Device.auto,
     repeats: Annotated[int, typer.Option(min=1, help="Timed runs per figure (median reported).")] = 3,
     quick: Annotated[bool, typer.Option("--quick", help="A short run: under 2 minutes on a 2-core CPU.")] = False,
     end_to_end: Annotated[
@@ -454,15 +549,11 @@ def benchmark(
     write_env: Annotated[
         bool, typer.Option("--write-env", help="Write the chosen batch size and flags into the .env file.")
     ] = False,
-    batch_size: BatchSizeOption = None,
-    compile: CompileOption = None,
-    flash_attention: FlashAttentionOption = None,
-    bf16: Bf16Option = None,
-    env_file: EnvFileOption = None,
     wandb: Annotated[bool, typer.Option("--wandb/--no-wandb", help="Log the results to Weights & Biases.")] = False,
     wandb_project: Annotated[str, typer.Option(help="W&B project.")] = "sb3-snake",
-    wandb_mode: Annotated[str, typer.Option(help="online, offline or disabled (WANDB_MODE wins).")] = "online",
-    output: Annotated[Path, typer.Option(help="Folder for the JSON results.")] = RESULTS_DIR,
+    wandb_mode: Annotated[WandbMode, typer.Option(help="W&B mode (WANDB_MODE wins).")] = WandbMode("online"),
+    output: OutputOption = RESULTS_DIR,
+    **options: Any,
 ) -> None:
     """Gradient-step sweep and end-to-end training speed against plain SB3, in one run.
 
@@ -471,64 +562,59 @@ def benchmark(
     benchmark_results/benchmark_results_full_<UTC>.json.
     """
     from sb3_snake.benchmark.full import BenchmarkPlan, format_report, log_to_wandb, run_benchmark
-    from sb3_snake.report import resolve_device
+    from sb3_snake.benchmark.results import save_results
+    from sb3_snake.optimizations import torch_threads
     from sb3_snake.settings import write_env_file
     from sb3_snake.tracking import WandbRun
 
-    if wandb_mode not in WANDB_MODES:
-        raise _fail(f"--wandb-mode must be one of {', '.join(WANDB_MODES)}, got {wandb_mode!r}")
-    if device not in ("auto", "cpu", "cuda"):
-        raise _fail(f"--device must be auto, cpu or cuda, got {device!r}")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise _fail("--device cuda was requested but no CUDA GPU is available; use --device cpu or auto")
-    changes: dict[str, object] = {"repeats": repeats, "end_to_end": end_to_end}
-    changes["device"] = resolve_device(device).type
-    if batch_sizes is not None:
-        changes["batch_sizes"] = tuple(_parse_int_list(batch_sizes, "--batch-sizes"))
-    if combinations is not None:
-        changes["combinations"] = _parse_combinations(combinations)
-    plan = BenchmarkPlan.quick(**changes) if quick else BenchmarkPlan(**changes)
+    env_file = options.pop("env_file")
     target_env = env_file or Path(".env")
-    settings = _load_settings(
-        env_file, batch_size=batch_size, use_torch_compile=compile, use_flash_attention=flash_attention, use_bf16=bf16
-    )
+    with user_errors():
+        settings = load_settings(env_file, options)
+        changes: dict[str, object] = {"repeats": repeats, "end_to_end": end_to_end}
+        changes["device"] = resolve_device(check_device(device.value)).type
+        if batch_sizes is not None:
+            changes["batch_sizes"] = tuple(_parse_int_list(batch_sizes, "--batch-sizes"))
+        if combinations is not None:
+            changes["combinations"] = _parse_combinations(combinations)
+        mode = resolve_mode(wandb_mode.value) if wandb else "disabled"
+        check_writable_dir(output, what="--output folder", create=True)
+        if write_env:
+            check_env_file_writable(target_env)
+    plan = BenchmarkPlan.quick(**changes) if quick else BenchmarkPlan(**changes)
 
     typer.echo(
         f"Gradient sweep: {len(plan.combinations)} combinations x {len(plan.batch_sizes)} batch sizes on "
         f"{plan.device}, {plan.repeats} repeats each" + ("; then end-to-end training speed" if end_to_end else "")
     )
-    report = run_benchmark(plan, settings, progress=typer.echo)
+    with torch_threads(command_threads(settings, plan.device)):
+        report = run_benchmark(plan, settings, progress=typer.echo)
     typer.echo(format_report(report))
     path = save_results("benchmark_results_full", report, output)
     typer.echo(f"Saved {path}")
 
     if write_env:
         best = report["best"]
-        write_env_file(
-            target_env,
-            note=f"{path.name}: {best['combination']} at batch {best['batch_size']}",
-            batch_size=best["batch_size"],
-            use_bf16=best["use_bf16"],
-            use_flash_attention=best["use_flash_attention"],
-            use_torch_compile=best["use_torch_compile"],
-        )
+        with user_errors():
+            write_env_file(
+                target_env,
+                note=f"{path.name}: {best['combination']} at batch {best['batch_size']}",
+                batch_size=best["batch_size"],
+                use_bf16=best["use_bf16"],
+                use_flash_attention=best["use_flash_attention"],
+                use_torch_compile=best["use_torch_compile"],
+            )
         typer.echo(
             f"Wrote OPTIMAL_BATCH_SIZE={best['batch_size']}, USE_BF16, USE_FLASH_ATTENTION and "
             f"USE_TORCH_COMPILE ({best['combination']}) into {target_env}"
         )
     if wandb:
-        run_dir = Path("runs") / path.stem
-        tracking = WandbRun(
-            wandb_project,
-            wandb_mode,
-            {key: report[key] for key in ("system", "plan", "settings")},
-            run_dir,
-            name=path.stem,
-            notify=typer.echo,
-        )
+        config = {key: report[key] for key in ("system", "plan", "settings")}
+        tracking = WandbRun(wandb_project, mode, config, Path("runs") / path.stem, name=path.stem, notify=typer.echo)
         log_to_wandb(report, tracking)
         typer.echo(f"W&B: {tracking.mode}")
 
 
 def main() -> None:
     app()
+

@@ -23,6 +23,16 @@ from sb3_snake.envs import BatchedSnakeVecEnv, SnakeEnv
 EVAL_SEED_OFFSET = 1_000_000_007
 #: Seeds of the evaluations that select the best model during training.
 SELECTION_SEED_OFFSET = 2_000_000_011
+#: The largest seed a user may give (seeds reach NumPy's 32-bit legacy seeding through SB3).
+MAX_SEED = 2**32 - 1
+
+
+def check_evaluation(episodes: int, seed: int) -> None:
+    """Raise ValueError (naming the option) unless ``episodes`` and ``seed`` can be played."""
+    if episodes < 1:
+        raise ValueError(f"--episodes must be at least 1, got {episodes}")
+    if not 0 <= seed <= MAX_SEED:
+        raise ValueError(f"--seed must be from 0 to {MAX_SEED}, got {seed}")
 
 
 def evaluate(
@@ -34,8 +44,7 @@ def evaluate(
     not over-represented (stopping at the first ``episodes`` finished games would bias the
     sample towards quick deaths).
     """
-    if episodes < 1:
-        raise ValueError(f"episodes must be at least 1, got {episodes}")
+    check_evaluation(episodes, seed)
     board_size = model.observation_space.shape[-1]
     n_envs = min(episodes, max_envs)
     quota = np.full(n_envs, episodes // n_envs)

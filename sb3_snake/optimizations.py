@@ -16,14 +16,15 @@ the one context that wraps the networks' forward passes:
   (``nn.Module.compile``), which keeps their state_dict keys, so models save and load the same
   with and without it. A compile error found by the warm-up forward pass turns it off, with
   the error as the reason.
-- **Threads**: ``torch.set_num_threads`` with the number chosen by :func:`choose_num_threads`.
+- **Threads**: the number is decided here (:func:`choose_num_threads`), but set only by the
+  entry point that owns the process, through :func:`torch_threads` (the CLI wraps each command
+  in it). Building or loading a model never changes the process's thread count.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from sb3_snake import system
 from sb3_snake.settings import OptimizationSettings
 
 if TYPE_CHECKING:
@@ -59,27 +61,6 @@ class Decision:
         if self.active:
             return "enabled"
         return "disabled" if not self.requested else f"disabled ({self.reason})"
-
-
-# ---------------------------------------------------------------------- what the machine has
-
-
-def cpu_has_native_bf16() -> bool:
-    """True when the CPU has AVX512-BF16 or AMX, so bf16 autocast is a real speed-up."""
-    return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
-
-
-def cuda_supports_bf16(device: torch.device) -> bool:
-    return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-
-
-def compile_unavailable_reason() -> str:
-    """Why ``torch.compile`` cannot be used here, or ``""`` when it can."""
-    if not hasattr(torch, "compile"):
-        return f"torch {torch.__version__} has no torch.compile"
-    if not torch._dynamo.is_dynamo_supported():
-        return "torch.compile is not supported on this Python or platform"
-    return ""
 
 
 # ---------------------------------------------------------------------- decisions (pure)
@@ -163,7 +144,7 @@ def probe_flash(device: torch.device, dtype: torch.dtype) -> tuple[bool, str]:
 
 def probe_compile() -> tuple[bool, str]:
     """Compile and run a tiny function (takes seconds: a C++ compiler is invoked on CPU)."""
-    reason = compile_unavailable_reason()
+    reason = system.compile_unavailable_reason()
     if reason:
         return False, reason
     try:
@@ -191,13 +172,13 @@ class ActiveOptimizations:
     @classmethod
     def decide(cls, settings: OptimizationSettings, device: torch.device | str) -> ActiveOptimizations:
         device = torch.device(device)
-        hardware_bf16 = cuda_supports_bf16(device) if device.type == "cuda" else cpu_has_native_bf16()
+        hardware_bf16 = system.cuda_supports_bf16() if device.type == "cuda" else system.cpu_has_native_bf16()
         bf16 = decide_bf16(settings.use_bf16, device.type, hardware_bf16)
         kernel_dtype = torch.bfloat16 if bf16.active else torch.float32
         flash_runs = probe_flash(device, kernel_dtype)[0] if settings.use_flash_attention else True
         flash = decide_flash(settings.use_flash_attention, device.type, bf16.active, flash_runs)
-        compile_decision = decide_compile(settings.use_torch_compile, compile_unavailable_reason())
-        threads, why = choose_num_threads(settings.num_threads, device.type, os.cpu_count())
+        compile_decision = decide_compile(settings.use_torch_compile, system.compile_unavailable_reason())
+        threads, why = choose_num_threads(settings.num_threads, device.type, system.cpu_cores())
         return cls(settings, str(device), bf16, flash, compile_decision, threads, why)
 
     @property
@@ -233,14 +214,25 @@ class ActiveOptimizations:
         return {"bf16": self.bf16, "flash_attention": self.flash, "torch_compile": self.compile}[name]
 
 
+@contextlib.contextmanager
+def torch_threads(count: int) -> Iterator[None]:
+    """torch's intra-op thread count set to ``count`` inside, and restored on leaving."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
 def apply_optimizations(model: DQN, settings: OptimizationSettings) -> ActiveOptimizations:
     """Apply ``settings`` to a DQN model in place and return what is really active.
 
-    Sets torch's thread count, gives both Q-networks the forward context, and compiles them
-    when asked; a compile that fails its warm-up forward pass is undone and reported off.
+    Gives both Q-networks the forward context, and compiles them when asked; a compile that
+    fails its warm-up forward pass is undone and reported off. The thread count is decided
+    (``active.num_threads``) but not set: that is :func:`torch_threads`'s, for the entry point.
     """
     active = ActiveOptimizations.decide(settings, model.device)
-    torch.set_num_threads(active.num_threads)
     for network in (model.q_net, model.q_net_target):
         network.forward_context = active.forward_context
     for decision in (active.bf16, active.flash):

@@ -12,42 +12,17 @@ from typing import Any
 
 import torch
 
-from sb3_snake.benchmark.system import cpu_model
-from sb3_snake.optimizations import (
-    ActiveOptimizations,
-    compile_unavailable_reason,
-    cpu_has_native_bf16,
-    cuda_supports_bf16,
-    probe_bf16,
-    probe_compile,
-    probe_flash,
-)
+from sb3_snake import system
+from sb3_snake.optimizations import ActiveOptimizations, probe_bf16, probe_compile, probe_flash
 from sb3_snake.settings import OptimizationSettings
-
-#: The command-line flags that override each setting.
-CLI_FLAGS = {
-    "batch_size": "--batch-size N",
-    "use_torch_compile": "--compile / --no-compile",
-    "use_flash_attention": "--flash-attention / --no-flash-attention",
-    "use_bf16": "--bf16 / --no-bf16",
-    "compile_mode": "(.env or environment: TORCH_COMPILE_MODE)",
-    "num_threads": "(.env or environment: TORCH_NUM_THREADS)",
-}
-
-
-def resolve_device(device: str) -> torch.device:
-    """``auto`` is CUDA when a GPU is there, else the CPU."""
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
 
 
 def capability_report(
     settings: OptimizationSettings, device: str = "auto", probe_compile_now: bool = False
 ) -> dict[str, Any]:
     """What the machine supports and what will be active with ``settings`` on ``device``."""
-    target = resolve_device(device)
-    bf16_native = cuda_supports_bf16(target) if target.type == "cuda" else cpu_has_native_bf16()
+    target = system.resolve_device(device)
+    bf16_native = system.cuda_supports_bf16() if target.type == "cuda" else system.cpu_has_native_bf16()
     bf16_runs, bf16_error = probe_bf16(target)
     flash_fp32, flash_fp32_error = probe_flash(target, torch.float32)
     flash_bf16, flash_bf16_error = probe_flash(target, torch.bfloat16)
@@ -55,7 +30,7 @@ def capability_report(
         compile_ok, compile_error = probe_compile()
         compile_note = "probed: compiled and ran a tiny function" if compile_ok else compile_error
     else:
-        compile_error = compile_unavailable_reason()
+        compile_error = system.compile_unavailable_reason()
         compile_ok = not compile_error
         compile_note = compile_error or "torch.compile is present (not probed; --probe-compile runs it)"
     active = ActiveOptimizations.decide(settings, target)
@@ -63,7 +38,7 @@ def capability_report(
         "torch": torch.__version__,
         "python": platform.python_version(),
         "device": str(target),
-        "device_name": torch.cuda.get_device_name(target) if target.type == "cuda" else cpu_model(),
+        "device_name": torch.cuda.get_device_name(target) if target.type == "cuda" else system.cpu_model(),
         "cuda_available": torch.cuda.is_available(),
         "available": {
             "bf16": {"native": bf16_native, "autocast_runs": bf16_runs, "note": bf16_error},
@@ -79,7 +54,7 @@ def capability_report(
                 "value": value,
                 "source": settings.source(name),
                 "key": settings.env_key(name),
-                "cli": CLI_FLAGS[name],
+                "cli": settings.flag(name),
             }
             for name, value in settings.as_dict().items()
         },

@@ -6,35 +6,44 @@ won. Nothing is read at import time; :meth:`OptimizationSettings.load` reads whe
 
 Keys (environment variables and ``.env``):
 
-=====================  =====================  ===================================================
-key                    field                  values
-=====================  =====================  ===================================================
-OPTIMAL_BATCH_SIZE     batch_size             integer > 0
-USE_TORCH_COMPILE      use_torch_compile      true/false, 1/0, yes/no, on/off (any case)
-USE_FLASH_ATTENTION    use_flash_attention    same
-USE_BF16               use_bf16               same
-TORCH_COMPILE_MODE     compile_mode           default, reduce-overhead, max-autotune,
-                                              max-autotune-no-cudagraphs
-TORCH_NUM_THREADS      num_threads            integer > 0, or auto
-=====================  =====================  ===================================================
+=====================  =====================  ========================  ==================================
+key                    field                  flag                      values
+=====================  =====================  ========================  ==================================
+OPTIMAL_BATCH_SIZE     batch_size             --batch-size              integer > 0
+USE_TORCH_COMPILE      use_torch_compile      --compile/--no-compile    true/false, 1/0, yes/no, on/off
+USE_FLASH_ATTENTION    use_flash_attention    --flash-attention/...     same
+USE_BF16               use_bf16               --bf16/--no-bf16          same
+TORCH_COMPILE_MODE     compile_mode           --compile-mode            default, reduce-overhead,
+                                                                        max-autotune,
+                                                                        max-autotune-no-cudagraphs
+TORCH_NUM_THREADS      num_threads            --threads                 auto, or 1 to 4x the CPU cores
+=====================  =====================  ========================  ==================================
+
+A ``.env`` file holds these keys and nothing else: a line that cannot be parsed, a key without
+a value and an unknown key (named with the nearest known one) are errors, never skipped.
 """
 
 from __future__ import annotations
 
+import difflib
+import io
 import os
+import stat
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from dotenv import dotenv_values, set_key
+from dotenv import set_key
+from dotenv.parser import parse_stream
+
+from sb3_snake.paths import check_writable_file
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
-
-#: Where each field's value may come from, highest precedence first.
-SOURCES = ("override", "environment", ".env", "default")
+#: Threads per core beyond which ``TORCH_NUM_THREADS`` is refused (huge counts crash OpenMP).
+MAX_THREADS_PER_CORE = 4
 
 
 class SettingsError(ValueError):
@@ -60,13 +69,28 @@ def _parse_positive_int(text: str) -> int:
     return value
 
 
+def max_threads() -> int:
+    return MAX_THREADS_PER_CORE * (os.cpu_count() or 1)
+
+
+def _threads_problem(value: Any) -> str:
+    if value == "auto":
+        return ""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= max_threads():
+        return f"expected auto or an integer from 1 to {max_threads()} ({MAX_THREADS_PER_CORE}x this machine's cores)"
+    return ""
+
+
 def _parse_threads(text: str) -> int | str:
-    if str(text).strip().lower() == "auto":
-        return "auto"
+    text = str(text).strip().lower()
     try:
-        return _parse_positive_int(text)
+        value: int | str = "auto" if text == "auto" else int(text)
     except ValueError:
-        raise ValueError("expected a positive integer or auto") from None
+        value = text
+    problem = _threads_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
 
 
 def _parse_compile_mode(text: str) -> str:
@@ -78,17 +102,30 @@ def _parse_compile_mode(text: str) -> str:
 
 @dataclass(frozen=True)
 class _Key:
-    name: str
+    name: str  #: the environment / .env key
     parse: Callable[[str], Any]
+    flag: str  #: the command-line option that overrides it (``--x/--no-x`` for switches)
+    help: str  #: one line for --help
 
 
 _KEYS: dict[str, _Key] = {
-    "batch_size": _Key("OPTIMAL_BATCH_SIZE", _parse_positive_int),
-    "use_torch_compile": _Key("USE_TORCH_COMPILE", _parse_bool),
-    "use_flash_attention": _Key("USE_FLASH_ATTENTION", _parse_bool),
-    "use_bf16": _Key("USE_BF16", _parse_bool),
-    "compile_mode": _Key("TORCH_COMPILE_MODE", _parse_compile_mode),
-    "num_threads": _Key("TORCH_NUM_THREADS", _parse_threads),
+    "batch_size": _Key(
+        "OPTIMAL_BATCH_SIZE", _parse_positive_int, "--batch-size", "Replay samples per gradient step."
+    ),
+    "use_torch_compile": _Key(
+        "USE_TORCH_COMPILE", _parse_bool, "--compile/--no-compile", "torch.compile the Q-networks."
+    ),
+    "use_flash_attention": _Key(
+        "USE_FLASH_ATTENTION",
+        _parse_bool,
+        "--flash-attention/--no-flash-attention",
+        "Restrict SDPA to the FlashAttention kernel.",
+    ),
+    "use_bf16": _Key("USE_BF16", _parse_bool, "--bf16/--no-bf16", "bfloat16 autocast in forward passes."),
+    "compile_mode": _Key(
+        "TORCH_COMPILE_MODE", _parse_compile_mode, "--compile-mode", f"torch.compile mode: {', '.join(COMPILE_MODES)}."
+    ),
+    "num_threads": _Key("TORCH_NUM_THREADS", _parse_threads, "--threads", "torch intra-op threads, or auto."),
 }
 
 
@@ -114,7 +151,8 @@ class OptimizationSettings:
     compile_mode: str = "default"
     #: torch intra-op threads; ``auto`` chooses by the rule in ``optimizations.choose_num_threads``.
     num_threads: int | str = "auto"
-    #: Where each field's value came from (one of SOURCES).
+    #: Where each field's value came from: override, environment, .env or default (a resumed
+    #: run's batch size: resumed model).
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -126,9 +164,8 @@ class OptimizationSettings:
                 problems.append(f"{name}={getattr(self, name)!r}: expected True or False")
         if self.compile_mode not in COMPILE_MODES:
             problems.append(f"compile_mode={self.compile_mode!r}: expected one of {', '.join(COMPILE_MODES)}")
-        threads = self.num_threads
-        if threads != "auto" and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-            problems.append(f"num_threads={threads!r}: expected a positive integer or 'auto'")
+        if _threads_problem(self.num_threads):
+            problems.append(f"num_threads={self.num_threads!r}: {_threads_problem(self.num_threads)}")
         if problems:
             raise SettingsError("; ".join(problems))
         object.__setattr__(self, "sources", {name: self.sources.get(name, "default") for name in _KEYS})
@@ -141,15 +178,15 @@ class OptimizationSettings:
             when there is one. A file given explicitly must exist.
         :param overrides: field values that win over everything (``None`` values are ignored,
             so CLI options left unset fall through).
-        :raises SettingsError: naming the key, the value and where it came from.
+        :raises SettingsError: naming the key, the value and where it came from, or what is
+            wrong with the file (not a regular file, unreadable, not UTF-8, a line that cannot
+            be parsed, a key without a value, an unknown key).
         """
         unknown = set(overrides) - set(_KEYS)
         if unknown:
             raise SettingsError(f"unknown setting(s) {', '.join(sorted(unknown))}; known: {', '.join(_KEYS)}")
         path = Path(env_file) if env_file is not None else Path(".env")
-        if env_file is not None and not path.is_file():
-            raise SettingsError(f"env file {str(path)!r} does not exist; pass an existing file or leave it out")
-        file_values = {k: v for k, v in dotenv_values(path).items() if v is not None} if path.is_file() else {}
+        file_values = read_env_file(path) if env_file is not None or path.exists() else {}
 
         values: dict[str, Any] = {}
         sources: dict[str, str] = {}
@@ -177,11 +214,6 @@ class OptimizationSettings:
             raise KeyError(f"unknown setting {name!r}; known: {', '.join(_KEYS)}")
         return self.sources[name]
 
-    def with_overrides(self, **overrides: Any) -> OptimizationSettings:
-        """A copy with some fields overridden (their source becomes ``override``)."""
-        changes = {k: v for k, v in overrides.items() if v is not None}
-        return replace(self, **changes, sources={**self.sources, **dict.fromkeys(changes, "override")})
-
     def as_dict(self) -> dict[str, Any]:
         """Field values, without the sources."""
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "sources"}
@@ -191,9 +223,76 @@ class OptimizationSettings:
         """The environment / ``.env`` key of field ``name``."""
         return _KEYS[name].name
 
+    @staticmethod
+    def flag(name: str) -> str:
+        """The command-line option that overrides field ``name``, e.g. ``--compile/--no-compile``."""
+        return _KEYS[name].flag
+
+    @staticmethod
+    def parse(name: str, text: str) -> Any:
+        """Field ``name``'s value from text, as ``.env`` is read; SettingsError naming the flag."""
+        try:
+            return _KEYS[name].parse(text)
+        except ValueError as error:
+            raise SettingsError(f"{_KEYS[name].flag.split('/')[0]} {text!r}: {error}") from None
+
+    @staticmethod
+    def help(name: str) -> str:
+        """One line describing field ``name``."""
+        return _KEYS[name].help
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """The keys and values of a ``.env`` file, checked line by line; every problem is a SettingsError.
+
+    The file must be a regular UTF-8 text file (a directory, a device or a FIFO is refused before
+    it is opened, so nothing blocks). Each line is parsed with python-dotenv's own parser.
+    """
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise SettingsError(f"env file {str(path)!r} does not exist; pass an existing file or leave it out") from None
+    except OSError as error:
+        raise SettingsError(f"env file {str(path)!r} cannot be read ({error.strerror})") from None
+    if not stat.S_ISREG(mode):
+        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+        raise SettingsError(f"env file {str(path)!r} is {kind}; pass a text file of KEY=value lines")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as error:
+        raise SettingsError(f"env file {str(path)!r} cannot be read ({error.strerror or error})") from None
+    except UnicodeDecodeError:
+        raise SettingsError(f"env file {str(path)!r} is not UTF-8 text; it must hold KEY=value lines") from None
+    known = [key.name for key in _KEYS.values()]
+    values: dict[str, str] = {}
+    for binding in parse_stream(io.StringIO(text)):
+        line = binding.original.line
+        first_line = binding.original.string.splitlines()[0].strip() if binding.original.string.strip() else ""
+        where = f"line {line} of {path}"
+        if binding.error:
+            raise SettingsError(f"{where} cannot be parsed: {first_line!r} (an unterminated quote?); write KEY=value")
+        if binding.key is None:
+            continue  # a comment or a blank line
+        if binding.key not in known:
+            nearest = difflib.get_close_matches(binding.key, known, n=1, cutoff=0.5)
+            hint = f"did you mean {nearest[0]}? " if nearest else ""
+            raise SettingsError(f"{where}: unknown key {binding.key}; {hint}known keys: {', '.join(known)}")
+        if binding.value is None:
+            raise SettingsError(f"{where}: {binding.key} has no value; write {binding.key}=value")
+        values[binding.key] = binding.value
+    return values
+
 
 #: The comment line :func:`write_env_file` keeps up to date with its ``note``.
 WRITTEN_BY = "# Written by sb3-snake benchmark --write-env: "
+
+
+def check_env_file_writable(path: str | os.PathLike) -> None:
+    """Raise SettingsError unless :func:`write_env_file` can write ``path`` (checked before any work)."""
+    try:
+        check_writable_file(Path(path), what="env file")
+    except ValueError as error:
+        raise SettingsError(str(error)) from None
 
 
 def write_env_file(path: str | os.PathLike, note: str | None = None, **values: Any) -> None:
@@ -209,6 +308,7 @@ def write_env_file(path: str | os.PathLike, note: str | None = None, **values: A
         raise SettingsError(f"unknown setting(s) {', '.join(sorted(unknown))}; known: {', '.join(_KEYS)}")
     OptimizationSettings(**values)  # raises a SettingsError naming any bad value
     path = Path(path)
+    check_env_file_writable(path)
     path.touch(exist_ok=True)
     for name, value in values.items():
         text = str(value).lower() if isinstance(value, bool) else str(value)

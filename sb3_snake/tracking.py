@@ -1,9 +1,12 @@
-"""Weights & Biases logging that never blocks or breaks training.
+"""Weights & Biases logging that runs only when asked and never blocks or breaks training.
 
-:class:`WandbRun` starts a run in the mode asked for, falls back to offline when online was
-asked without credentials, and to no logging at all (said once, on the console) when W&B
-cannot start. SB3's own training metrics reach it through :class:`WandbOutput`, an SB3 logger
-output format.
+Only ``--wandb`` (``WandbOptions(enabled=True)``) turns W&B on: without it nothing is imported,
+written or contacted, whatever ``WANDB_*`` variables say. With it, those variables configure
+the run as in W&B itself (``WANDB_MODE`` wins over ``--wandb-mode``; its legacy value
+``dryrun`` means offline). :class:`WandbRun` falls back to offline when online was asked
+without credentials, gives W&B's start-up :data:`INIT_TIMEOUT_SECONDS` (``WANDB_INIT_TIMEOUT``
+overrides), and goes on without logging, said once, when W&B cannot start. SB3's own training
+metrics reach it through :class:`WandbOutput`, an SB3 logger output format.
 """
 
 from __future__ import annotations
@@ -19,6 +22,20 @@ from stable_baselines3.common.logger import KVWriter
 logger = logging.getLogger(__name__)
 
 WANDB_MODES = ("online", "offline", "disabled")
+#: W&B's own spellings that mean one of WANDB_MODES.
+_MODE_ALIASES = {"dryrun": "offline", "run": "online"}
+#: Seconds W&B may take to start before training goes on without it.
+INIT_TIMEOUT_SECONDS = 10.0
+
+
+def resolve_mode(requested: str) -> str:
+    """The W&B mode of a run that asked for W&B: ``WANDB_MODE`` if set, else ``requested``."""
+    raw = os.environ.get("WANDB_MODE", requested)
+    mode = _MODE_ALIASES.get(raw.strip().lower(), raw.strip().lower())
+    if mode not in WANDB_MODES:
+        origin = "WANDB_MODE in the environment" if "WANDB_MODE" in os.environ else "--wandb-mode"
+        raise ValueError(f"{origin} must be one of {', '.join(WANDB_MODES)} (or dryrun), got {raw!r}")
+    return mode
 
 
 def _has_credentials() -> bool:
@@ -34,8 +51,8 @@ def _has_credentials() -> bool:
 class WandbRun:
     """A W&B run, or a stand-in that logs nothing when W&B is off or failed to start.
 
-    :param mode: ``online``, ``offline`` or ``disabled``; ``WANDB_MODE`` in the environment
-        wins, as in W&B itself.
+    :param mode: ``online``, ``offline`` or ``disabled``, used as given; :func:`resolve_mode`
+        applies ``WANDB_MODE`` first, and :meth:`off` makes a run that never touches W&B.
     :param notify: where to say what happened (the CLI passes its console printer).
     """
 
@@ -48,7 +65,6 @@ class WandbRun:
         name: str | None = None,
         notify: Callable[[str], None] = logger.info,
     ):
-        mode = os.environ.get("WANDB_MODE", mode)
         if mode not in WANDB_MODES:
             raise ValueError(f"W&B mode must be one of {', '.join(WANDB_MODES)}, got {mode!r}")
         if mode == "online" and not _has_credentials():
@@ -67,11 +83,16 @@ class WandbRun:
                 mode=mode,
                 config=config,
                 dir=str(run_dir),
-                settings=wandb.Settings(init_timeout=60, silent=True),
+                settings=wandb.Settings(init_timeout=_init_timeout(), silent=True),
             )
         except Exception as error:  # noqa: BLE001 - W&B must never stop training; said once, below
             notify(f"W&B could not start ({type(error).__name__}: {error}); training continues without it")
             self.mode, self.run = "failed", None
+
+    @classmethod
+    def off(cls) -> WandbRun:
+        """A run that logs nothing and never imports W&B."""
+        return cls("", "disabled", {}, Path("."))
 
     @property
     def active(self) -> bool:
@@ -86,6 +107,13 @@ class WandbRun:
             self.run.summary.update(summary)
             self.run.finish()
             self.run = None
+
+
+def _init_timeout() -> float:
+    try:
+        return float(os.environ.get("WANDB_INIT_TIMEOUT", INIT_TIMEOUT_SECONDS))
+    except ValueError:
+        return INIT_TIMEOUT_SECONDS
 
 
 class WandbOutput(KVWriter):

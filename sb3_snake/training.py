@@ -1,27 +1,32 @@
-"""A training run, top to bottom: settings, env, model, callbacks, learn, save, summary.
+"""A training run, top to bottom: run folder, model, logging, callbacks, learn, save, summary.
 
 :func:`train` is what ``sb3-snake train`` calls; a Python user gets the same run with
-``train(TrainConfig(...), OptimizationSettings.load(), run_dir)``.
+``train(TrainConfig(...), OptimizationSettings.load())``. :class:`TrainConfig` declares every
+option once (value, one-line help, group), and the CLI builds its options from it.
+
+Resuming: :func:`resume_config` gives the config a saved model trained with, changed by what
+the caller asks; :func:`train` applies the whole config to the loaded model (what cannot change,
+such as the board or the network's shape, is refused), and the summary records what the model
+really trained with, read back from the model.
 """
 
 from __future__ import annotations
 
-import json
-import signal
+import math
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
+from gymnasium import spaces
 from rich.console import Console
-from stable_baselines3.common.callbacks import CallbackList
-from stable_baselines3.common.logger import HumanOutputFormat, Logger
+from stable_baselines3.common.callbacks import BaseCallback, CallbackList
+from stable_baselines3.common.logger import HumanOutputFormat, KVWriter, Logger, TensorBoardOutputFormat
+from stable_baselines3.common.utils import get_latest_run_id
 
-from sb3_snake.algorithm import SnakeDQN
-from sb3_snake.benchmark.system import system_info
+from sb3_snake.algorithm import SnakeDQN, TrainingDiverged
 from sb3_snake.callbacks import (
     BestModelSelection,
     EpisodeBudget,
@@ -29,80 +34,152 @@ from sb3_snake.callbacks import (
     EpisodeMetrics,
     EpisodeRecord,
     ProgressReport,
-    replay_buffer_path,
-    save_atomically,
+    RunCancelled,
+    StopRequest,
 )
 from sb3_snake.envs import BatchedSnakeVecEnv
-from sb3_snake.envs.rules import SnakeRules
-from sb3_snake.optimizations import cpu_has_native_bf16
-from sb3_snake.report import resolve_device, summary_lines
+from sb3_snake.envs.rules import NUM_CHANNELS, SnakeRules
+from sb3_snake.evaluation import MAX_SEED
+from sb3_snake.extractor import SnakeAttentionExtractor
+from sb3_snake.persistence import (
+    MAX_BOARD_SIZE,
+    legacy_replay_buffer_path,
+    load_model,
+    load_replay_buffer,
+    read_metadata,
+    replay_buffer_path,
+    save_model,
+    write_json,
+)
+from sb3_snake.report import summary_lines
+from sb3_snake.run_directory import claim_run_directory
 from sb3_snake.settings import OptimizationSettings
-from sb3_snake.tracking import WandbOutput, WandbRun
+from sb3_snake.system import available_memory_bytes, capabilities, check_device, resolve_device
+from sb3_snake.tracking import WandbOutput, WandbRun, resolve_mode
 
 #: Upper bound on env steps of a run that stops by episodes, so ``learn`` always has a total.
 MAX_TIMESTEPS = 10**12
+#: Episodes of a run given no limit at all.
+DEFAULT_EPISODES = 1000
+#: Share of the available memory a run may plan to use.
+MEMORY_HEADROOM = 0.9
+
+RUN, ENVIRONMENT, DQN = "Run, checkpoints and logging", "Environment", "DQN hyperparameters"
+
+
+def option(default: Any, help: str, group: str, flag: str | None = None) -> Any:
+    """A config field with its one-line help and option group (the CLI's ``--help`` panels)."""
+    return field(default=default, metadata={"help": help, "group": group, "flag": flag})
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Hyperparameters of a run. Defaults make ``sb3-snake train --episodes 1000`` a short,
-    visibly learning run on a 2-core CPU."""
+    """Everything a run is asked to do. Defaults make ``sb3-snake train --episodes 1000`` a short,
+    visibly learning run on a 2-core CPU. A value that cannot work raises one ValueError."""
 
-    episodes: int | None = 1000  #: stop once this many episodes (all envs together) finished
-    timesteps: int | None = None  #: stop after this many env steps (all envs together)
-    time_limit_minutes: float | None = None  #: stop after this much wall time
-    n_envs: int = 16  #: games stepped together
-    board_size: int = 10  #: side of the board
-    seed: int = 0  #: seeds the envs, the networks and exploration
-    device: str = "auto"  #: auto, cpu or cuda
-    learning_rate: float = 5e-4  #: Adam step size
-    buffer_size: int = 100_000  #: replay buffer capacity in transitions
-    learning_starts: int = 1_000  #: env steps of random play before learning
-    replay_ratio: float = 32.0  #: gradient samples per env step (SB3's DQN default is 8: 32 per 4 steps)
-    train_freq: int | None = None  #: vector-env steps between updates (None: from replay_ratio)
-    gradient_steps: int | None = None  #: gradient steps per update (None: from replay_ratio)
-    gamma: float = 0.99  #: discount
-    target_update_interval: int = 1_000  #: env steps between target network copies
-    exploration_initial_eps: float = 1.0  #: epsilon at the start
-    exploration_final_eps: float = 0.02  #: epsilon at the end of the decay
-    exploration_steps: int = 10_000  #: env steps over which epsilon decays linearly
-    double_dqn: bool = False  #: Double DQN targets (online net picks, target net values)
-    dueling: bool = False  #: dueling head: Q = V + A - mean(A)
-    head_view: bool = True  #: the extractor also sees the board re-centred on the head (extractor.HeadView)
-    n_steps: int = 1  #: n-step returns (SB3's NStepReplayBuffer)
-    symmetry_augmentation: bool = False  #: replay each transition under a random board symmetry
-    checkpoint_every: int | None = None  #: finished episodes between checkpoints (None: none)
-    select_every: int | None = None  #: env steps between greedy evaluations that keep best_model.zip
-    select_episodes: int = 32  #: greedy games per such evaluation
-    save_replay_buffer: bool = False  #: save the replay buffer beside checkpoints and the model
-    verbose: int = 0  #: 1 prints SB3's training metrics
+    episodes: int | None = option(None, "Stop once this many episodes (all games) finished; 1000 with no limit.", RUN)
+    timesteps: int | None = option(None, "Stop after this many env steps (all games together).", RUN)
+    time_limit_minutes: float | None = option(None, "Stop after this many minutes of training.", RUN, "--time-limit")
+    n_envs: int = option(16, "Games stepped together.", ENVIRONMENT)
+    board_size: int = option(10, f"Side of the board (4 to {MAX_BOARD_SIZE}).", ENVIRONMENT)
+    seed: int = option(0, "Seed of envs, networks and exploration.", ENVIRONMENT)
+    device: str = option("auto", "auto, cpu or cuda.", ENVIRONMENT)
+    learning_rate: float = option(5e-4, "Adam step size.", DQN)
+    buffer_size: int = option(100_000, "Replay capacity (transitions).", DQN)
+    learning_starts: int = option(1_000, "Env steps of random play before learning.", DQN)
+    replay_ratio: float = option(32.0, "Gradient samples per env step (SB3's DQN default: 8).", DQN)
+    train_freq: int | None = option(None, "Vector-env steps between updates (default: from --replay-ratio).", DQN)
+    gradient_steps: int | None = option(None, "Gradient steps per update (default: from --replay-ratio).", DQN)
+    gamma: float = option(0.99, "Discount.", DQN)
+    target_update_interval: int = option(1_000, "Env steps between target network copies.", DQN)
+    exploration_initial_eps: float = option(1.0, "Epsilon at the start.", DQN)
+    exploration_final_eps: float = option(0.02, "Epsilon after the decay.", DQN)
+    exploration_steps: int = option(10_000, "Env steps of linear epsilon decay.", DQN)
+    double_dqn: bool = option(False, "Double DQN targets (online net picks, target net values).", DQN)
+    dueling: bool = option(False, "Dueling head: Q = V + A - mean(A).", DQN)
+    head_view: bool = option(True, "The extractor also sees the board re-centred on the snake's head.", DQN)
+    n_steps: int = option(1, "n-step returns (SB3's NStepReplayBuffer).", DQN)
+    symmetry_augmentation: bool = option(False, "Replay each transition under a random board symmetry.", DQN)
+    checkpoint_every: int | None = option(None, "Episodes between atomic checkpoints (checkpoint.zip).", RUN)
+    select_every: int | None = option(None, "Env steps between greedy evaluations that keep best_model.zip.", RUN)
+    select_episodes: int = option(32, "Greedy games per --select-every evaluation.", RUN)
+    save_replay_buffer: bool = option(False, "Save the replay buffer beside checkpoints and the model.", RUN)
+    tensorboard_log: str | None = option(None, "Folder for SB3's TensorBoard logs (needs the tensorboard extra).", RUN)
+    verbose: int = option(0, "1: print SB3's training metrics.", RUN)
 
     def __post_init__(self) -> None:
-        if self.episodes is not None and self.episodes < 1:
-            raise ValueError(f"episodes must be at least 1, got {self.episodes}")
-        if self.timesteps is not None and self.timesteps < 1:
-            raise ValueError(f"timesteps must be at least 1, got {self.timesteps}")
-        if self.time_limit_minutes is not None and self.time_limit_minutes <= 0:
-            raise ValueError(f"time limit must be positive, got {self.time_limit_minutes} minutes")
         if self.episodes is None and self.timesteps is None and self.time_limit_minutes is None:
-            raise ValueError("give at least one of episodes, timesteps or a time limit")
-        if self.n_envs < 1:
-            raise ValueError(f"n_envs must be at least 1, got {self.n_envs}")
+            object.__setattr__(self, "episodes", DEFAULT_EPISODES)
+        problem = self._first_problem()
+        if problem:
+            raise ValueError(problem)
+
+    def _first_problem(self) -> str:
+        def finite(value: float) -> bool:
+            return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+        checks = [
+            (self.episodes is None or self.episodes >= 1, f"episodes must be at least 1, got {self.episodes}"),
+            (self.timesteps is None or self.timesteps >= 1, f"timesteps must be at least 1, got {self.timesteps}"),
+            (
+                self.time_limit_minutes is None or (finite(self.time_limit_minutes) and self.time_limit_minutes > 0),
+                f"time limit must be a positive number of minutes, got {self.time_limit_minutes}",
+            ),
+            (self.n_envs >= 1, f"n_envs must be at least 1, got {self.n_envs}"),
+            (
+                self.board_size <= MAX_BOARD_SIZE,
+                f"board_size must be at most {MAX_BOARD_SIZE}, got {self.board_size}",
+            ),
+            (0 <= self.seed <= MAX_SEED, f"seed must be from 0 to {MAX_SEED}, got {self.seed}"),
+            (
+                finite(self.learning_rate) and self.learning_rate > 0,
+                f"learning_rate must be a positive finite number, got {self.learning_rate}",
+            ),
+            (self.buffer_size >= 1, f"buffer_size must be at least 1, got {self.buffer_size}"),
+            (self.learning_starts >= 0, f"learning_starts must be at least 0, got {self.learning_starts}"),
+            (
+                finite(self.replay_ratio) and self.replay_ratio > 0,
+                f"replay_ratio must be a positive finite number, got {self.replay_ratio}",
+            ),
+            (self.train_freq is None or self.train_freq >= 1, f"train_freq must be at least 1, got {self.train_freq}"),
+            (
+                self.gradient_steps is None or self.gradient_steps >= 1,
+                f"gradient_steps must be at least 1, got {self.gradient_steps}",
+            ),
+            (finite(self.gamma) and 0 <= self.gamma <= 1, f"gamma must be from 0 to 1, got {self.gamma}"),
+            (
+                self.target_update_interval >= 1,
+                f"target_update_interval must be at least 1, got {self.target_update_interval}",
+            ),
+            *[
+                (finite(eps) and 0 <= eps <= 1, f"{name} must be from 0 to 1, got {eps}")
+                for name, eps in (
+                    ("exploration_initial_eps", self.exploration_initial_eps),
+                    ("exploration_final_eps", self.exploration_final_eps),
+                )
+            ],
+            (self.exploration_steps >= 1, f"exploration_steps must be at least 1, got {self.exploration_steps}"),
+            (self.n_steps >= 1, f"n_steps must be at least 1, got {self.n_steps}"),
+            (
+                self.checkpoint_every is None or self.checkpoint_every >= 1,
+                f"checkpoint_every must be at least 1, got {self.checkpoint_every}",
+            ),
+            (
+                self.select_every is None or self.select_every >= 1,
+                f"select_every must be at least 1, got {self.select_every}",
+            ),
+            (self.select_episodes >= 1, f"select_episodes must be at least 1, got {self.select_episodes}"),
+            (0 <= self.verbose <= 2, f"verbose must be 0, 1 or 2, got {self.verbose}"),
+        ]
+        problem = next((message for ok, message in checks if not ok), "")
+        if problem:
+            return problem
         SnakeRules(self.board_size)  # raises a ValueError naming a bad board size
-        if self.device not in ("auto", "cpu", "cuda"):
-            raise ValueError(f"device must be auto, cpu or cuda, got {self.device!r}")
-        if self.device == "cuda" and not torch.cuda.is_available():
-            raise ValueError("--device cuda was requested but no CUDA GPU is available; use --device cpu or auto")
-        if self.n_steps < 1:
-            raise ValueError(f"n_steps must be at least 1, got {self.n_steps}")
-        if self.replay_ratio <= 0:
-            raise ValueError(f"replay_ratio must be positive, got {self.replay_ratio}")
-        if self.checkpoint_every is not None and self.checkpoint_every < 1:
-            raise ValueError(f"checkpoint_every must be at least 1, got {self.checkpoint_every}")
-        if self.select_every is not None and self.select_every < 1:
-            raise ValueError(f"select_every must be at least 1, got {self.select_every}")
-        if self.select_episodes < 1:
-            raise ValueError(f"select_episodes must be at least 1, got {self.select_episodes}")
+        try:
+            check_device(self.device)
+        except ValueError as error:
+            return str(error).replace("--device must", "device must")
+        return ""
 
     def update_schedule(self, batch_size: int) -> tuple[int, int]:
         """``(train_freq, gradient_steps)``: given ones win, else the pair that meets ``replay_ratio``.
@@ -115,34 +192,67 @@ class TrainConfig:
         gradient_steps = self.gradient_steps or max(1, round(self.replay_ratio * self.n_envs * train_freq / batch_size))
         return train_freq, gradient_steps
 
+    def check_batch_size(self, batch_size: int) -> None:
+        """Raise ValueError unless ``batch_size`` fits this config's replay buffer."""
+        if batch_size > self.buffer_size:
+            raise ValueError(
+                f"batch size {batch_size} is larger than the replay buffer ({self.buffer_size} transitions); "
+                "lower --batch-size or raise --buffer-size"
+            )
+
+    def policy_kwargs(self) -> dict[str, Any]:
+        return {
+            "dueling": self.dueling,
+            **({} if self.head_view else {"features_extractor_kwargs": {"head_view_dim": 0}}),
+        }
+
     def dqn_kwargs(self, batch_size: int) -> dict[str, Any]:
         """The arguments of :class:`SnakeDQN` this config sets, for a given batch size."""
-        names = (
-            "learning_rate",
-            "buffer_size",
-            "learning_starts",
-            "gamma",
-            "target_update_interval",
-            "exploration_initial_eps",
-            "exploration_final_eps",
-            "exploration_steps",
-            "double_dqn",
-            "n_steps",
-            "symmetry_augmentation",
-            "seed",
-            "verbose",
-        )
         train_freq, gradient_steps = self.update_schedule(batch_size)
         return {
-            **{name: getattr(self, name) for name in names},
+            **{name: getattr(self, name) for name in _MODEL_FIELDS},
+            "seed": self.seed,
+            "verbose": self.verbose,
             "train_freq": train_freq,
             "gradient_steps": gradient_steps,
             "batch_size": batch_size,
-            "policy_kwargs": {
-                "dueling": self.dueling,
-                **({} if self.head_view else {"features_extractor_kwargs": {"head_view_dim": 0}}),
-            },
+            "policy_kwargs": self.policy_kwargs(),
         }
+
+    def memory_estimate(self, batch_size: int) -> dict[str, int]:
+        """Bytes a run of this config will hold, by part (an estimate, stated before training)."""
+        cells = self.board_size**2
+        observation = NUM_CHANNELS * cells
+        space = spaces.Box(0, 1, (NUM_CHANNELS, self.board_size, self.board_size), np.uint8)
+        with torch.device("meta"):
+            extractor = SnakeAttentionExtractor(space, **self.policy_kwargs().get("features_extractor_kwargs", {}))
+        parameters = sum(parameter.numel() for parameter in extractor.parameters())
+        head_view_inputs = NUM_CHANNELS * (2 * self.board_size - 1) ** 2 if self.head_view else 0
+        return {
+            "replay buffer": self.buffer_size * (2 * observation + 24),
+            "games": self.n_envs * (4 * observation + cells + 128) + 8 * cells * cells,
+            # online and target networks, gradients, Adam's two moments
+            "networks": 5 * 4 * parameters,
+            "one batch": 4 * 4 * batch_size * (head_view_inputs + observation),
+        }
+
+
+#: TrainConfig fields that are SnakeDQN arguments of the same name.
+_MODEL_FIELDS = (
+    "learning_rate",
+    "buffer_size",
+    "learning_starts",
+    "gamma",
+    "target_update_interval",
+    "exploration_initial_eps",
+    "exploration_final_eps",
+    "exploration_steps",
+    "double_dqn",
+    "n_steps",
+    "symmetry_augmentation",
+)
+#: What a resumed run cannot change: the board, and the network's and replay buffer's shape.
+_FIXED_ON_RESUME = ("board_size", "dueling", "head_view", "n_steps")
 
 
 @dataclass(frozen=True)
@@ -152,160 +262,329 @@ class WandbOptions:
     mode: str = "online"
 
 
-@contextmanager
-def stop_on_signals(budget: EpisodeBudget) -> Iterator[None]:
-    """SIGINT and SIGTERM ask the run to stop after the current step instead of killing it."""
-
-    def request_stop(signum: int, frame: Any) -> None:
-        budget.stop_requested = True
-
-    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+def check_memory(config: TrainConfig, batch_size: int, available: int | None = None) -> None:
+    """Raise ValueError, stating what is needed, when the run would not fit in memory."""
+    available = available_memory_bytes() if available is None else available
+    parts = config.memory_estimate(batch_size)
+    needed = sum(parts.values())
+    if available is not None and needed > MEMORY_HEADROOM * available:
+        detail = ", ".join(f"{name} {size / 2**30:.1f} GiB" for name, size in parts.items())
+        raise ValueError(
+            f"this run needs about {needed / 2**30:.1f} GiB ({detail}) but {available / 2**30:.1f} GiB are "
+            "available; lower --buffer-size, --n-envs or --board-size"
+        )
 
 
-def build_model(config: TrainConfig, settings: OptimizationSettings, resume: Path | None = None) -> SnakeDQN:
-    """The env and model of a run (a new one, or one resumed from a checkpoint)."""
+# ---------------------------------------------------------------------- resume
+
+
+def resume_config(path: Path, trusted: bool = False, **changes: Any) -> TrainConfig:
+    """The config the saved model at ``path`` trained with, with ``changes`` applied.
+
+    Run limits and run options are not part of a model and come from ``changes`` or the
+    defaults. The update schedule is kept as the replay ratio, so it follows a new batch size
+    or number of games; ``train_freq`` and ``gradient_steps`` are kept as such only where the
+    model had them set explicitly (they differ from what its replay ratio gives).
+    """
+    metadata = load_model(path, trusted=True).metadata() if trusted else read_metadata(path)
+    saved, policy_kwargs = metadata["hyperparameters"], metadata["policy_kwargs"] or {}
+    extractor = policy_kwargs.get("features_extractor_kwargs") or {}
+    values = {name: saved[name] for name in _MODEL_FIELDS if name in saved}
+    values.update(
+        n_envs=metadata["n_envs"],
+        board_size=metadata["observation_shape"][-1],
+        dueling=bool(policy_kwargs.get("dueling", False)),
+        head_view=extractor.get("head_view_dim", 1) != 0,
+        seed=saved.get("seed") or 0,
+        replay_ratio=saved["batch_size"] * saved["gradient_steps"] / (saved["train_freq"] * metadata["n_envs"]),
+    )
+    schedule = (saved["train_freq"], saved["gradient_steps"])
+    if TrainConfig(**values).update_schedule(saved["batch_size"]) != schedule:
+        values.update(train_freq=schedule[0], gradient_steps=schedule[1])
+    return TrainConfig(**{**values, **changes})
+
+
+def apply_config(model: SnakeDQN, config: TrainConfig, batch_size: int) -> None:
+    """Make a loaded model train as ``config`` says; refuse what cannot change on resume."""
+    trained = {
+        "board_size": model.observation_space.shape[-1],
+        "dueling": bool(model.policy_kwargs.get("dueling", False)),
+        "head_view": (model.policy_kwargs.get("features_extractor_kwargs") or {}).get("head_view_dim", 1) != 0,
+        "n_steps": model.n_steps,
+    }
+    for name in _FIXED_ON_RESUME:
+        if getattr(config, name) != trained[name]:
+            flag = option_flag(name)
+            raise ValueError(
+                f"{flag} cannot change on resume: the model was trained with {trained[name]}, this run asks for "
+                f"{getattr(config, name)}; leave {flag} out or start a new run"
+            )
+    train_freq, gradient_steps = config.update_schedule(batch_size)
+    changes = {name: getattr(config, name) for name in _MODEL_FIELDS if name not in _FIXED_ON_RESUME}
+    model.set_hyperparameters(
+        **changes, batch_size=batch_size, train_freq=train_freq, gradient_steps=gradient_steps, verbose=config.verbose
+    )
+
+
+def option_flag(name: str) -> str:
+    """The command-line spelling of TrainConfig field ``name``."""
+    meta = next(f for f in fields(TrainConfig) if f.name == name).metadata
+    return meta.get("flag") or "--" + name.replace("_", "-")
+
+
+# ---------------------------------------------------------------------- the run
+
+
+def build_model(
+    config: TrainConfig, settings: OptimizationSettings, resume: Path | None = None, trusted: bool = False
+) -> SnakeDQN:
+    """The env and model of a run: a new one, or one resumed from a checkpoint (with its saved
+    replay buffer, and the config applied)."""
     device = resolve_device(config.device)
     env = BatchedSnakeVecEnv(config.n_envs, board_size=config.board_size, device="cpu", seed=config.seed)
-    if resume is not None:
-        return load_for_resume(resume, env, settings, device)
-    return SnakeDQN(
-        "AttentionPolicy", env, optimizations=settings, device=device, **config.dqn_kwargs(settings.batch_size)
-    )
+    if resume is None:
+        kwargs = config.dqn_kwargs(settings.batch_size)
+        return SnakeDQN("AttentionPolicy", env, optimizations=settings, device=device, **kwargs)
+    model = load_model(resume, settings, trusted=trusted, env=env, device=device, for_training=True)
+    apply_config(model, config, settings.batch_size)
+    _load_saved_replay_buffer(model, Path(resume), trusted)
+    return model
+
+
+def _load_saved_replay_buffer(model: SnakeDQN, model_path: Path, trusted: bool) -> None:
+    buffer, legacy = replay_buffer_path(model_path), legacy_replay_buffer_path(model_path)
+    if buffer.is_file():
+        load_replay_buffer(model, buffer)
+    elif legacy.is_file():
+        if not trusted:
+            raise ValueError(
+                f"{legacy} is a pickled replay buffer, which can run code when loaded; pass --trust-model if you "
+                "trust it, or move it away to resume without it"
+            )
+        try:
+            model.load_replay_buffer(legacy)
+        except Exception as error:  # noqa: BLE001 - a truncated or foreign pickle
+            raise ValueError(f"replay buffer {legacy} cannot be read ({type(error).__name__}: {error})") from None
+
+
+def resumed_settings(settings: OptimizationSettings, resume: Path | None, trusted: bool) -> OptimizationSettings:
+    """A resumed run keeps its model's batch size unless ``--batch-size`` says otherwise."""
+    if resume is None or settings.source("batch_size") == "override":
+        return settings
+    metadata = load_model(resume, trusted=True).metadata() if trusted else read_metadata(resume)
+    sources = {**settings.sources, "batch_size": "resumed model"}
+    return replace(settings, batch_size=metadata["hyperparameters"]["batch_size"], sources=sources)
 
 
 def train(
     config: TrainConfig,
     settings: OptimizationSettings,
-    run_dir: Path,
+    run_dir: Path | None = None,
+    *,
     resume: Path | None = None,
+    trust_model: bool = False,
+    overwrite: bool = False,
     wandb_options: WandbOptions = WandbOptions(),
+    stop: StopRequest | None = None,
     console: Console | None = None,
 ) -> dict[str, Any]:
-    """Train until the first limit of ``config`` (episodes, env steps, wall time) or a signal.
+    """Train until the first limit of ``config`` (episodes, env steps, wall time) or ``stop``.
 
-    Writes ``model.zip``, ``summary.json`` and ``episodes.json`` into ``run_dir`` (and
-    ``checkpoint.zip`` every ``config.checkpoint_every`` episodes, ``best_model.zip`` when
-    ``config.select_every`` is set) and returns the summary.
+    Writes ``model.zip``, ``summary.json`` and ``episodes.json`` into ``run_dir`` (a new folder
+    under ``runs/`` when ``None``), plus ``checkpoint.zip`` every ``config.checkpoint_every``
+    episodes and ``best_model.zip`` when ``config.select_every`` is set, and returns the summary.
+    A loss that becomes NaN stops the run: the summary is written, ``model.zip`` is not (the
+    last checkpoint stays the last good model), and :class:`TrainingDiverged` is raised.
     """
-    console = console or Console()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    model = build_model(config, settings, resume)
-
-    active = model.active_optimizations
-    for line in summary_lines(
-        active, {"envs": config.n_envs, "board size": f"{config.board_size}x{config.board_size}"}
-    ):
-        console.print(line, highlight=False)
-
-    hyperparameters = {
-        **asdict(config),
-        "policy": "AttentionPolicy",
-        "batch_size": model.batch_size,
-        "train_freq": model.train_freq.frequency,
-        "gradient_steps": model.gradient_steps,
-    }
-    tracking = WandbRun(
-        wandb_options.project,
-        wandb_options.mode if wandb_options.enabled else "disabled",
-        {"hyperparameters": hyperparameters, "optimizations": active.as_dict(), "capabilities": capabilities()},
-        run_dir,
-        name=run_dir.name,
-        notify=lambda text: console.print(text, highlight=False),
-    )
-    outputs = [HumanOutputFormat(console.file)] if config.verbose else []
-    if tracking.active:
-        outputs.append(WandbOutput(tracking))
-    model.set_logger(Logger(folder=None, output_formats=outputs))
-
-    record = EpisodeRecord()
-    start = time.perf_counter()
-    steps_before = model.num_timesteps
-    max_seconds = config.time_limit_minutes * 60 if config.time_limit_minutes is not None else None
-    budget = EpisodeBudget(config.episodes, record, start, config.timesteps, max_seconds)
-    callbacks = [budget, ProgressReport(budget, console), EpisodeMetrics(budget, tracking.log)]
-    if config.checkpoint_every:
-        callbacks.append(EpisodeCheckpoint(budget, run_dir, config.checkpoint_every, config.save_replay_buffer))
-    selection = None
-    if config.select_every:
-        selection = BestModelSelection(run_dir, config.select_every, config.select_episodes, tracking.log)
-        callbacks.append(selection)
-    with stop_on_signals(budget):
-        model.learn(
-            MAX_TIMESTEPS,
-            callback=CallbackList(callbacks),
-            reset_num_timesteps=resume is None,
-            log_interval=max(1, config.n_envs),
-        )
-    wall_seconds = time.perf_counter() - start
-
-    save_atomically(model, run_dir / "model.zip", config.save_replay_buffer)
-    env_steps = model.num_timesteps - steps_before
-    summary = {
-        "episodes": len(record),
-        "target_episodes": config.episodes,
-        "stopped_by": budget.stopped_by,
-        "env_steps": env_steps,
-        "total_env_steps": model.num_timesteps,
-        "wall_seconds": wall_seconds,
-        "env_steps_per_second": env_steps / wall_seconds if wall_seconds > 0 else 0.0,
-        "mean_score_last_100": record.mean_score_last(100),
-        "best_score": record.best_score,
-        "mean_episode_steps_last_100": sum(record.lengths[-100:]) / max(1, len(record.lengths[-100:])),
-        "hyperparameters": hyperparameters,
-        "optimizations": {
-            name: {"value": value, "source": settings.source(name)} for name, value in settings.as_dict().items()
-        },
-        "active": active.as_dict(),
-        "best_model": selection.best if selection else None,
-        "selection_history": selection.history if selection else None,
-        "resumed_from": str(resume) if resume else None,
-        "wandb_mode": tracking.mode,
-    }
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    (run_dir / "episodes.json").write_text(json.dumps(asdict(record)) + "\n")
-    tracking.finish({key: value for key, value in summary.items() if isinstance(value, (int, float, str))})
+    console, stop = console or Console(), stop or StopRequest()
+    settings = resumed_settings(settings, resume, trust_model)
+    config.check_batch_size(settings.batch_size)
+    check_memory(config, settings.batch_size)
+    with claim_run_directory(run_dir, overwrite=overwrite, resuming=resume is not None, keep=_kept(resume)) as run_dir:
+        model = build_model(config, settings, resume, trust_model)
+        print_configuration(model, config, run_dir, console)
+        tracking = open_tracking(wandb_options, run_config(model, config), run_dir, console)
+        model.set_logger(build_logger(config, run_dir, tracking, console, resumed=resume is not None))
+        callbacks = RunCallbacks.build(config, run_dir, tracking, stop, console)
+        outcome = learn(model, config, callbacks, stop, resumed=resume is not None)
+        summary = build_summary(model, config, callbacks, outcome)
+        summary.update(run_dir=str(run_dir), resumed_from=str(resume) if resume else None, wandb_mode=tracking.mode)
+        save_run(model, run_dir, summary, callbacks.record, config.save_replay_buffer, outcome.diverged is None)
+        tracking.finish({key: value for key, value in summary.items() if isinstance(value, (int, float, str))})
+        stop.phase = "finished"
+    if outcome.diverged is not None:
+        raise TrainingDiverged(f"{outcome.diverged}; model.zip was not written, {_last_good(run_dir)}")
     return summary
 
 
-def capabilities() -> dict[str, Any]:
-    """Facts about the machine that decide which optimizations can be active."""
+@dataclass(frozen=True)
+class Outcome:
+    wall_seconds: float
+    env_steps: int
+    diverged: TrainingDiverged | None
+
+
+def learn(model: SnakeDQN, config: TrainConfig, callbacks: RunCallbacks, stop: StopRequest, resumed: bool) -> Outcome:
+    """``model.learn`` until a callback stops it; wall time and env steps of this run only."""
+    if stop.requested:
+        raise RunCancelled(f"{stop.reason} before training started; nothing was trained or saved")
+    stop.phase, diverged = "training", None
+    start = callbacks.budget.start_time = time.perf_counter()
+    steps_before = model.num_timesteps
+    try:
+        model.learn(
+            MAX_TIMESTEPS,
+            callback=CallbackList(callbacks.all),
+            reset_num_timesteps=not resumed,
+            log_interval=max(1, config.n_envs),
+        )
+    except TrainingDiverged as error:
+        diverged = error
+    finally:
+        callbacks.progress.close()
+        stop.phase = "saving"
+    return Outcome(time.perf_counter() - start, model.num_timesteps - steps_before, diverged)
+
+
+def _kept(resume: Path | None) -> tuple[Path, ...]:
+    if resume is None:
+        return ()
+    return (Path(resume), replay_buffer_path(resume), legacy_replay_buffer_path(resume))
+
+
+def _last_good(run_dir: Path) -> str:
+    checkpoint = run_dir / "checkpoint.zip"
+    if checkpoint.is_file():
+        return f"the last good checkpoint is {checkpoint}"
+    return "and no checkpoint was written (--checkpoint-every saves one)"
+
+
+# ---------------------------------------------------------------------- the run's parts
+
+
+def print_configuration(model: SnakeDQN, config: TrainConfig, run_dir: Path, console: Console) -> None:
+    """The configuration summary: each optimization as requested and as active, and the run."""
+    extra = {"envs": config.n_envs, "board size": f"{config.board_size}x{config.board_size}", "run folder": run_dir}
+    for line in summary_lines(model.active_optimizations, extra):
+        console.print(line, highlight=False)
+
+
+def run_config(model: SnakeDQN, config: TrainConfig) -> dict[str, Any]:
+    """What W&B records as the run's config: hyperparameters, optimizations, the machine."""
     return {
-        **system_info(),
-        "cpu_native_bf16": cpu_has_native_bf16(),
-        "cuda_bf16": torch.cuda.is_available() and torch.cuda.is_bf16_supported(),
+        "hyperparameters": trained_hyperparameters(model, config),
+        "optimizations": model.active_optimizations.as_dict(),
+        "capabilities": capabilities(),
     }
 
 
-def load_for_resume(
-    path: Path, env: BatchedSnakeVecEnv, settings: OptimizationSettings, device: torch.device
-) -> SnakeDQN:
-    """Load a checkpoint to continue training on ``env``, with its replay buffer when saved."""
-    model = load_model(path, settings, device)
-    if model.observation_space.shape != env.observation_space.shape:
-        trained = model.observation_space.shape[-1]
-        raise ValueError(
-            f"resume file {path} was trained on a {trained}x{trained} board, not "
-            f"{env.observation_space.shape[-1]}x{env.observation_space.shape[-1]}; "
-            f"pass --board-size {trained}"
-        )
-    model.set_env(env)
-    buffer = replay_buffer_path(path)
-    if buffer.is_file():
-        model.load_replay_buffer(buffer)
-    return model
+def open_tracking(options: WandbOptions, config: dict[str, Any], run_dir: Path, console: Console) -> WandbRun:
+    """A W&B run when ``options.enabled``, else one that never touches W&B."""
+    if not options.enabled:
+        return WandbRun.off()
+    notify = lambda text: console.print(text, highlight=False)  # noqa: E731
+    return WandbRun(options.project, resolve_mode(options.mode), config, run_dir, name=run_dir.name, notify=notify)
 
 
-def load_model(path: Path, settings: OptimizationSettings, device: torch.device | str = "auto") -> SnakeDQN:
-    """Load a saved SnakeDQN, turning a missing or unreadable file into one clear ValueError."""
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"model file {path} does not exist")
-    try:
-        return SnakeDQN.load(path, device=device, optimizations=settings)
-    except Exception as error:  # noqa: BLE001 - any failure to read the zip is a bad model file
-        raise ValueError(f"model file {path} cannot be loaded ({type(error).__name__}: {error})") from error
+def build_logger(
+    config: TrainConfig, run_dir: Path, tracking: WandbRun, console: Console, resumed: bool = False
+) -> Logger:
+    """SB3's logger with SB3's own outputs as asked (stdout with ``verbose``, TensorBoard with
+    ``tensorboard_log``, numbered ``<run>_<n>`` as SB3 numbers them) and W&B when active."""
+    outputs: list[KVWriter] = [HumanOutputFormat(console.file)] if config.verbose else []
+    if config.tensorboard_log:
+        latest = get_latest_run_id(config.tensorboard_log, run_dir.name)
+        number = latest if resumed and latest > 0 else latest + 1
+        outputs.append(TensorBoardOutputFormat(str(Path(config.tensorboard_log) / f"{run_dir.name}_{number}")))
+    if tracking.active:
+        outputs.append(WandbOutput(tracking))
+    return Logger(folder=None, output_formats=outputs)
+
+
+@dataclass
+class RunCallbacks:
+    """The run's callbacks, by role; ``all`` in the order SB3 calls them."""
+
+    record: EpisodeRecord
+    budget: EpisodeBudget
+    progress: ProgressReport
+    selection: BestModelSelection | None
+    all: list[BaseCallback]
+
+    @classmethod
+    def build(
+        cls, config: TrainConfig, run_dir: Path, tracking: WandbRun, stop: StopRequest, console: Console
+    ) -> RunCallbacks:
+        """Budget and stop request, progress, W&B episodes, checkpoints, best-model selection."""
+        record = EpisodeRecord()
+        max_seconds = config.time_limit_minutes * 60 if config.time_limit_minutes is not None else None
+        budget = EpisodeBudget(config.episodes, record, time.perf_counter(), config.timesteps, max_seconds, stop)
+        progress = ProgressReport(budget, console)
+        callbacks: list[BaseCallback] = [budget, progress, EpisodeMetrics(budget, tracking.log)]
+        if config.checkpoint_every:
+            callbacks.append(EpisodeCheckpoint(budget, run_dir, config.checkpoint_every, config.save_replay_buffer))
+        selection = None
+        if config.select_every:
+            selection = BestModelSelection(run_dir, config.select_every, config.select_episodes, tracking.log)
+            callbacks.append(selection)
+        return cls(record, budget, progress, selection, callbacks)
+
+
+def trained_hyperparameters(model: SnakeDQN, config: TrainConfig) -> dict[str, Any]:
+    """What the model really trains with (read from it), beside the run's own options."""
+    values = model.hyperparameters()
+    actual_ratio = values["batch_size"] * values["gradient_steps"] / (values["train_freq"] * model.n_envs)
+    run_options = {name: value for name, value in asdict(config).items() if name not in _MODEL_FIELDS}
+    return {
+        **run_options,
+        **values,
+        "policy": "AttentionPolicy",
+        "n_envs": model.n_envs,
+        "replay_ratio": actual_ratio,
+        "train_freq": values["train_freq"],
+        "gradient_steps": values["gradient_steps"],
+    }
+
+
+def build_summary(model: SnakeDQN, config: TrainConfig, callbacks: RunCallbacks, outcome: Outcome) -> dict[str, Any]:
+    """The run's ``summary.json``: limits, speed, scores, what trained, what was active."""
+    settings, record, budget = model.active_optimizations.settings, callbacks.record, callbacks.budget
+    stopped_by = "diverged" if outcome.diverged is not None else budget.stopped_by
+    selection = callbacks.selection
+    return {
+        "episodes": len(record),
+        "target_episodes": config.episodes,
+        "stopped_by": stopped_by,
+        "stop_reason": budget.stop.reason if stopped_by == "stop" else None,
+        "error": str(outcome.diverged) if outcome.diverged is not None else None,
+        "env_steps": outcome.env_steps,
+        "total_env_steps": model.num_timesteps,
+        "wall_seconds": outcome.wall_seconds,
+        "env_steps_per_second": outcome.env_steps / outcome.wall_seconds if outcome.wall_seconds > 0 else 0.0,
+        "mean_score_last_100": record.mean_score_last(100),
+        "best_score": record.best_score,
+        "mean_episode_steps_last_100": sum(record.lengths[-100:]) / max(1, len(record.lengths[-100:])),
+        "hyperparameters": trained_hyperparameters(model, config),
+        "optimizations": {
+            name: {"value": value, "source": settings.source(name)} for name, value in settings.as_dict().items()
+        },
+        "active": model.active_optimizations.as_dict(),
+        "best_model": selection.best if selection else None,
+        "selection_history": selection.history if selection else None,
+    }
+
+
+def save_run(
+    model: SnakeDQN,
+    run_dir: Path,
+    summary: dict[str, Any],
+    record: EpisodeRecord,
+    replay_buffer: bool,
+    save_model_file: bool = True,
+) -> None:
+    """Model (and replay buffer), episodes and summary, each atomically; the summary last, so
+    a summary on disk means everything it describes is there."""
+    if save_model_file:
+        save_model(model, run_dir / "model.zip", replay_buffer)
+    write_json(run_dir / "episodes.json", asdict(record))
+    write_json(run_dir / "summary.json", summary)

@@ -13,7 +13,6 @@ from sb3_snake.optimizations import (
     ActiveOptimizations,
     Decision,
     choose_num_threads,
-    cpu_has_native_bf16,
     decide_bf16,
     decide_compile,
     decide_flash,
@@ -21,6 +20,7 @@ from sb3_snake.optimizations import (
     probe_flash,
 )
 from sb3_snake.settings import OptimizationSettings
+from sb3_snake.system import cpu_has_native_bf16
 from tests.conftest import SMALL_POLICY, small_dqn
 
 FLASH_KERNEL = "aten::_scaled_dot_product_flash_attention_for_cpu"
@@ -186,7 +186,7 @@ def test_probes_run_real_ops_on_cpu():
 
 
 def test_requested_but_inactive_is_logged(caplog, monkeypatch):
-    monkeypatch.setattr("sb3_snake.optimizations.cpu_has_native_bf16", lambda: False)
+    monkeypatch.setattr("sb3_snake.system.cpu_has_native_bf16", lambda: False)
     with caplog.at_level("WARNING"):
         model = make_model(use_bf16=True)
     assert not model.active_optimizations.bf16.active

@@ -25,9 +25,10 @@ def test_script_prints_json_with_settings_sources_and_active_state(tmp_path):
         "value": 512,
         "source": ".env",
         "key": "OPTIMAL_BATCH_SIZE",
-        "cli": "--batch-size N",
+        "cli": "--batch-size",
     }
-    assert report["settings"]["use_bf16"]["cli"] == "--bf16 / --no-bf16"
+    assert report["settings"]["use_bf16"]["cli"] == "--bf16/--no-bf16"
+    assert report["settings"]["num_threads"]["cli"] == "--threads"
     assert report["active"]["bf16_requested"] is False and report["active"]["bf16_active"] is False
     assert report["available"]["flash_attention"]["float32"] is True
     assert report["device"] == "cpu" and report["torch"]
@@ -49,11 +50,23 @@ def test_malformed_env_exits_2_naming_the_key(tmp_path):
 
 
 def test_requested_but_unavailable_shows_its_reason(monkeypatch):
-    monkeypatch.setattr("sb3_snake.optimizations.cpu_has_native_bf16", lambda: False)
-    monkeypatch.setattr("sb3_snake.report.cpu_has_native_bf16", lambda: False)
+    monkeypatch.setattr("sb3_snake.system.cpu_has_native_bf16", lambda: False)
     report = capability_report(OptimizationSettings(use_bf16=True, num_threads=1), "cpu")
     text = format_capability_report(report)
     assert "BF16 autocast:    disabled (this CPU has neither AVX512-BF16 nor AMX)" in text
+
+
+def test_every_flag_in_the_report_is_an_option_of_train():
+    """The report's flags are derived from the settings, and train's options from the same place."""
+    from typer.main import get_command
+
+    from sb3_snake.cli import app
+
+    train = get_command(app).commands["train"]
+    options = {opt for param in train.params for opt in (*param.opts, *param.secondary_opts)}
+    report = capability_report(OptimizationSettings(num_threads=1), "cpu")
+    for entry in report["settings"].values():
+        assert set(entry["cli"].split("/")) <= options, entry
 
 
 def test_summary_lines_cover_every_setting():

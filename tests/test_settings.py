@@ -1,8 +1,11 @@
 """OptimizationSettings: parsing, precedence, sources and clear errors."""
 
+import os
+from pathlib import Path
+
 import pytest
 
-from sb3_snake.settings import OptimizationSettings, SettingsError
+from sb3_snake.settings import OptimizationSettings, SettingsError, max_threads
 
 ENV_KEYS = (
     "OPTIMAL_BATCH_SIZE",
@@ -37,7 +40,7 @@ def test_env_file_values_and_spellings(tmp_path):
     path = write_env(
         tmp_path,
         "# comment\nOPTIMAL_BATCH_SIZE=1024\nUSE_TORCH_COMPILE=Yes\nUSE_FLASH_ATTENTION=off\n"
-        "USE_BF16=0\nTORCH_COMPILE_MODE=max-autotune\nTORCH_NUM_THREADS=3\nOTHER=ignored\n",
+        "USE_BF16=0\nTORCH_COMPILE_MODE=max-autotune\nTORCH_NUM_THREADS=2\n",
     )
     settings = OptimizationSettings.load(path)
     assert settings.as_dict() == {
@@ -46,7 +49,7 @@ def test_env_file_values_and_spellings(tmp_path):
         "use_flash_attention": False,
         "use_bf16": False,
         "compile_mode": "max-autotune",
-        "num_threads": 3,
+        "num_threads": 2,
     }
     assert settings.source("batch_size") == ".env"
 
@@ -75,7 +78,7 @@ def test_precedence_override_then_environment_then_file_then_default(tmp_path, m
         ("OPTIMAL_BATCH_SIZE=-4", r"OPTIMAL_BATCH_SIZE='-4' in .*custom.env: expected a positive integer"),
         ("OPTIMAL_BATCH_SIZE=big", r"OPTIMAL_BATCH_SIZE='big'"),
         ("TORCH_COMPILE_MODE=fast", r"TORCH_COMPILE_MODE='fast' .*expected one of default, reduce-overhead"),
-        ("TORCH_NUM_THREADS=0", r"TORCH_NUM_THREADS='0' .*positive integer or auto"),
+        ("TORCH_NUM_THREADS=0", r"TORCH_NUM_THREADS='0' .*expected auto or an integer from 1"),
     ],
 )
 def test_malformed_env_file_values_name_key_value_and_file(tmp_path, line, message):
@@ -100,7 +103,7 @@ def test_missing_explicit_env_file(tmp_path):
         ({"batch_size": 0}, "batch_size=0"),
         ({"use_bf16": "yes"}, "use_bf16='yes': expected True or False"),
         ({"compile_mode": "fast"}, "compile_mode='fast'"),
-        ({"num_threads": -1}, "num_threads=-1"),
+        ({"num_threads": -1}, "num_threads=-1: expected auto or an integer from 1"),
         ({"unknown": 1}, "unknown setting"),
     ],
 )
@@ -109,10 +112,53 @@ def test_bad_overrides(overrides, message):
         OptimizationSettings.load(**overrides)
 
 
-def test_with_overrides_marks_the_source():
-    settings = OptimizationSettings().with_overrides(use_bf16=False, batch_size=None)
-    assert settings.use_bf16 is False and settings.source("use_bf16") == "override"
-    assert settings.source("batch_size") == "default"
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('OPTIMAL_BATCH_SIZE="64\n', r"line 1 of .*custom.env cannot be parsed: 'OPTIMAL_BATCH_SIZE=\"64' \(an unterminated quote"),
+        ("# fine\nUSE_BF16\n", r"line 2 of .*custom.env: USE_BF16 has no value; write USE_BF16=value"),
+        ("USE_BF61=true\n", r"line 1 of .*: unknown key USE_BF61; did you mean USE_BF16\?"),
+        ("WANDB_API_KEY=secret\n", r"unknown key WANDB_API_KEY; known keys: OPTIMAL_BATCH_SIZE"),
+        ("TORCH_NUM_THREADS=100000\n", r"TORCH_NUM_THREADS='100000' .*: expected auto or an integer from 1 to \d+"),
+    ],
+)
+def test_env_file_lines_that_were_skipped_before_are_errors(tmp_path, text, message):
+    with pytest.raises(SettingsError, match=message):
+        OptimizationSettings.load(write_env(tmp_path, text))
+
+
+def test_env_file_that_is_not_a_text_file(tmp_path):
+    binary = tmp_path / "binary.env"
+    binary.write_bytes(b"\xff\xfeUSE_BF16=1\x00")
+    with pytest.raises(SettingsError, match="is not UTF-8 text"):
+        OptimizationSettings.load(binary)
+    with pytest.raises(SettingsError, match="is a directory"):
+        OptimizationSettings.load(tmp_path)
+    with pytest.raises(SettingsError, match="is not a regular file"):
+        OptimizationSettings.load("/dev/null")
+    fifo = tmp_path / "fifo.env"
+    os.mkfifo(fifo)
+    with pytest.raises(SettingsError, match="is not a regular file"):  # refused before opening: never blocks
+        OptimizationSettings.load(fifo)
+
+
+def test_unreadable_env_file(tmp_path):
+    if not Path("/proc/self/mem").exists():
+        pytest.skip("needs Linux /proc")
+    with pytest.raises(SettingsError, match="cannot be read"):
+        OptimizationSettings.load("/proc/self/mem")
+
+
+def test_thread_count_is_capped_per_core():
+    with pytest.raises(SettingsError, match="num_threads=100000"):
+        OptimizationSettings(num_threads=100000)
+    assert OptimizationSettings(num_threads=max_threads()).num_threads == max_threads()
+
+
+def test_parse_names_the_flag():
+    assert OptimizationSettings.parse("num_threads", "auto") == "auto"
+    with pytest.raises(SettingsError, match="--threads 'many'"):
+        OptimizationSettings.parse("num_threads", "many")
 
 
 def test_num_threads_auto_or_integer(tmp_path):

@@ -1,16 +1,36 @@
-"""The training run as a library call: config checks, update schedule, resume, W&B logging."""
+"""The training run as a library call: config checks, memory, update schedule, resume, divergence, stopping."""
 
+import io
 import json
+import threading
+from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
+from rich.console import Console
 
 from sb3_snake.envs import BatchedSnakeVecEnv
 from sb3_snake.evaluation import evaluate
 from sb3_snake.extractor import HeadView
 from sb3_snake.settings import OptimizationSettings
+from sb3_snake.persistence import load_model
 from sb3_snake.tracking import WandbRun
-from sb3_snake.training import TrainConfig, WandbOptions, load_for_resume, load_model, train
+from sb3_snake.training import (
+    DEFAULT_EPISODES,
+    Outcome,
+    RunCallbacks,
+    RunCancelled,
+    StopRequest,
+    TrainConfig,
+    TrainingDiverged,
+    build_model,
+    build_summary,
+    check_memory,
+    resume_config,
+    train,
+)
 
 FAST = OptimizationSettings(batch_size=16, use_torch_compile=False, use_bf16=False, num_threads=1)
 
@@ -35,10 +55,19 @@ def tiny_config(**changes):
         ({"episodes": 0}, "episodes must be at least 1, got 0"),
         ({"board_size": 3}, "board_size must be an integer >= 4, got 3"),
         ({"device": "tpu"}, "device must be auto, cpu or cuda, got 'tpu'"),
-        ({"replay_ratio": 0}, "replay_ratio must be positive"),
+        ({"replay_ratio": 0}, "replay_ratio must be a positive finite number, got 0"),
         ({"checkpoint_every": 0}, "checkpoint_every must be at least 1"),
         ({"select_every": 0}, "select_every must be at least 1"),
         ({"select_episodes": 0}, "select_episodes must be at least 1"),
+        ({"time_limit_minutes": float("nan")}, "time limit must be a positive number of minutes, got nan"),
+        ({"learning_rate": float("inf")}, "learning_rate must be a positive finite number, got inf"),
+        ({"learning_rate": float("nan")}, "learning_rate must be a positive finite number, got nan"),
+        ({"replay_ratio": float("inf")}, "replay_ratio must be a positive finite number, got inf"),
+        ({"gamma": 1.5}, "gamma must be from 0 to 1"),
+        ({"board_size": 1000}, "board_size must be at most 256, got 1000"),
+        ({"seed": 2**64}, "seed must be from 0 to 4294967295"),
+        ({"seed": -1}, "seed must be from 0 to 4294967295"),
+        ({"exploration_final_eps": float("nan")}, "exploration_final_eps must be from 0 to 1"),
     ],
 )
 def test_bad_config(changes, message):
@@ -64,91 +93,20 @@ def test_run_stops_at_exactly_the_episode_budget(tmp_path):
     assert summary["active"]["torch_compile_active"] is False
 
 
-def test_wandb_gets_config_episodes_and_training_metrics(tmp_path, fake_wandb):
-    summary = train(tiny_config(episodes=20), FAST, tmp_path, wandb_options=WandbOptions(True, "proj", "offline"))
-    kwargs = fake_wandb.init_kwargs
-    assert kwargs["project"] == "proj" and kwargs["mode"] == "offline" and kwargs["dir"] == str(tmp_path)
-    config = kwargs["config"]
-    assert config["hyperparameters"]["board_size"] == 5 and config["hyperparameters"]["batch_size"] == 16
-    assert config["optimizations"]["torch_compile_requested"] is False
-    assert config["optimizations"]["bf16_active"] is False and "flash_attention_active" in config["optimizations"]
-    assert config["capabilities"]["cpu_cores"] >= 1 and "cpu_native_bf16" in config["capabilities"]
-    episode_logs = [m for m in fake_wandb.logged if "episode/score" in m]
-    assert len(episode_logs) == 20
-    assert any("train/loss" in m for m in fake_wandb.logged)
-    assert fake_wandb.summary["episodes"] == 20 and fake_wandb.finished
-    assert summary["wandb_mode"] == "offline"
-
-
-def test_wandb_online_without_key_goes_offline(tmp_path, fake_wandb, monkeypatch):
-    monkeypatch.delenv("WANDB_API_KEY", raising=False)
-    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
-    messages = []
-    run = WandbRun("p", "online", {}, tmp_path, notify=messages.append)
-    assert run.mode == "offline" and fake_wandb.init_kwargs["mode"] == "offline"
-    assert "no API key" in messages[0]
-
-
-def test_wandb_failure_never_stops_training(tmp_path, fake_wandb):
-    def broken_init(**kwargs):
-        raise RuntimeError("network unreachable")
-
-    fake_wandb.init = broken_init
-    messages = []
-    run = WandbRun("p", "offline", {}, tmp_path, notify=messages.append)
-    assert not run.active and "network unreachable" in messages[0]
-    run.log({"x": 1})
-    run.finish({})
-
-
-def test_real_wandb_offline_run_writes_locally(tmp_path, monkeypatch):
-    pytest.importorskip("wandb")
-    monkeypatch.delenv("WANDB_MODE", raising=False)
-    run = WandbRun("sb3-snake-test", "offline", {"a": 1}, tmp_path)
-    assert run.active
-    run.log({"episode/score": 3})
-    run.finish({"episodes": 1})
-    assert list((tmp_path / "wandb").glob("offline-run-*"))
-
-
 def test_resume_rejects_another_board_size(tmp_path):
     train(tiny_config(episodes=4), FAST, tmp_path)
     with pytest.raises(ValueError, match=r"trained on a 5x5 board, not 6x6; pass --board-size 5"):
-        load_for_resume(tmp_path / "model.zip", BatchedSnakeVecEnv(2, board_size=6), FAST, "cpu")
+        build_model(tiny_config(board_size=6), FAST, resume=tmp_path / "model.zip")
 
 
 def test_resume_continues_with_the_replay_buffer(tmp_path):
     first = train(tiny_config(episodes=8, checkpoint_every=4, save_replay_buffer=True), FAST, tmp_path / "a")
-    assert (tmp_path / "a" / "checkpoint.zip").is_file() and (tmp_path / "a" / "checkpoint.replay.pkl").is_file()
-    model = load_for_resume(tmp_path / "a" / "model.zip", BatchedSnakeVecEnv(4, board_size=5), FAST, "cpu")
+    assert (tmp_path / "a" / "checkpoint.zip").is_file() and (tmp_path / "a" / "checkpoint.replay.npz").is_file()
+    model = build_model(tiny_config(), FAST, resume=tmp_path / "a" / "model.zip")
     assert model.replay_buffer.size() > 0 and model.num_timesteps == first["total_env_steps"]
     second = train(tiny_config(episodes=4), FAST, tmp_path / "b", resume=tmp_path / "a" / "model.zip")
     assert second["episodes"] == 4 and second["total_env_steps"] > first["total_env_steps"]
     assert second["resumed_from"].endswith("model.zip")
-
-
-def test_best_model_selection_keeps_the_best_greedy_evaluation(tmp_path, monkeypatch):
-    """Evaluations on their own seeds; best_model.zip is rewritten only when the mean improves."""
-    import sb3_snake.callbacks as callbacks
-    from sb3_snake.evaluation import EVAL_SEED_OFFSET, SELECTION_SEED_OFFSET
-
-    means, calls, saves = iter([1.0, 3.0, 2.0, 0.5]), [], []
-
-    def scripted_evaluate(model, episodes, seed, seed_offset):
-        calls.append((episodes, seed_offset + seed))
-        return {"mean_score": next(means)}
-
-    monkeypatch.setattr(callbacks, "evaluate", scripted_evaluate)
-    real_save = callbacks.save_atomically
-    monkeypatch.setattr(callbacks, "save_atomically", lambda model, path: saves.append(path) or real_save(model, path))
-    summary = train(tiny_config(episodes=None, timesteps=400, select_every=100, select_episodes=5), FAST, tmp_path)
-    assert [episodes for episodes, _ in calls] == [5] * 4
-    seeds = [seed for _, seed in calls]
-    assert seeds == [SELECTION_SEED_OFFSET + i for i in range(4)] and min(seeds) > EVAL_SEED_OFFSET + 10**6
-    assert saves == [tmp_path / "best_model.zip"] * 2  # after 1.0 and 3.0, not after 2.0 or 0.5
-    assert summary["best_model"]["mean_score"] == 3.0 and 200 <= summary["best_model"]["env_steps"] < 300
-    assert [entry["mean_score"] for entry in summary["selection_history"]] == [1.0, 3.0, 2.0, 0.5]
-    assert load_model(tmp_path / "best_model.zip", FAST).observation_space.shape == (5, 5, 5)
 
 
 def test_symmetry_augmentation_is_used_in_training_and_kept_on_save(tmp_path, monkeypatch):
@@ -192,13 +150,145 @@ def test_time_limit_stops_first(tmp_path):
     ("changes", "message"),
     [
         ({"timesteps": 0}, "timesteps must be at least 1"),
-        ({"time_limit_minutes": 0}, "time limit must be positive"),
-        ({"episodes": None}, "give at least one of episodes, timesteps or a time limit"),
+        ({"time_limit_minutes": 0}, "time limit must be a positive number of minutes"),
     ],
 )
 def test_bad_limits(changes, message):
     with pytest.raises(ValueError, match=message):
         tiny_config(**changes)
+
+
+def test_no_limit_means_the_default_episodes():
+    assert TrainConfig().episodes == DEFAULT_EPISODES
+    assert TrainConfig(time_limit_minutes=1).episodes is None
+
+
+def test_a_batch_larger_than_the_buffer_is_refused_before_training(tmp_path):
+    with pytest.raises(ValueError, match="batch size 4096 is larger than the replay buffer .2000 transitions."):
+        train(tiny_config(), replace(FAST, batch_size=4096), tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(("changes", "part"), [({"n_envs": 100_000_000}, "games"), ({"buffer_size": 10**10}, "replay")])
+def test_memory_needed_is_stated_up_front(changes, part):
+    config = tiny_config(**changes)
+    with pytest.raises(ValueError, match=rf"this run needs about [\d.]+ GiB \(.*{part}.*\) but 1.0 GiB are available"):
+        check_memory(config, 16, available=2**30)
+    check_memory(tiny_config(), 16, available=2**30)  # a small run fits
+
+
+def test_memory_estimate_grows_with_what_it_holds():
+    small, large = tiny_config().memory_estimate(16), tiny_config(buffer_size=20_000).memory_estimate(16)
+    assert large["replay buffer"] == 10 * small["replay buffer"] and large["networks"] == small["networks"]
+    with_view, without = tiny_config().memory_estimate(16), tiny_config(head_view=False).memory_estimate(16)
+    assert with_view["networks"] > without["networks"]
+
+
+def test_resume_applies_the_given_hyperparameters(tmp_path):
+    """What --resume is given is what the model trains with, read back from the saved model."""
+    train(tiny_config(episodes=4, learning_rate=5e-4, gamma=0.99), FAST, tmp_path / "a")
+    config = resume_config(tmp_path / "a" / "model.zip", episodes=3, learning_rate=0.01, gamma=0.5, double_dqn=True)
+    overridden = replace(FAST, batch_size=8, sources={**FAST.sources, "batch_size": "override"})
+    summary = train(config, overridden, tmp_path / "b", resume=tmp_path / "a" / "model.zip")
+    model = load_model(tmp_path / "b" / "model.zip", FAST)
+    assert (model.learning_rate, model.gamma, model.batch_size, model.double_dqn) == (0.01, 0.5, 8, True)
+    assert model.policy.optimizer.param_groups[0]["lr"] == pytest.approx(0.01)
+    trained = summary["hyperparameters"]
+    assert (trained["learning_rate"], trained["gamma"], trained["batch_size"], trained["double_dqn"]) == (0.01, 0.5, 8, True)
+    assert (trained["train_freq"], trained["gradient_steps"]) == config.update_schedule(8) == (1, 16)  # ratio 32 kept
+
+
+def test_resume_keeps_the_model_batch_size_unless_overridden(tmp_path):
+    train(tiny_config(episodes=4), FAST, tmp_path / "a")
+    from_env_file = OptimizationSettings(batch_size=64, use_torch_compile=False, use_bf16=False, num_threads=1)
+    config = resume_config(tmp_path / "a" / "model.zip", episodes=2)
+    summary = train(config, from_env_file, tmp_path / "b", resume=tmp_path / "a" / "model.zip")
+    assert summary["hyperparameters"]["batch_size"] == 16
+    assert summary["optimizations"]["batch_size"] == {"value": 16, "source": "resumed model"}
+
+
+def test_resume_with_other_games_keeps_the_replay_buffer(tmp_path):
+    train(tiny_config(episodes=6, save_replay_buffer=True), FAST, tmp_path / "a")
+    config = resume_config(tmp_path / "a" / "model.zip", episodes=2, n_envs=8)
+    model = build_model(config, FAST, resume=tmp_path / "a" / "model.zip")
+    assert model.n_envs == 8 and model.replay_buffer.size() > 0
+    summary = train(config, FAST, tmp_path / "b", resume=tmp_path / "a" / "model.zip")
+    assert summary["hyperparameters"]["n_envs"] == 8
+
+
+@pytest.mark.parametrize(("change", "flag"), [({"dueling": True}, "--dueling"), ({"n_steps": 3}, "--n-steps")])
+def test_resume_refuses_what_cannot_change(tmp_path, change, flag):
+    train(tiny_config(episodes=2), FAST, tmp_path / "a")
+    config = resume_config(tmp_path / "a" / "model.zip", **change)
+    with pytest.raises(ValueError, match=f"{flag} cannot change on resume: the model was trained with"):
+        train(config, FAST, tmp_path / "b", resume=tmp_path / "a" / "model.zip")
+    assert not (tmp_path / "b").exists()  # a failed start leaves no folder behind
+
+
+def test_a_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
+    from sb3_snake.algorithm import SnakeDQN
+
+    real_train, calls = SnakeDQN.train, []
+
+    def poisoned_after_a_while(self, gradient_steps, batch_size=100):
+        calls.append(1)
+        if len(calls) > 30:  # weights become NaN, as with a learning rate far too large
+            with torch.no_grad():
+                next(self.q_net.parameters()).fill_(float("nan"))
+        real_train(self, gradient_steps, batch_size)
+
+    monkeypatch.setattr(SnakeDQN, "train", poisoned_after_a_while)
+    with pytest.raises(TrainingDiverged, match=r"the TD loss became nan .* the last good checkpoint is .*checkpoint.zip"):
+        train(tiny_config(episodes=10_000, checkpoint_every=2), FAST, tmp_path)
+    assert not (tmp_path / "model.zip").exists()
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["stopped_by"] == "diverged" and "nan" in summary["error"]
+    checkpoint = load_model(tmp_path / "checkpoint.zip", FAST)
+    assert all(torch.isfinite(p).all() for p in checkpoint.q_net.parameters())
+
+
+def test_a_stop_requested_from_another_thread_ends_the_run_and_saves(tmp_path):
+    stop = StopRequest()
+    timer = threading.Timer(2.0, stop.request, args=("asked by the test",))
+    result = {}
+    thread = threading.Thread(target=lambda: result.update(train(tiny_config(episodes=10**6), FAST, tmp_path, stop=stop)))
+    timer.start()
+    thread.start()
+    thread.join(timeout=120)
+    assert not thread.is_alive()
+    assert result["stopped_by"] == "stop" and result["stop_reason"] == "asked by the test" and stop.phase == "finished"
+    assert (tmp_path / "model.zip").is_file() and json.loads((tmp_path / "summary.json").read_text())["episodes"] > 0
+
+
+def test_a_stop_requested_before_training_cancels_the_run(tmp_path):
+    stop = StopRequest()
+    stop.request("SIGINT")
+    with pytest.raises(RunCancelled, match="SIGINT before training started"):
+        train(tiny_config(), FAST, tmp_path / "run", stop=stop)
+    assert not (tmp_path / "run").exists()
+
+
+def test_summary_is_built_from_the_model_without_training():
+    config = tiny_config(episodes=3, learning_rate=0.002)
+    model = build_model(config, FAST)
+    callbacks = RunCallbacks.build(config, Path("unused"), WandbRun.off(), StopRequest(), Console(file=io.StringIO()))
+    callbacks.record.scores.extend([1, 4, 2])
+    callbacks.record.lengths.extend([10, 30, 20])
+    callbacks.budget.stopped_by = "episodes"
+    summary = build_summary(model, config, callbacks, Outcome(wall_seconds=2.0, env_steps=60, diverged=None))
+    assert summary["episodes"] == 3 and summary["best_score"] == 4 and summary["mean_score_last_100"] == pytest.approx(7 / 3)
+    assert summary["env_steps_per_second"] == 30.0 and summary["stopped_by"] == "episodes"
+    assert summary["hyperparameters"]["learning_rate"] == 0.002 and summary["hyperparameters"]["batch_size"] == 16
+    assert summary["optimizations"]["batch_size"] == {"value": 16, "source": "default"}
+    assert summary["active"]["torch_compile_active"] is False and summary["best_model"] is None
+    json.dumps(summary)  # JSON-ready
+
+
+def test_tensorboard_log_writes_sb3s_own_event_files(tmp_path):
+    pytest.importorskip("tensorboard")
+    train(tiny_config(episodes=40, tensorboard_log=str(tmp_path / "tb"), learning_starts=8), FAST, tmp_path / "run")
+    (folder,) = (tmp_path / "tb").iterdir()
+    assert folder.name == "run_1" and list(folder.glob("events.out.tfevents.*"))
 
 
 class RandomPolicy:

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from sb3_snake.benchmark.system import system_info
+from sb3_snake.system import system_info
 from sb3_snake.envs import BatchedSnakeVecEnv, SnakeEnv
 
 DEFAULT_NUM_ENVS = (1, 64, 1024, 4096, 16384)

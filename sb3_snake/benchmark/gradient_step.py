@@ -25,7 +25,8 @@ import torch
 from stable_baselines3.common.logger import Logger
 
 from sb3_snake.algorithm import SnakeDQN
-from sb3_snake.benchmark.system import peak_memory_mib, reset_peak_memory, system_info
+from sb3_snake.benchmark.results import peak_memory_mib, reset_peak_memory
+from sb3_snake.system import system_info
 from sb3_snake.envs import BatchedSnakeVecEnv
 from sb3_snake.settings import OptimizationSettings
 
@@ -66,7 +67,6 @@ def measure_gradient_step(
     repeats: int = 3,
     warmup_steps: int = 2,
     board_size: int = 10,
-    policy_kwargs: dict[str, Any] | None = None,
     buffer_size: int = 16384,
 ) -> GradientStepResult:
     """Time ``DQN.train`` for one combination and batch size."""
@@ -90,7 +90,6 @@ def measure_gradient_step(
         buffer_size=max(buffer_size, batch_size),
         learning_starts=0,
         device=device,
-        policy_kwargs=policy_kwargs,
         seed=0,
     )
     model.set_logger(Logger(folder=None, output_formats=[]))

@@ -62,7 +62,7 @@ from stable_baselines3.common.vec_env import VecEnv
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvObs, VecEnvStepReturn, tile_images
 
 from sb3_snake.envs.render import render_ansi, render_rgb
-from sb3_snake.envs.rules import BODY, FOOD, HEAD, NECK, NUM_CHANNELS, TAIL, TURNS, SnakeRules
+from sb3_snake.envs.rules import BODY, FOOD, HEAD, NECK, NUM_CHANNELS, TAIL, TURNS, SnakeRules, check_actions
 
 #: How many games ``render("rgb_array")`` tiles into one image.
 RENDERED_GAMES = 16
@@ -129,8 +129,9 @@ class BatchedSnakeVecEnv(VecEnv):
         max_steps_without_food: int | None = None,
         render_mode: str | None = None,
     ):
-        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+        if isinstance(num_envs, (bool, np.bool_)) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
             raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
+        num_envs = int(num_envs)
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None, got {render_mode!r}")
         self.rules = SnakeRules(board_size, start_length, dist_to_border, max_steps_without_food)
@@ -189,7 +190,18 @@ class BatchedSnakeVecEnv(VecEnv):
         return self._observe_in_play()
 
     def step_tensors(self, actions: torch.Tensor) -> BatchedStep:
-        """Apply one action per game (``(N,)`` integers on ``device``) and restart finished games."""
+        """Apply one action per game (``(N,)`` integers on ``device``) and restart finished games.
+
+        Actions must be integers from 0 to 3. The dtype is always checked; the values are
+        checked on the CPU, and trusted on a GPU, where a check would wait for the device every
+        step (the SB3 ``step`` checks them always, as ``SnakeEnv.step`` does).
+        """
+        if actions.dtype.is_floating_point or actions.dtype.is_complex or actions.dtype == torch.bool:
+            raise ValueError(f"actions must be an integer tensor of 0 to 3, got dtype {actions.dtype}")
+        if actions.shape != (self.num_envs,):
+            raise ValueError(f"expected actions of shape ({self.num_envs},), got {tuple(actions.shape)}")
+        if actions.device.type == "cpu" and bool(((actions < 0) | (actions > 3)).any()):
+            check_actions(actions.numpy(), self.num_envs)  # raises, naming the first bad action
         links, cells = self._links_flat, self._cells
         previous = self._state
         head, neck, tail, direction, length, food, steps_without_food, score, episode_length = previous.unbind(0)
@@ -274,7 +286,7 @@ class BatchedSnakeVecEnv(VecEnv):
         return self.reset_tensors().cpu().numpy()
 
     def step_async(self, actions: np.ndarray) -> None:
-        self._actions = torch.as_tensor(np.asarray(actions).reshape(self.num_envs), device=self.device)
+        self._actions = torch.as_tensor(check_actions(actions, self.num_envs), device=self.device)
 
     def step_wait(self) -> VecEnvStepReturn:
         assert self._actions is not None, "step_async() must be called before step_wait()"

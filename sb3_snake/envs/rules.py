@@ -29,6 +29,36 @@ MIN_BOARD_SIZE = 4
 MIN_START_LENGTH = 2
 
 
+_ACTIONS_HELP = "0 (up), 1 (right), 2 (down) or 3 (left)"
+
+
+def check_action(action: object) -> int:
+    """The action as an int, or a ValueError naming it: an integer (Python or NumPy, or a
+    one-element integer array) from 0 to 3, as ``Discrete(4).contains`` accepts."""
+    value = np.asarray(action)
+    if value.size != 1 or value.dtype.kind not in "iu":
+        raise ValueError(f"action must be an integer {_ACTIONS_HELP}, got {action!r}")
+    number = int(value.reshape(()))
+    if not 0 <= number <= 3:
+        raise ValueError(f"action must be {_ACTIONS_HELP}, got {number}")
+    return number
+
+
+def check_actions(actions: object, count: int) -> np.ndarray:
+    """``count`` actions as an int64 array, or a ValueError naming the first bad one; the same
+    rule as :func:`check_action`, for one action per game."""
+    values = np.asarray(actions)
+    if values.size != count:
+        raise ValueError(f"expected {count} actions (one per game), got {values.size}")
+    values = values.reshape(count)
+    if values.dtype.kind not in "iu":
+        raise ValueError(f"actions must be integers {_ACTIONS_HELP}, got dtype {values.dtype} ({values[:4]!r})")
+    bad = np.flatnonzero((values < 0) | (values > 3))
+    if len(bad):
+        raise ValueError(f"action must be {_ACTIONS_HELP}, got {int(values[bad[0]])} for game {int(bad[0])}")
+    return values.astype(np.int64, copy=False)
+
+
 def opposite(direction: int) -> int:
     """The direction that would reverse into the neck."""
     return (direction + 2) % 4

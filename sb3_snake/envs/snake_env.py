@@ -20,6 +20,7 @@ from sb3_snake.envs.rules import (
     NUM_CHANNELS,
     TAIL,
     SnakeRules,
+    check_action,
     opposite,
 )
 
@@ -36,7 +37,8 @@ class SnakeEnv(gym.Env[np.ndarray, np.int64]):
     ## Action Space
 
     ``Discrete(4)``, absolute directions: 0 up, 1 right, 2 down, 3 left. An action that would
-    reverse into the neck is ignored and the snake keeps its direction.
+    reverse into the neck is ignored and the snake keeps its direction. Anything else (-1, 4,
+    1.5, NaN) raises a ``ValueError`` naming it, in both environments.
 
     ## Observation Space
 
@@ -140,7 +142,7 @@ class SnakeEnv(gym.Env[np.ndarray, np.int64]):
         return self._observation()
 
     def step(self, action):
-        action = int(action)
+        action = check_action(action)
         if action == opposite(self._direction):
             action = self._direction
         d_row, d_col = DIRECTION_DELTAS[action]

@@ -1,12 +1,10 @@
-"""What a benchmark ran on, and where its results are kept."""
+"""Where benchmark results are kept, and the peak memory a measurement used."""
 
 from __future__ import annotations
 
 import json
-import os
 import platform
 from datetime import datetime, timezone
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -14,46 +12,6 @@ import torch
 
 #: Where benchmark JSON files go, relative to the working directory.
 RESULTS_DIR = Path("benchmark_results")
-
-
-def cpu_model() -> str:
-    """The CPU's marketing name, from /proc/cpuinfo where there is one."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _package_version(name: str) -> str | None:
-    try:
-        return version(name)
-    except PackageNotFoundError:
-        return None
-
-
-def system_info() -> dict[str, Any]:
-    """Hardware and software versions, recorded with every benchmark result."""
-    info: dict[str, Any] = {
-        "cpu": cpu_model(),
-        "cpu_cores": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "stable_baselines3": _package_version("stable-baselines3"),
-        "gymnasium": _package_version("gymnasium"),
-        "numpy": _package_version("numpy"),
-        "sb3_snake": _package_version("sb3-snake"),
-        "gpu": None,
-    }
-    if torch.cuda.is_available():
-        properties = torch.cuda.get_device_properties(0)
-        info["gpu"] = {"name": properties.name, "memory_gib": round(properties.total_memory / 2**30, 1)}
-    return info
 
 
 def reset_peak_memory(device: str) -> None:

@@ -1,0 +1,111 @@
+"""Output paths checked before any work, and files written so that a crash never leaves half a file.
+
+Every command checks where it will write *before* it trains, plays or measures
+(:func:`check_writable_dir`, :func:`check_writable_file`), by creating and removing a probe
+file there: permission bits alone do not tell (root passes every ``access`` check, and
+``/proc`` or ``/sys`` refuse new files whatever the bits say).
+
+:func:`atomic_write` writes through a temporary file whose name is unique to the process and
+the call, then renames it over the target: readers see the old file or the new one, never a
+mix, two processes writing the same target never share a temporary file, and an interrupted
+write (an exception, or Ctrl-C) removes its temporary file.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+#: What every temporary file of :func:`atomic_write` has in its name; :func:`remove_temporary_files`
+#: removes left-overs of crashed writers by this mark.
+TEMPORARY_MARK = ".tmp."
+
+
+def _probe(directory: Path) -> None:
+    descriptor, probe = tempfile.mkstemp(dir=directory, prefix=".sb3-snake-probe-")
+    os.close(descriptor)
+    os.unlink(probe)
+
+
+def check_writable_dir(path: Path, what: str = "output folder", create: bool = False) -> None:
+    """Raise ValueError unless files can be created in folder ``path``.
+
+    :param create: the folder may not exist yet; then its nearest existing parent must be a
+        writable folder (nothing is created here).
+    """
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{what} {path} is a file, not a folder; pass a folder")
+    target = path
+    if not path.exists():
+        if not create:
+            raise ValueError(f"{what} {path} does not exist; create it first")
+        target = next((parent for parent in path.absolute().parents if parent.exists()), Path("/"))
+        if not target.is_dir():
+            raise ValueError(f"{what} {path} cannot be created: {target} is not a folder")
+    try:
+        _probe(target)
+    except OSError as error:
+        raise ValueError(f"{what} {path} is not writable ({error.strerror or error}); choose another place") from None
+
+
+def check_writable_file(path: Path, suffixes: Sequence[str] = (), what: str = "output file") -> None:
+    """Raise ValueError unless ``path`` can be written: an allowed suffix, not a folder, in a
+    writable existing folder."""
+    path = Path(path)
+    if suffixes and path.suffix.lower() not in suffixes:
+        raise ValueError(f"{what} {path} must end in {' or '.join(suffixes)}")
+    if path.is_dir():
+        raise ValueError(f"{what} {path} is a folder; pass a file name")
+    if path.exists() and not path.is_file():
+        raise ValueError(f"{what} {path} is not a regular file; pass a file name")
+    parent = path.parent
+    if not parent.is_dir():
+        raise ValueError(f"{what} {path}: folder {parent} does not exist; create it first")
+    try:
+        _probe(parent)
+    except OSError as error:
+        raise ValueError(f"{what} {path}: folder {parent} is not writable ({error.strerror or error})") from None
+
+
+@contextmanager
+def atomic_write(path: Path) -> Iterator[Path]:
+    """Yield a unique temporary path beside ``path``; on success rename it over ``path``.
+
+    The temporary name keeps ``path``'s suffix (``model.zip`` -> ``model.tmp.<random>.zip``), so
+    writers that add a suffix of their own, like SB3's ``save``, write exactly there.
+    """
+    path = Path(path)
+    # A name unique to this process and call, created by the writer itself (so with the usual
+    # permissions; mkstemp's files are private to the user).
+    temporary = path.with_name(f"{path.stem}{TEMPORARY_MARK}{os.getpid()}-{secrets.token_hex(6)}{path.suffix}")
+    try:
+        yield temporary
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+
+
+def write_atomically(path: Path, write: Callable[[Path], object]) -> None:
+    """Call ``write(temporary_path)``, then rename the result over ``path``."""
+    with atomic_write(path) as temporary:
+        write(temporary)
+
+
+def write_text_atomically(path: Path, text: str) -> None:
+    write_atomically(path, lambda temporary: temporary.write_text(text))
+
+
+def remove_temporary_files(directory: Path) -> list[Path]:
+    """Remove the temporary files that interrupted writers left in ``directory``; return them."""
+    removed = []
+    for path in Path(directory).iterdir():
+        if TEMPORARY_MARK in path.name and path.is_file():
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed

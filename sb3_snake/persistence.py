@@ -1,0 +1,302 @@
+"""Models and replay buffers on disk: written atomically, read back without running code.
+
+**Loading safely.** An SB3 zip holds pickled entries (spaces, schedules, the policy class),
+and SB3's loader unpickles them with cloudpickle: a crafted file runs any code it likes while
+it loads. :func:`load_model` never does that. It reads the ``sb3_snake.json`` entry that
+:meth:`SnakeDQN.save <sb3_snake.algorithm.SnakeDQN.save>` writes (plain JSON: policy name,
+spaces, hyperparameters, counters), rebuilds the model from it, and loads the weights with
+``torch.load(weights_only=True)``. A file without that entry (made by plain SB3, by another
+program, or by sb3-snake before 0.2) is refused with the way out: ``trusted=True`` (the CLI's
+``--trust-model``) uses SB3's full loader, for files whose origin you trust.
+
+**Replay buffers** are saved beside a model as ``<stem>.replay.npz``: the buffer's arrays in
+time order, read back with ``numpy.load(allow_pickle=False)``, so a resumed run never
+unpickles either. SB3's ``<stem>.replay.pkl`` is read only when trusted.
+
+**Atomic writes.** Every file goes through :func:`sb3_snake.paths.atomic_write`: a unique
+temporary name, then a rename, so a crash or a second Ctrl-C leaves the previous file intact
+and no temporary file behind.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from stable_baselines3.common.buffers import ReplayBuffer
+
+from sb3_snake.algorithm import METADATA_ENTRY, METADATA_FORMAT, PORTABLE_CLASSES, SnakeDQN
+from sb3_snake.envs.rules import MIN_BOARD_SIZE, NUM_CHANNELS
+from sb3_snake.paths import atomic_write, write_text_atomically
+from sb3_snake.settings import OptimizationSettings
+
+#: The arrays of an SB3 replay buffer that a saved buffer holds (``next_observations`` too,
+#: unless the buffer was made with ``optimize_memory_usage``).
+REPLAY_ARRAYS = ("observations", "actions", "rewards", "dones", "timeouts")
+#: The largest board a model file may describe (the head view alone grows with its square).
+MAX_BOARD_SIZE = 256
+
+TRUST_HINT = "if you trust where it came from, pass --trust-model (Python: load_model(path, trusted=True))"
+
+
+# ---------------------------------------------------------------------- saving
+
+
+def save_model(model: SnakeDQN, path: Path, replay_buffer: bool = False) -> None:
+    """Save ``model`` to ``path`` (a ``.zip``) atomically; with ``replay_buffer``, its buffer
+    beside it as ``<stem>.replay.npz``, also atomically."""
+    with atomic_write(path) as temporary:
+        model.save(temporary)
+    if replay_buffer:
+        with atomic_write(replay_buffer_path(path)) as temporary:
+            save_replay_buffer(model.replay_buffer, temporary)
+
+
+def write_json(path: Path, value: Any) -> None:
+    """Write ``value`` as indented JSON, atomically."""
+    write_text_atomically(path, json.dumps(value, indent=2) + "\n")
+
+
+def replay_buffer_path(model_path: Path) -> Path:
+    return Path(model_path).with_name(Path(model_path).stem + ".replay.npz")
+
+
+def legacy_replay_buffer_path(model_path: Path) -> Path:
+    """Where SB3's pickled buffer of earlier sb3-snake runs lies (read only when trusted)."""
+    return Path(model_path).with_name(Path(model_path).stem + ".replay.pkl")
+
+
+def _time_ordered(buffer: ReplayBuffer, array: np.ndarray) -> np.ndarray:
+    if buffer.full:
+        return np.concatenate([array[buffer.pos :], array[: buffer.pos]])
+    return array[: buffer.pos]
+
+
+def save_replay_buffer(buffer: ReplayBuffer, path: Path) -> None:
+    """The filled rows of ``buffer``'s arrays, oldest first, as an uncompressed ``.npz``."""
+    names = [*REPLAY_ARRAYS, *(() if buffer.optimize_memory_usage else ("next_observations",))]
+    arrays = {name: _time_ordered(buffer, getattr(buffer, name)) for name in names}
+    with open(path, "wb") as file:
+        np.savez(file, n_envs=np.int64(buffer.n_envs), **arrays)
+
+
+def load_replay_buffer(model: SnakeDQN, path: Path) -> int:
+    """Fill ``model.replay_buffer`` from a ``.npz`` written by :func:`save_replay_buffer`.
+
+    The most recent transitions that fit are kept. With a different number of games than
+    saved, 1-step transitions are repacked (each is independent); n-step ones are refused,
+    since their order per game is what their returns are computed from.
+
+    :return: the number of transitions loaded.
+    :raises ValueError: one line, for a truncated, corrupt or mismatched file.
+    """
+    buffer = model.replay_buffer
+    try:
+        with np.load(path, allow_pickle=False) as stored:
+            arrays = {name: stored[name] for name in stored.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as error:
+        raise ValueError(f"replay buffer {path} cannot be read ({type(error).__name__}: {error})") from None
+    missing = [name for name in REPLAY_ARRAYS if name not in arrays]
+    if missing or "n_envs" not in arrays:
+        raise ValueError(f"replay buffer {path} lacks {', '.join(missing or ['n_envs'])}; it is not a saved buffer")
+    saved_envs = int(arrays.pop("n_envs"))
+    if arrays["observations"].shape[2:] != buffer.obs_shape:
+        raise ValueError(
+            f"replay buffer {path} holds observations of shape {arrays['observations'].shape[2:]}, "
+            f"the model {buffer.obs_shape}; it belongs to another board size"
+        )
+    if saved_envs != buffer.n_envs:
+        if getattr(buffer, "n_steps", 1) > 1:
+            raise ValueError(
+                f"replay buffer {path} holds n-step transitions of {saved_envs} games; resume with "
+                f"--n-envs {saved_envs} to keep it, or move it away to resume without it"
+            )
+        arrays = {name: _repack(array, buffer.n_envs) for name, array in arrays.items()}
+    rows = min(len(arrays["observations"]), buffer.buffer_size)
+    for name, array in arrays.items():
+        if getattr(buffer, name, None) is not None:
+            getattr(buffer, name)[:rows] = array[len(array) - rows :]
+    if "next_observations" not in arrays and not buffer.optimize_memory_usage:
+        raise ValueError(f"replay buffer {path} holds no next observations; it was saved with optimize_memory_usage")
+    buffer.pos, buffer.full = rows % buffer.buffer_size, rows == buffer.buffer_size
+    return rows * buffer.n_envs
+
+
+def _repack(array: np.ndarray, n_envs: int) -> np.ndarray:
+    flat = array.reshape(-1, *array.shape[2:])
+    usable = len(flat) - len(flat) % n_envs
+    return flat[len(flat) - usable :].reshape(usable // n_envs, n_envs, *array.shape[2:])
+
+
+# ---------------------------------------------------------------------- loading
+
+
+def read_metadata(path: Path) -> dict[str, Any]:
+    """The ``sb3_snake.json`` entry of a saved model, checked; ValueError (one line) otherwise."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            if METADATA_ENTRY not in archive.namelist():
+                raise ValueError(
+                    f"model file {path} has no sb3-snake description ({METADATA_ENTRY}): it was made by plain SB3, "
+                    f"another program or sb3-snake before 0.2, and loading it would unpickle code from it; "
+                    + TRUST_HINT
+                )
+            metadata = json.loads(archive.read(METADATA_ENTRY).decode("utf-8"))
+    except (zipfile.BadZipFile, OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"model file {path} cannot be loaded ({type(error).__name__}: {error})") from None
+    problem = _metadata_problem(metadata)
+    if problem:
+        raise ValueError(f"model file {path} has a malformed {METADATA_ENTRY}: {problem}")
+    return metadata
+
+
+def _metadata_problem(metadata: Any) -> str:
+    if not isinstance(metadata, dict) or metadata.get("format") != METADATA_FORMAT:
+        return f"format is not {METADATA_FORMAT!r}"
+    shape = metadata.get("observation_shape")
+    if not (isinstance(shape, list) and len(shape) == 3 and all(type(n) is int for n in shape)):
+        return f"observation_shape {shape!r} is not three integers"
+    if shape[0] != NUM_CHANNELS or shape[1] != shape[2] or not MIN_BOARD_SIZE <= shape[1] <= MAX_BOARD_SIZE:
+        return f"observation_shape {shape} is not that of a Snake board ({NUM_CHANNELS}, n, n), 4 <= n <= 256"
+    if metadata.get("n_actions") != 4:
+        return f"n_actions is {metadata.get('n_actions')!r}, not 4"
+    if metadata.get("policy") not in SnakeDQN.policy_aliases:
+        return f"policy {metadata.get('policy')!r} is not one of {', '.join(SnakeDQN.policy_aliases)}"
+    if metadata.get("policy_kwargs") is None:
+        return "its policy_kwargs hold objects that only the full loader rebuilds; " + TRUST_HINT
+    for section in ("hyperparameters", "counters"):
+        if not isinstance(metadata.get(section), dict):
+            return f"{section} is missing"
+        if any(not isinstance(value, (bool, int, float, str, type(None))) for value in metadata[section].values()):
+            return f"{section} hold values that are not plain numbers"
+    if type(metadata.get("n_envs")) is not int or metadata["n_envs"] < 1:
+        return "n_envs is not a positive integer"
+    return ""
+
+
+def decode_policy_kwargs(value: Any) -> Any:
+    """The inverse of :func:`~sb3_snake.algorithm.encode_policy_kwargs`: names of
+    :data:`~sb3_snake.algorithm.PORTABLE_CLASSES` back to classes; any other name is refused."""
+    if isinstance(value, list):
+        return [decode_policy_kwargs(element) for element in value]
+    if isinstance(value, dict):
+        if set(value) == {"class"}:
+            if value["class"] not in PORTABLE_CLASSES:
+                raise ValueError(f"class {value['class']!r} is not one the safe loader rebuilds; " + TRUST_HINT)
+            return PORTABLE_CLASSES[value["class"]]
+        return {key: decode_policy_kwargs(element) for key, element in value.items()}
+    return value
+
+
+def load_model(
+    path: Path | str,
+    optimizations: OptimizationSettings | None = None,
+    *,
+    trusted: bool = False,
+    env: Any = None,
+    device: torch.device | str = "auto",
+    for_training: bool = False,
+) -> SnakeDQN:
+    """Load a saved SnakeDQN; every failure is one ValueError that says what to do.
+
+    :param optimizations: applied to the loaded model (``None``: the built-in defaults).
+    :param trusted: use SB3's full loader, which unpickles parts of the file and so can run
+        code from it: only for files you trust (a model made by plain SB3, say).
+    :param env: the env to continue on; its board must be the model's.
+    :param for_training: keep the replay buffer's full size (a resumed run); otherwise the
+        model is for acting and gets a buffer of one transition.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"model file {path} does not exist")
+    if trusted:
+        model = _load_trusted(path, optimizations, env, device)
+    else:
+        model = _load_safely(path, read_metadata(path), optimizations, env, device, for_training)
+    _check_snake_model(model, path)
+    if env is not None and model.observation_space.shape != env.observation_space.shape:
+        trained, given = model.observation_space.shape[-1], env.observation_space.shape[-1]
+        raise ValueError(
+            f"model {path} was trained on a {trained}x{trained} board, not {given}x{given}; pass --board-size {trained}"
+        )
+    return model
+
+
+def _load_trusted(path: Path, optimizations: OptimizationSettings | None, env: Any, device: Any) -> SnakeDQN:
+    try:
+        return SnakeDQN.load(path, env=env, device=device, optimizations=optimizations)
+    except Exception as error:  # noqa: BLE001 - any failure to read the zip is a bad model file
+        raise ValueError(f"model file {path} cannot be loaded ({type(error).__name__}: {error})") from None
+
+
+def _check_snake_model(model: SnakeDQN, path: Path) -> None:
+    shape = getattr(model.observation_space, "shape", None)
+    if (
+        not isinstance(model.action_space, spaces.Discrete)
+        or model.action_space.n != 4
+        or shape is None
+        or len(shape) != 3
+        or shape[0] != NUM_CHANNELS
+    ):
+        raise ValueError(
+            f"model file {path} is not a Snake model: it acts on {model.observation_space} with "
+            f"{model.action_space}, not on ({NUM_CHANNELS}, n, n) boards with 4 actions"
+        )
+
+
+def _load_safely(
+    path: Path,
+    metadata: dict[str, Any],
+    optimizations: OptimizationSettings | None,
+    env: Any,
+    device: Any,
+    for_training: bool,
+) -> SnakeDQN:
+    hyperparameters = dict(metadata["hyperparameters"])
+    train_freq = (hyperparameters.pop("train_freq"), hyperparameters.pop("train_freq_unit"))
+    if not for_training:
+        hyperparameters["buffer_size"] = 1
+    try:
+        model = SnakeDQN(
+            metadata["policy"],
+            env=env,
+            device=device,
+            optimizations=optimizations,
+            policy_kwargs=decode_policy_kwargs(metadata["policy_kwargs"]),
+            train_freq=train_freq,
+            _init_setup_model=False,
+            **hyperparameters,
+        )
+    except TypeError as error:
+        raise ValueError(f"model file {path} has a malformed {METADATA_ENTRY}: {error}") from None
+    if env is None:
+        model.observation_space = spaces.Box(0, 1, tuple(metadata["observation_shape"]), np.uint8)
+        model.action_space = spaces.Discrete(4)
+        model.n_envs = metadata["n_envs"]
+    elif tuple(env.observation_space.shape) != tuple(metadata["observation_shape"]):
+        trained, given = metadata["observation_shape"][-1], env.observation_space.shape[-1]
+        raise ValueError(
+            f"model {path} was trained on a {trained}x{trained} board, not {given}x{given}; pass --board-size {trained}"
+        )
+    model._setup_model()
+    for name, value in metadata["counters"].items():
+        setattr(model, name, value)
+    try:
+        with zipfile.ZipFile(path) as archive:
+            params = {
+                name[: -len(".pth")]: torch.load(
+                    io.BytesIO(archive.read(name)), map_location=model.device, weights_only=True
+                )
+                for name in archive.namelist()
+                if name.endswith(".pth") and name != "pytorch_variables.pth"
+            }
+        model.set_parameters(params, exact_match=True, device=model.device)
+    except Exception as error:  # noqa: BLE001 - weights that do not fit the described model
+        raise ValueError(f"model file {path} cannot be loaded ({type(error).__name__}: {error})") from None
+    return model

@@ -1,0 +1,146 @@
+"""A run's folder, held by one run at a time, so runs never clobber or lose each other.
+
+- **No collisions.** A run without a name gets ``runs/<timestamp>``, created exclusively
+  (``mkdir`` fails if it exists); when two runs start in the same second the second gets
+  ``runs/<timestamp>-2``, and so on.
+- **No silent overwrite.** A folder that already holds a run is refused unless the run asks to
+  ``overwrite`` it (its files are removed first, so no stale checkpoint stays beside the new
+  model) or resumes into it.
+- **One run at a time.** A lock file (``.sb3-snake.lock``, created exclusively, holding the
+  pid) marks the folder as in use; a second run is refused while the first lives, and the
+  lock of a run that was killed is taken over.
+- **Clean starts and failed starts.** Temporary files that a killed writer left are removed at
+  start; a folder made by a run that fails before writing anything is removed again.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+
+from sb3_snake.paths import check_writable_dir, remove_temporary_files
+
+#: Where runs without a name go.
+RUNS_DIR = Path("runs")
+LOCK_NAME = ".sb3-snake.lock"
+#: Files a run writes; their presence means the folder holds a run.
+RUN_FILES = (
+    "model.zip",
+    "summary.json",
+    "episodes.json",
+    "checkpoint.zip",
+    "best_model.zip",
+    "learning_curve.png",
+    "model.replay.npz",
+    "checkpoint.replay.npz",
+    "model.replay.pkl",
+    "checkpoint.replay.pkl",
+)
+
+
+class RunDirectoryError(ValueError):
+    """The run folder cannot be used; the message says why and what to pass instead."""
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True
+    return True
+
+
+def _take_lock(directory: Path) -> Path:
+    lock = directory / LOCK_NAME
+    for _ in range(2):
+        try:
+            descriptor = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            try:
+                holder = int(lock.read_text().strip() or 0)
+            except (OSError, ValueError):
+                holder = 0
+            if holder and holder != os.getpid() and _pid_alive(holder):
+                raise RunDirectoryError(
+                    f"run folder {directory} is in use by another sb3-snake run (pid {holder}); "
+                    "wait for it or choose another --output/--name"
+                ) from None
+            lock.unlink(missing_ok=True)  # the run that held it is gone
+            continue
+        except OSError as error:
+            raise RunDirectoryError(
+                f"run folder {directory} is not writable ({error.strerror or error}); choose another --output"
+            ) from None
+        with os.fdopen(descriptor, "w") as file:
+            file.write(str(os.getpid()))
+        return lock
+    raise RunDirectoryError(f"run folder {directory}: could not take its lock {lock}; remove it if no run is using it")
+
+
+def _create_unique(base: Path) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    for index in range(1, 10_000):
+        candidate = base / (stamp if index == 1 else f"{stamp}-{index}")
+        try:
+            candidate.mkdir(parents=True)
+            return candidate
+        except FileExistsError:
+            continue
+    raise RunDirectoryError(f"no free run folder name under {base} for {stamp}")
+
+
+def existing_run_files(directory: Path) -> list[str]:
+    return [name for name in RUN_FILES if (directory / name).exists()]
+
+
+@contextmanager
+def claim_run_directory(
+    path: Path | None, *, overwrite: bool = False, resuming: bool = False, keep: tuple[Path, ...] = ()
+) -> Iterator[Path]:
+    """Hold a run folder for the ``with`` block and yield it.
+
+    :param path: the folder; ``None`` makes a new one under :data:`RUNS_DIR`.
+    :param overwrite: a folder holding a run may be used; its run files are removed first.
+    :param resuming: a folder holding a run may be used and its files are kept (a resumed run
+        continues there).
+    :param keep: files ``overwrite`` must not remove (the checkpoint being resumed from).
+    :raises RunDirectoryError: one line, before anything was trained or written.
+    """
+    if path is None:
+        check_writable_dir(RUNS_DIR, what="runs folder", create=True)
+        directory, created = _create_unique(RUNS_DIR), True
+    else:
+        directory = Path(path)
+        try:
+            check_writable_dir(directory, what="run folder", create=True)
+        except ValueError as error:
+            raise RunDirectoryError(str(error)) from None
+        created = not directory.exists()
+        directory.mkdir(parents=True, exist_ok=True)
+    lock = _take_lock(directory)
+    try:
+        remove_temporary_files(directory)
+        previous = existing_run_files(directory)
+        if previous and not (overwrite or resuming):
+            raise RunDirectoryError(
+                f"run folder {directory} already holds a run ({', '.join(previous)}); pass --overwrite to replace "
+                f"it, --resume {directory / 'model.zip'} to continue it, or another --name/--output"
+            )
+        if overwrite and not resuming:
+            kept = {Path(file).resolve() for file in keep}
+            for name in previous:
+                if (directory / name).resolve() not in kept:
+                    (directory / name).unlink()
+        yield directory
+    except BaseException:
+        lock.unlink(missing_ok=True)
+        if created and not any(directory.iterdir()):
+            directory.rmdir()
+        raise
+    lock.unlink(missing_ok=True)
+

@@ -1,0 +1,123 @@
+"""Facts about this machine: CPU, cores, memory, devices, bf16 and compile capability.
+
+The lowest module of the package beside ``settings`` and ``envs``: everything above it
+(optimizations, training, the capability report, the benchmarks, the CLI) asks here, so each
+fact is found in one place and the device check is written once.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+import torch
+
+#: The device names a user may give.
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def cpu_model() -> str:
+    """The CPU's marketing name, from /proc/cpuinfo where there is one."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cpu_cores() -> int:
+    """CPU cores this process may run on (its affinity where the OS says, else all)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def available_memory_bytes() -> int | None:
+    """Memory that can be allocated without swapping (``MemAvailable``), or ``None`` if unknown."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def cpu_has_native_bf16() -> bool:
+    """True when the CPU has AVX512-BF16 or AMX, so bf16 autocast is a real speed-up."""
+    return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+
+
+def cuda_supports_bf16() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+
+
+def compile_unavailable_reason() -> str:
+    """Why ``torch.compile`` cannot be used here, or ``""`` when it can."""
+    if not hasattr(torch, "compile"):
+        return f"torch {torch.__version__} has no torch.compile"
+    if not torch._dynamo.is_dynamo_supported():
+        return "torch.compile is not supported on this Python or platform"
+    return ""
+
+
+def check_device(device: str, option: str = "--device", allow_auto: bool = True) -> str:
+    """Return ``device`` if it is usable here, else raise one ValueError that says how to fix it."""
+    choices = DEVICES if allow_auto else DEVICES[1:]
+    if device not in choices:
+        raise ValueError(f"{option} must be {', '.join(choices[:-1])} or {choices[-1]}, got {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        fallback = "cpu or auto" if allow_auto else "cpu"
+        raise ValueError(f"{option} cuda was requested but no CUDA GPU is available; use {option} {fallback}")
+    return device
+
+
+def resolve_device(device: str) -> torch.device:
+    """The torch device for ``auto``, ``cpu`` or ``cuda`` (``auto``: CUDA when a GPU is there)."""
+    check_device(device)
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def _package_version(name: str) -> str | None:
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
+
+
+def system_info() -> dict[str, Any]:
+    """Hardware and software versions, recorded with every benchmark result and training run."""
+    info: dict[str, Any] = {
+        "cpu": cpu_model(),
+        "cpu_cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "stable_baselines3": _package_version("stable-baselines3"),
+        "gymnasium": _package_version("gymnasium"),
+        "numpy": _package_version("numpy"),
+        "sb3_snake": _package_version("sb3-snake"),
+        "gpu": None,
+    }
+    if torch.cuda.is_available():
+        properties = torch.cuda.get_device_properties(0)
+        info["gpu"] = {"name": properties.name, "memory_gib": round(properties.total_memory / 2**30, 1)}
+    return info
+
+
+def capabilities() -> dict[str, Any]:
+    """Facts about the machine that decide which optimizations can be active."""
+    return {**system_info(), "cpu_native_bf16": cpu_has_native_bf16(), "cuda_bf16": cuda_supports_bf16()}

@@ -1,17 +1,22 @@
 """The sb3-snake command line, through Typer's runner and as an installed program."""
 
 import json
+import os
 import shutil
 import signal
 import subprocess
 import time
+import zipfile
 
 import pytest
 import torch
 from typer.testing import CliRunner
 
-from sb3_snake.cli import app
+from sb3_snake.cli import app, signal_exit_code, stop_on_signals
+from sb3_snake.paths import atomic_write
+from sb3_snake.persistence import load_model
 from sb3_snake.settings import OptimizationSettings
+from sb3_snake.training import StopRequest
 
 runner = CliRunner()
 
@@ -46,7 +51,8 @@ def test_benchmark_env_writes_json(tmp_path):
     [
         (["--num-envs", "64,x"], "comma-separated positive integers"),
         (["--num-envs", "0"], "comma-separated positive integers"),
-        (["--device", "tpu"], "expected cpu or cuda"),
+        (["--device", "tpu"], "'tpu' is not one of 'auto', 'cpu', 'cuda'"),
+        (["--device", "auto"], "--device must be cpu or cuda, got 'auto'"),
         (["--repeats", "0"], "--repeats"),
     ],
 )
@@ -203,21 +209,36 @@ def test_resume_from_checkpoint(trained_run, tmp_path):
     [
         (["train", "--episodes", "0"], "episodes must be at least 1"),
         (["train", "--board-size", "3"], "board_size must be an integer >= 4, got 3"),
-        (["train", "--device", "tpu"], "device must be auto, cpu or cuda"),
-        (["train", "--wandb-mode", "sometimes"], "--wandb-mode must be one of"),
+        (["train", "--device", "tpu"], "Invalid value for '--device': 'tpu' is not one of 'auto', 'cpu', 'cuda'"),
+        (["train", "--wandb-mode", "sometimes"], "Invalid value for '--wandb-mode': 'sometimes' is not one of"),
+        (["train", "--n-envs", "x"], "Invalid value for '--n-envs'"),
+        (["train", "--bogus"], "No such option: --bogus"),
         (["eval", "missing.zip"], "model file missing.zip does not exist"),
         (["play", "missing.zip"], "model file missing.zip does not exist"),
         (["eval", "missing.zip", "--episodes", "0"], "--episodes must be at least 1"),
+        (["eval", "missing.zip", "--seed", "99999999999999999999"], "--seed must be from 0 to 4294967295"),
         (["train", "--timesteps", "0"], "timesteps must be at least 1"),
-        (["train", "--time-limit", "-1"], "time limit must be positive"),
+        (["train", "--time-limit", "-1"], "time limit must be a positive number of minutes"),
+        (["train", "--time-limit", "nan"], "time limit must be a positive number of minutes, got nan"),
+        (["train", "--learning-rate", "inf"], "learning_rate must be a positive finite number, got inf"),
+        (["train", "--replay-ratio", "inf"], "replay_ratio must be a positive finite number, got inf"),
+        (["train", "--batch-size", "4096", "--buffer-size", "512"], "batch size 4096 is larger than the replay buffer"),
+        (["train", "--board-size", "1000"], "board_size must be at most 256, got 1000"),
+        (["train", "--n-envs", "100000000"], "this run needs about"),
+        (["train", "--threads", "100000"], "--threads '100000': expected auto or an integer from 1 to"),
+        (["train", "--seed", "-1"], "seed must be from 0 to 4294967295"),
+        (["train", "--compile-mode", "fast"], "Invalid value for '--compile-mode'"),
         (["plot", "no-such-run"], "episodes.json does not exist"),
+        (["plot", ".", "--output", "/proc/c.png"], "plot output /proc/c.png: folder /proc is not writable"),
+        (["benchmark-env", "--threads", "100000"], "--threads '100000'"),
+        (["benchmark-grad", "--device", "tpu"], "Invalid value for '--device'"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, message):
     result = runner.invoke(app, args)
     assert result.exit_code == 2, result.output
-    assert message in result.output
-    assert "Traceback" not in result.output
+    assert result.output.startswith("error: ") and message in result.output, result.output
+    assert result.output.count("\n") == 1 and "Traceback" not in result.output
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without a GPU")
@@ -250,13 +271,13 @@ def test_resume_with_another_board_size_exits_2(trained_run, tmp_path):
     assert result.exit_code == 2 and "trained on a 5x5 board, not 6x6" in result.output
 
 
-def test_sigint_stops_cleanly_and_leaves_a_loadable_model(tmp_path):
+def start_training(tmp_path, *extra):
     program = shutil.which("sb3-snake")
     if program is None:
         pytest.skip("sb3-snake is not installed as a program (pip install -e .)")
     run_dir = tmp_path / "interrupted"
     process = subprocess.Popen(
-        [program, "train", "--episodes", "1000000", *TINY, "--output", str(run_dir)],
+        [program, "train", "--episodes", "1000000", *TINY, "--output", str(run_dir), *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -264,19 +285,76 @@ def test_sigint_stops_cleanly_and_leaves_a_loadable_model(tmp_path):
     lines = []
     for line in process.stdout:
         lines.append(line)
-        if line.startswith("board size:"):
+        if line.startswith("run folder:"):
             break
-    time.sleep(3)
-    process.send_signal(signal.SIGINT)
-    output, _ = process.communicate(timeout=120)
-    assert process.returncode == 0, "".join(lines) + output
-    assert "stopped by a signal" in output
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["stopped_by"] == "signal" and 0 < summary["episodes"] < 1000000
-    from sb3_snake.training import load_model
+    return process, run_dir, lines
 
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_stops_cleanly_saves_and_exits_non_zero(tmp_path, sig, code):
+    process, run_dir, lines = start_training(tmp_path)
+    time.sleep(4)
+    process.send_signal(sig)
+    output, _ = process.communicate(timeout=120)
+    assert process.returncode == code, "".join(lines) + output
+    assert "stopping after this step, saving... (Ctrl-C again to abort)" in output
+    assert f"stopped by {sig.name}; the model and summary were saved" in output
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["stopped_by"] == "stop" and summary["stop_reason"] == sig.name
+    assert 0 < summary["episodes"] < 1000000
     model = load_model(run_dir / "model.zip", OptimizationSettings(use_torch_compile=False, num_threads=1))
     assert model.observation_space.shape == (5, 5, 5)
+
+
+@pytest.mark.slow
+def test_a_signal_while_building_aborts_at_once_and_leaves_nothing(tmp_path):
+    process, run_dir, lines = start_training(tmp_path, "--compile")
+    process.send_signal(signal.SIGINT)  # the summary was printed; compilation may still run
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == 130, "".join(lines) + output
+    assert "aborted before training started; nothing was saved" in output
+    assert not run_dir.exists()
+
+
+def test_second_signal_aborts_and_signals_before_training_abort_at_once():
+    stop = StopRequest()
+    with stop_on_signals(stop) as received:
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)  # still preparing: abort at once
+            time.sleep(1)
+    assert received == [signal.SIGINT] and stop.requested
+    for phase in ("training", "saving"):
+        stop = StopRequest()
+        stop.phase = phase
+        with stop_on_signals(stop) as received:
+            os.kill(os.getpid(), signal.SIGTERM)  # first: honoured after this step / this save
+            time.sleep(0.1)
+            assert stop.requested and stop.reason == "SIGTERM"
+            with pytest.raises(KeyboardInterrupt):
+                os.kill(os.getpid(), signal.SIGINT)  # second: abort
+                time.sleep(1)
+        assert signal_exit_code(received) == 130 and received == [signal.SIGTERM, signal.SIGINT]
+
+
+def test_an_abort_during_the_final_save_leaves_the_previous_files_and_no_temporary(tmp_path, monkeypatch):
+    import sb3_snake.training as training
+
+    first = runner.invoke(app, ["train", "--episodes", "3", *TINY, "--output", str(tmp_path), "--save-replay-buffer"])
+    assert first.exit_code == 0, first.output
+    before = {path.name: path.read_bytes() for path in tmp_path.iterdir()}
+
+    def aborted_save(model, path, replay_buffer=False):
+        with atomic_write(path) as temporary:
+            temporary.write_bytes(b"half a model")
+            raise KeyboardInterrupt  # a second Ctrl-C in the middle of the save
+
+    monkeypatch.setattr(training, "save_model", aborted_save)
+    args = ["train", "--episodes", "3", *TINY, "--output", str(tmp_path), "--save-replay-buffer", "--overwrite"]
+    result = runner.invoke(app, [*args[:-1], "--resume", str(tmp_path / "model.zip")])
+    assert result.exit_code == 130 and "aborted; files saved before it are intact" in result.output
+    after = {path.name: path.read_bytes() for path in tmp_path.iterdir()}
+    assert after == before  # summary, episodes, model and buffer as they were; nothing partial
 
 
 def test_train_with_wandb_offline_logs_config_and_metrics(tmp_path, fake_wandb):
@@ -354,8 +432,9 @@ def test_benchmark_writes_the_full_results_and_the_env_file(tmp_path):
     ("args", "message"),
     [
         (["--combinations", "fp32,turbo"], "error: --combinations: unknown turbo; choose from fp32"),
-        (["--device", "tpu"], "error: --device must be auto, cpu or cuda, got 'tpu'"),
-        (["--wandb-mode", "loud"], "error: --wandb-mode must be one of"),
+        (["--device", "tpu"], "error: Invalid value for '--device': 'tpu' is not one of 'auto', 'cpu', 'cuda'."),
+        (["--wandb-mode", "loud"], "error: Invalid value for '--wandb-mode': 'loud' is not one of"),
+        (["--threads", "0"], "error: --threads '0': expected auto or an integer from 1"),
     ],
 )
 def test_benchmark_bad_input_is_one_line(args, message):
@@ -368,3 +447,105 @@ def test_benchmark_grad_rejects_an_unknown_combination_in_one_line():
     result = runner.invoke(app, ["benchmark-grad", "--combinations", "turbo"])
     assert result.exit_code == 2
     assert result.output.startswith("error: --combinations: unknown turbo") and result.output.count("\n") == 1
+
+
+# ---------------------------------------------------------------- hardening
+
+
+def test_two_runs_into_the_same_folder(tmp_path):
+    args = ["train", "--episodes", "2", *TINY, "--output", str(tmp_path / "run"), "--checkpoint-every", "1"]
+    assert runner.invoke(app, args).exit_code == 0
+    stale_checkpoint = (tmp_path / "run" / "checkpoint.zip").read_bytes()
+    again = runner.invoke(app, args[:-2])
+    assert again.exit_code == 2 and "already holds a run" in again.output and "--overwrite" in again.output
+    replaced = runner.invoke(app, [*args[:-2], "--overwrite"])
+    assert replaced.exit_code == 0, replaced.output
+    assert not (tmp_path / "run" / "checkpoint.zip").exists() or stale_checkpoint != (
+        tmp_path / "run" / "checkpoint.zip"
+    ).read_bytes()
+
+
+def test_runs_without_a_name_never_share_a_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    outputs = [runner.invoke(app, ["train", "--episodes", "2", *TINY]).output for _ in range(2)]
+    saved = [line.split()[1] for output in outputs for line in output.splitlines() if line.startswith("saved ")]
+    assert len(set(saved)) == 2 and all(zipfile.is_zipfile(tmp_path / path) for path in saved)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux /proc")
+def test_an_unwritable_output_fails_before_training(tmp_path):
+    result = runner.invoke(app, ["train", "--episodes", "2", *TINY, "--output", "/proc/self/run"])
+    assert result.exit_code == 2 and "is not writable" in result.output and "batch size:" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("gif", "message"), [("nodir/x.gif", "folder nodir does not exist"), ("game.txt", "must end in .gif")]
+)
+def test_play_checks_the_gif_before_the_game(trained_run, monkeypatch, gif, message):
+    import sb3_snake.evaluation as evaluation
+
+    monkeypatch.setattr(evaluation, "play", lambda *a, **k: pytest.fail("the game ran before the check"))
+    result = runner.invoke(app, ["play", str(trained_run[0] / "model.zip"), "--gif", gif])
+    assert result.exit_code == 2 and message in result.output
+
+
+def test_benchmarks_check_their_outputs_before_measuring(tmp_path, monkeypatch):
+    import sb3_snake.benchmark.env_throughput as env_throughput
+    import sb3_snake.benchmark.full as full
+
+    monkeypatch.setattr(env_throughput, "run_env_benchmark", lambda *a, **k: pytest.fail("measured first"))
+    monkeypatch.setattr(full, "run_benchmark", lambda *a, **k: pytest.fail("measured first"))
+    (tmp_path / "afile.txt").write_text("x")
+    result = runner.invoke(app, ["benchmark-env", "--output", str(tmp_path / "afile.txt")])
+    assert result.exit_code == 2 and "afile.txt is a file, not a folder" in result.output
+    (tmp_path / "envdir").mkdir()
+    args = ["benchmark", "--quick", "--write-env", "--env-file", str(tmp_path / "envdir"), "--output", str(tmp_path)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2 and "is a directory" in result.output
+
+
+def test_eval_of_a_model_trained_elsewhere_is_one_line(tmp_path):
+    from stable_baselines3 import DQN
+
+    DQN("MlpPolicy", "CartPole-v1", buffer_size=100).save(tmp_path / "cartpole.zip")
+    for extra, message in (([], "has no sb3-snake description"), (["--trust-model"], "is not a Snake model")):
+        result = runner.invoke(app, ["eval", str(tmp_path / "cartpole.zip"), *extra])
+        assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
+
+
+def test_resume_through_the_cli_applies_the_options(trained_run, tmp_path):
+    run_dir, _ = trained_run
+    args = ["train", "--episodes", "2", *TINY, "--resume", str(run_dir / "model.zip"), "--output", str(tmp_path / "r")]
+    args += ["--learning-rate", "0.1", "--gamma", "0.5", "--batch-size", "64", "--n-envs", "8"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "batch size:       64 (from override)" in result.output
+    model = load_model(tmp_path / "r" / "model.zip", OptimizationSettings(num_threads=1))
+    assert (model.learning_rate, model.gamma, model.batch_size, model.n_envs) == (0.1, 0.5, 64, 8)
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())["hyperparameters"]
+    assert (summary["learning_rate"], summary["gamma"], summary["batch_size"]) == (0.1, 0.5, 64)
+
+
+def test_resume_with_a_truncated_replay_buffer_is_one_line(trained_run, tmp_path):
+    run_dir, _ = trained_run
+    for name in ("checkpoint.zip", "checkpoint.replay.npz"):
+        (tmp_path / name).write_bytes((run_dir / name).read_bytes())
+    buffer = tmp_path / "checkpoint.replay.npz"
+    buffer.write_bytes(buffer.read_bytes()[:2000])
+    args = ["train", "--episodes", "2", *TINY, "--resume", str(tmp_path / "checkpoint.zip")]
+    result = runner.invoke(app, [*args, "--output", str(tmp_path / "out")])
+    assert result.exit_code == 2 and "replay buffer" in result.output and "cannot be read" in result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_wandb_mode_in_the_environment_alone_does_not_start_wandb(tmp_path, fake_wandb, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "dryrun")
+    result = runner.invoke(app, ["train", "--episodes", "2", *TINY, "--output", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert fake_wandb.init_kwargs is None and not (tmp_path / "wandb").exists()
+
+
+def test_tensorboard_log_without_tensorboard_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "torch.utils.tensorboard", None)
+    result = runner.invoke(app, ["train", "--episodes", "2", *TINY, "--tensorboard-log", str(tmp_path / "tb")])
+    assert result.exit_code == 2 and 'pip install "sb3-snake[tensorboard]"' in result.output

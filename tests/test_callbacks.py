@@ -1,0 +1,101 @@
+"""The run's callbacks, each on its own: episode budget and stop requests, checkpoints, best model."""
+
+import threading
+
+import numpy as np
+import pytest
+
+from sb3_snake.callbacks import EpisodeBudget, EpisodeCheckpoint, EpisodeRecord, StopRequest
+from sb3_snake.persistence import load_model
+from sb3_snake.settings import OptimizationSettings
+from sb3_snake.training import TrainConfig, train
+from tests.conftest import small_dqn
+
+FAST = OptimizationSettings(batch_size=16, use_torch_compile=False, use_bf16=False, num_threads=1)
+
+
+def tiny_config(**changes):
+    values = {"episodes": 12, "n_envs": 4, "board_size": 5, "seed": 1, "learning_starts": 16, "buffer_size": 2_000}
+    return TrainConfig(**{**values, **changes})
+
+
+def step(callback, dones, scores, lengths, timesteps):
+    callback.model.num_timesteps = timesteps  # BaseCallback.on_step reads it from the model
+    callback.locals = {
+        "dones": np.array(dones),
+        "infos": [{"score": s, "episode": {"l": n}} for s, n in zip(scores, lengths, strict=True)],
+    }
+    return callback.on_step()
+
+
+def budget_for(**kwargs):
+    budget = EpisodeBudget(record=EpisodeRecord(), start_time=0.0, **kwargs)
+    budget.init_callback(small_dqn(FAST))
+    return budget
+
+
+def test_budget_counts_exactly_the_target_in_game_order():
+    budget = budget_for(target=3)
+    assert step(budget, [True, False, True], [5, 0, 7], [50, 0, 70], 3)
+    assert not step(budget, [True, True, False], [1, 2, 0], [10, 20, 0], 6)
+    assert budget.record.scores == [5, 7, 1] and budget.record.lengths == [50, 70, 10]
+    assert budget.stopped_by == "episodes" and budget.record.env_steps == [3, 3, 6]
+
+
+def test_budget_stops_on_env_steps_and_on_a_stop_request():
+    budget = budget_for(target=None, max_env_steps=10)
+    assert step(budget, [False], [0], [0], 9) and not step(budget, [False], [0], [0], 10)
+    assert budget.stopped_by == "timesteps"
+    stop = StopRequest()
+    budget = budget_for(target=None, stop=stop)
+    assert step(budget, [False], [0], [0], 1)
+    threading.Thread(target=stop.request, args=("SIGTERM",)).start()
+    while not stop.requested:
+        pass
+    assert not step(budget, [False], [0], [0], 2)
+    assert budget.stopped_by == "stop" and stop.reason == "SIGTERM"
+
+
+def test_a_second_request_keeps_the_first_reason():
+    stop = StopRequest()
+    stop.request("SIGINT")
+    stop.request("SIGTERM")
+    assert stop.requested and stop.reason == "SIGINT"
+
+
+def test_checkpoint_every_n_episodes_is_atomic_and_loadable(tmp_path):
+    budget = budget_for(target=None)
+    checkpoint = EpisodeCheckpoint(budget, tmp_path, every=2)
+    checkpoint.init_callback(budget.model)
+    saved = []
+    for episode in range(5):
+        step(budget, [True], [episode], [10], episode + 1)
+        checkpoint.on_step()
+        saved.append((tmp_path / "checkpoint.zip").is_file())
+    assert saved == [False, True, True, True, True]
+    assert [path.name for path in tmp_path.iterdir()] == ["checkpoint.zip"]  # no temporary file left
+    assert load_model(tmp_path / "checkpoint.zip", FAST).observation_space.shape == (5, 5, 5)
+
+
+def test_best_model_selection_keeps_the_best_greedy_evaluation(tmp_path, monkeypatch):
+    """Evaluations on their own seeds; best_model.zip is rewritten only when the mean improves."""
+    import sb3_snake.callbacks as callbacks
+    from sb3_snake.evaluation import EVAL_SEED_OFFSET, SELECTION_SEED_OFFSET
+
+    means, calls, saves = iter([1.0, 3.0, 2.0, 0.5]), [], []
+
+    def scripted_evaluate(model, episodes, seed, seed_offset):
+        calls.append((episodes, seed_offset + seed))
+        return {"mean_score": next(means)}
+
+    monkeypatch.setattr(callbacks, "evaluate", scripted_evaluate)
+    real_save = callbacks.save_model
+    monkeypatch.setattr(callbacks, "save_model", lambda model, path: saves.append(path) or real_save(model, path))
+    summary = train(tiny_config(episodes=None, timesteps=400, select_every=100, select_episodes=5), FAST, tmp_path)
+    assert [episodes for episodes, _ in calls] == [5] * 4
+    seeds = [seed for _, seed in calls]
+    assert seeds == [SELECTION_SEED_OFFSET + i for i in range(4)] and min(seeds) > EVAL_SEED_OFFSET + 10**6
+    assert saves == [tmp_path / "best_model.zip"] * 2  # after 1.0 and 3.0, not after 2.0 or 0.5
+    assert summary["best_model"]["mean_score"] == 3.0 and 200 <= summary["best_model"]["env_steps"] < 300
+    assert [entry["mean_score"] for entry in summary["selection_history"]] == [1.0, 3.0, 2.0, 0.5]
+    assert load_model(tmp_path / "best_model.zip", FAST).observation_space.shape == (5, 5, 5)

@@ -1,0 +1,200 @@
+"""Models and replay buffers on disk: the safe loader, crafted files, replay round trips."""
+
+import base64
+import json
+import zipfile
+
+import cloudpickle
+import numpy as np
+import pytest
+import torch
+from stable_baselines3 import DQN
+
+from sb3_snake import BatchedSnakeVecEnv, SnakeDQN
+from sb3_snake.algorithm import METADATA_ENTRY
+from sb3_snake.persistence import (
+    load_model,
+    load_replay_buffer,
+    read_metadata,
+    replay_buffer_path,
+    save_model,
+    save_replay_buffer,
+)
+from sb3_snake.settings import OptimizationSettings
+from tests.conftest import small_dqn
+
+FAST = OptimizationSettings(batch_size=16, use_torch_compile=False, use_bf16=False, num_threads=1)
+
+
+def greedy(model, observations):
+    return model.predict(observations, deterministic=True)[0]
+
+
+@pytest.fixture
+def saved(tmp_path):
+    model = small_dqn(FAST, transitions=128, policy_kwargs={"dueling": True}, n_steps=1)
+    model.train(gradient_steps=3, batch_size=32)
+    path = tmp_path / "model.zip"
+    save_model(model, path, replay_buffer=True)
+    return model, path
+
+
+def test_safe_load_acts_as_the_saved_model(saved):
+    model, path = saved
+    safe = load_model(path, FAST)
+    trusted = load_model(path, FAST, trusted=True)
+    observations = np.stack([model.observation_space.sample() for _ in range(64)])
+    np.testing.assert_array_equal(greedy(safe, observations), greedy(model, observations))
+    np.testing.assert_array_equal(greedy(trusted, observations), greedy(model, observations))
+    assert safe.q_net.dueling and safe.num_timesteps == model.num_timesteps
+    assert safe.hyperparameters() | {"buffer_size": 0} == model.hyperparameters() | {"buffer_size": 0}
+
+
+def test_metadata_is_plain_json(saved):
+    _, path = saved
+    with zipfile.ZipFile(path) as archive:
+        metadata = json.loads(archive.read(METADATA_ENTRY))
+    assert metadata["policy"] == "AttentionPolicy" and metadata["observation_shape"] == [5, 5, 5]
+    assert metadata["policy_kwargs"]["dueling"] is True and metadata["hyperparameters"]["batch_size"] == 32
+    assert read_metadata(path) == metadata
+
+
+def craft(path, target, marker):
+    """Copy the model at ``path`` to ``target`` with a pickled payload that writes ``marker``."""
+
+    class Payload:
+        def __reduce__(self):
+            return (exec, (f"open({str(marker)!r}, 'w').write('ran')",))
+
+    with zipfile.ZipFile(path) as source, zipfile.ZipFile(target, "w") as crafted:
+        for name in source.namelist():
+            content = source.read(name)
+            if name == "data":
+                data = json.loads(content)
+                blob = base64.b64encode(cloudpickle.dumps(Payload())).decode()
+                data["policy_class"] = {":type:": "<class 'type'>", ":serialized:": blob}
+                content = json.dumps(data).encode()
+            crafted.writestr(name, content)
+
+
+def test_a_crafted_model_does_not_run_code_when_loaded_safely(saved, tmp_path):
+    _, path = saved
+    crafted, marker = tmp_path / "crafted.zip", tmp_path / "pwned"
+    craft(path, crafted, marker)
+    load_model(crafted, FAST)  # the safe loader reads sb3_snake.json and the weights only
+    assert not marker.exists()
+    # The payload is real: SB3's own loader runs it (and then fails on what it returned).
+    with pytest.raises(ValueError, match="cannot be loaded"):
+        load_model(crafted, FAST, trusted=True)
+    assert marker.read_text() == "ran"
+
+
+def test_models_without_our_description_need_trust(tmp_path):
+    path = tmp_path / "cartpole.zip"
+    DQN("MlpPolicy", "CartPole-v1", buffer_size=100).save(path)
+    with pytest.raises(ValueError, match=r"has no sb3-snake description .* pass --trust-model"):
+        load_model(path, FAST)
+    with pytest.raises(ValueError, match=r"is not a Snake model: it acts on Box.* with Discrete\(2\)"):
+        load_model(path, FAST, trusted=True)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"observation_shape": [5, 10**6, 10**6]}, "is not that of a Snake board"),
+        ({"policy": "EvilPolicy"}, "policy 'EvilPolicy' is not one of"),
+        ({"policy_kwargs": {"activation_fn": {"class": "os.system"}}}, "class 'os.system' is not one the safe loader"),
+        ({"hyperparameters": {"gamma": [1, 2]}}, "hyperparameters hold values that are not plain numbers"),
+        ({"format": "other"}, "format is not"),
+    ],
+)
+def test_malformed_descriptions_are_one_line(saved, tmp_path, change, message):
+    _, path = saved
+    with zipfile.ZipFile(path) as archive:
+        metadata = json.loads(archive.read(METADATA_ENTRY))
+        entries = {name: archive.read(name) for name in archive.namelist()}
+    entries[METADATA_ENTRY] = json.dumps({**metadata, **change}).encode()
+    target = tmp_path / "bad.zip"
+    with zipfile.ZipFile(target, "w") as archive:
+        for name, content in entries.items():
+            archive.writestr(name, content)
+    with pytest.raises(ValueError, match=message):
+        load_model(target, FAST)
+
+
+def test_not_a_zip_and_missing_file(tmp_path):
+    (tmp_path / "bad.zip").write_bytes(b"not a zip")
+    with pytest.raises(ValueError, match="cannot be loaded .BadZipFile"):
+        load_model(tmp_path / "bad.zip", FAST)
+    with pytest.raises(ValueError, match="does not exist"):
+        load_model(tmp_path / "missing.zip", FAST)
+
+
+def test_replay_buffer_round_trip_keeps_every_transition(saved, tmp_path):
+    model, path = saved
+    assert replay_buffer_path(path).is_file()
+    resumed = load_model(path, FAST, env=BatchedSnakeVecEnv(8, board_size=5), for_training=True)
+    assert load_replay_buffer(resumed, replay_buffer_path(path)) == 128
+    original, loaded = model.replay_buffer, resumed.replay_buffer
+    for name in ("observations", "next_observations", "actions", "rewards", "dones"):
+        np.testing.assert_array_equal(getattr(loaded, name)[: loaded.pos], getattr(original, name)[: original.pos])
+    assert (loaded.pos, loaded.full) == (original.pos, original.full)
+
+
+def test_replay_buffer_kept_in_time_order_when_it_wrapped(tmp_path):
+    model = small_dqn(FAST, transitions=96)  # 8 games, buffer of 512 -> 64 rows
+    buffer = model.replay_buffer
+    buffer.full, buffer.pos = True, 5
+    buffer.rewards[:, 0] = np.arange(64)
+    save_replay_buffer(buffer, tmp_path / "r.npz")
+    fresh = small_dqn(FAST, transitions=0)
+    load_replay_buffer(fresh, tmp_path / "r.npz")
+    assert fresh.replay_buffer.full and fresh.replay_buffer.pos == 0
+    np.testing.assert_array_equal(fresh.replay_buffer.rewards[:, 0], np.r_[np.arange(5, 64), np.arange(5)])
+
+
+def test_replay_buffer_with_other_games_is_repacked_for_one_step_and_refused_for_n_step(tmp_path):
+    one_step = small_dqn(FAST, transitions=128)
+    save_replay_buffer(one_step.replay_buffer, tmp_path / "one.npz")
+    other = load_model(_save(one_step, tmp_path / "m.zip"), FAST, env=BatchedSnakeVecEnv(4, board_size=5), for_training=True)
+    assert load_replay_buffer(other, tmp_path / "one.npz") == 128
+    n_step = small_dqn(FAST, transitions=128, n_steps=3)
+    save_replay_buffer(n_step.replay_buffer, tmp_path / "n.npz")
+    other = load_model(_save(n_step, tmp_path / "n.zip"), FAST, env=BatchedSnakeVecEnv(4, board_size=5), for_training=True)
+    with pytest.raises(ValueError, match="holds n-step transitions of 8 games; resume with --n-envs 8"):
+        load_replay_buffer(other, tmp_path / "n.npz")
+
+
+def _save(model, path):
+    save_model(model, path)
+    return path
+
+
+def test_a_truncated_replay_buffer_is_one_line(saved):
+    model, path = saved
+    buffer = replay_buffer_path(path)
+    buffer.write_bytes(buffer.read_bytes()[:3000])
+    resumed = load_model(path, FAST, env=BatchedSnakeVecEnv(8, board_size=5), for_training=True)
+    with pytest.raises(ValueError, match=r"replay buffer .*model.replay.npz cannot be read"):
+        load_replay_buffer(resumed, buffer)
+
+
+def test_save_is_atomic_and_leaves_nothing_behind_when_interrupted(saved, monkeypatch):
+    model, path = saved
+    before = path.read_bytes()
+
+    def interrupted(self, target, **kwargs):
+        target.write_bytes(b"half a zip")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(SnakeDQN, "save", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        save_model(model, path)
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in path.parent.iterdir()) == ["model.replay.npz", "model.zip"]
+
+
+def test_loaded_weights_are_on_the_cpu_without_unpickling(saved):
+    _, path = saved
+    model = load_model(path, FAST, device="cpu")
+    assert all(parameter.device == torch.device("cpu") for parameter in model.q_net.parameters())

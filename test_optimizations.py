@@ -14,6 +14,7 @@ import sys
 
 from sb3_snake.report import capability_report, format_capability_report
 from sb3_snake.settings import OptimizationSettings, SettingsError
+from sb3_snake.system import check_device
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,12 +29,11 @@ def main(argv: list[str] | None = None) -> int:
     except SettingsError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    if args.device == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            print("error: --device cuda was requested but no CUDA GPU is available; use --device cpu", file=sys.stderr)
-            return 2
+    try:
+        check_device(args.device)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     report = capability_report(settings, args.device, probe_compile_now=args.probe_compile)
     print(json.dumps(report, indent=2) if args.json else format_capability_report(report))
     return 0

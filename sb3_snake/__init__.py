@@ -9,9 +9,10 @@ from sb3_snake.algorithm import AttentionPolicy, SnakeDQN
 from sb3_snake.envs import BatchedSnakeVecEnv, SnakeEnv
 from sb3_snake.extractor import SnakeAttentionExtractor
 from sb3_snake.optimizations import ActiveOptimizations
+from sb3_snake.persistence import load_model
 from sb3_snake.settings import OptimizationSettings, SettingsError
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 __all__ = [
     "ActiveOptimizations",
     "AttentionPolicy",
@@ -22,6 +23,7 @@ __all__ = [
     "SnakeDQN",
     "SnakeEnv",
     "__version__",
+    "load_model",
 ]
 
 SNAKE_ENV_ID = "sb3_snake/Snake-v0"

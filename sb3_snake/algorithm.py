@@ -102,7 +102,6 @@ class TrainingDiverged(RuntimeError):
     """The TD loss became NaN or infinite: the networks' weights can no longer be trusted."""
 
 
-
 class SnakeQNetwork(QNetwork):
     """A QNetwork whose forward pass runs inside the optimization layer's context.
 

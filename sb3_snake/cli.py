@@ -38,7 +38,6 @@ from sb3_snake.settings import COMPILE_MODES, OptimizationSettings, check_env_fi
 from sb3_snake.system import check_device, cpu_cores, resolve_device
 from sb3_snake.tracking import WANDB_MODES, resolve_mode
 
-
 #: Click's exception classes: recent Typer vendors its own Click (``typer._click``), older
 #: Typer uses the ``click`` package; both raise usage errors as ``ClickException``.
 _CLICK_ERRORS = tuple({click.ClickException, *(getattr(typer, "TyperException", click.ClickException),)})
@@ -86,6 +85,7 @@ class Device(str, Enum):
 
 
 WandbMode = Enum("WandbMode", {mode: mode for mode in WANDB_MODES}, type=str)
+ONLINE = WandbMode("online")
 CompileMode = Enum("CompileMode", {mode: mode for mode in COMPILE_MODES}, type=str)
 
 OPTIMIZATIONS = "Optimizations (override .env)"
@@ -153,7 +153,8 @@ def settings_parameters() -> list[inspect.Parameter]:
         decls = _switch(flag) if base is bool else [flag]
         parameters.append(_keyword(name, _optional(base, decls, help, OPTIMIZATIONS, None)))
     env_file = Annotated[
-        Path | None, typer.Option(help="The .env to read (default: ./.env when present).", rich_help_panel=OPTIMIZATIONS)
+        Path | None,
+        typer.Option(help="The .env to read (default: ./.env when present).", rich_help_panel=OPTIMIZATIONS),
     ]
     return [*parameters, _keyword("env_file", env_file)]
 
@@ -237,13 +238,17 @@ def train(
     ] = None,
     trust_model: Annotated[
         bool,
-        typer.Option("--trust-model", help="Load --resume with SB3's full loader (runs pickled code).", rich_help_panel=RUN),
+        typer.Option(
+            "--trust-model", help="Load --resume with SB3's full loader (runs pickled code).", rich_help_panel=RUN
+        ),
     ] = False,
-    wandb: Annotated[bool, typer.Option("--wandb/--no-wandb", help="Log to Weights & Biases.", rich_help_panel=RUN)] = False,
+    wandb: Annotated[
+        bool, typer.Option("--wandb/--no-wandb", help="Log to Weights & Biases.", rich_help_panel=RUN)
+    ] = False,
     wandb_project: Annotated[str, typer.Option(help="W&B project.", rich_help_panel=RUN)] = "sb3-snake",
-    wandb_mode: Annotated[
-        WandbMode, typer.Option(help="W&B mode (WANDB_MODE wins).", rich_help_panel=RUN)
-    ] = WandbMode("online"),
+    wandb_mode: Annotated[WandbMode, typer.Option(help="W&B mode (WANDB_MODE wins).", rich_help_panel=RUN)] = WandbMode(
+        "online"
+    ),
     **options: Any,
 ) -> None:
     """Train SnakeDQN with the attention policy until the first of --episodes, --timesteps, --time-limit."""
@@ -255,7 +260,9 @@ def train(
     with user_errors():
         settings = load_settings(env_file, options)
         given = {key: value.value if isinstance(value, Enum) else value for key, value in options.items()}
-        given = {key: str(value) if isinstance(value, Path) else value for key, value in given.items() if value is not None}
+        given = {
+            key: str(value) if isinstance(value, Path) else value for key, value in given.items() if value is not None
+        }
         if resume is not None:
             config = resume_config(resume, trust_model, **given)
         else:
@@ -480,14 +487,17 @@ def benchmark_env(
         check_writable_dir(output, what="--output folder", create=True)
     with _maybe_threads(count):
         typer.echo(
-            f"Measuring {len(sizes)} sizes, {repeats} runs of {seconds:g}s each, {torch.get_num_threads()} torch threads..."
+            f"Measuring {len(sizes)} sizes, {repeats} runs of {seconds:g}s each, "
+            f"{torch.get_num_threads()} torch threads..."
         )
         report = run_env_benchmark(
             sizes,
             devices or None,
             seconds_per_repeat=seconds,
             repeats=repeats,
-            progress=lambda r: typer.echo(f"  {r.env} {r.api} {r.device} x{r.num_envs}: {r.steps_per_second:,.0f} steps/s"),
+            progress=lambda r: typer.echo(
+                f"  {r.env} {r.api} {r.device} x{r.num_envs}: {r.steps_per_second:,.0f} steps/s"
+            ),
         )
     typer.echo(format_table(report))
     typer.echo(f"Saved {save_results('env_throughput', report, output)}")
@@ -522,7 +532,9 @@ def benchmark_grad(
             target,
             gradient_steps,
             repeats,
-            progress=lambda r: typer.echo(f"  {r.combination} batch {r.batch_size}: {r.samples_per_second:,.0f} samples/s"),
+            progress=lambda r: typer.echo(
+                f"  {r.combination} batch {r.batch_size}: {r.samples_per_second:,.0f} samples/s"
+            ),
         )
     typer.echo(gradient_step.format_table(report))
     typer.echo(f"Saved {save_results('gradient_step', report, output)}")
@@ -551,7 +563,7 @@ def benchmark(
     ] = False,
     wandb: Annotated[bool, typer.Option("--wandb/--no-wandb", help="Log the results to Weights & Biases.")] = False,
     wandb_project: Annotated[str, typer.Option(help="W&B project.")] = "sb3-snake",
-    wandb_mode: Annotated[WandbMode, typer.Option(help="W&B mode (WANDB_MODE wins).")] = WandbMode("online"),
+    wandb_mode: Annotated[WandbMode, typer.Option(help="W&B mode (WANDB_MODE wins).")] = ONLINE,
     output: OutputOption = RESULTS_DIR,
     **options: Any,
 ) -> None:
@@ -617,4 +629,3 @@ def benchmark(
 
 def main() -> None:
     app()
-

@@ -25,8 +25,12 @@ from pathlib import Path
 TEMPORARY_MARK = ".tmp."
 
 
-def _probe(directory: Path) -> None:
-    descriptor, probe = tempfile.mkstemp(dir=directory, prefix=".sb3-snake-probe-")
+def _probe(directory: Path, failure: str) -> None:
+    """Create and remove a file in ``directory``; ValueError ``failure (reason)`` if that fails."""
+    try:
+        descriptor, probe = tempfile.mkstemp(dir=directory, prefix=".sb3-snake-probe-")
+    except OSError as error:
+        raise ValueError(f"{failure} ({error.strerror or error})") from None
     os.close(descriptor)
     os.unlink(probe)
 
@@ -47,10 +51,7 @@ def check_writable_dir(path: Path, what: str = "output folder", create: bool = F
         target = next((parent for parent in path.absolute().parents if parent.exists()), Path("/"))
         if not target.is_dir():
             raise ValueError(f"{what} {path} cannot be created: {target} is not a folder")
-    try:
-        _probe(target)
-    except OSError as error:
-        raise ValueError(f"{what} {path} is not writable ({error.strerror or error}); choose another place") from None
+    _probe(target, f"{what} {path} is not writable; choose another place")
 
 
 def check_writable_file(path: Path, suffixes: Sequence[str] = (), what: str = "output file") -> None:
@@ -66,10 +67,7 @@ def check_writable_file(path: Path, suffixes: Sequence[str] = (), what: str = "o
     parent = path.parent
     if not parent.is_dir():
         raise ValueError(f"{what} {path}: folder {parent} does not exist; create it first")
-    try:
-        _probe(parent)
-    except OSError as error:
-        raise ValueError(f"{what} {path}: folder {parent} is not writable ({error.strerror or error})") from None
+    _probe(parent, f"{what} {path}: folder {parent} is not writable")
 
 
 @contextmanager

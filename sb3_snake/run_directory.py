@@ -143,4 +143,3 @@ def claim_run_directory(
             directory.rmdir()
         raise
     lock.unlink(missing_ok=True)
-

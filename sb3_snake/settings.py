@@ -109,9 +109,7 @@ class _Key:
 
 
 _KEYS: dict[str, _Key] = {
-    "batch_size": _Key(
-        "OPTIMAL_BATCH_SIZE", _parse_positive_int, "--batch-size", "Replay samples per gradient step."
-    ),
+    "batch_size": _Key("OPTIMAL_BATCH_SIZE", _parse_positive_int, "--batch-size", "Replay samples per gradient step."),
     "use_torch_compile": _Key(
         "USE_TORCH_COMPILE", _parse_bool, "--compile/--no-compile", "torch.compile the Q-networks."
     ),

@@ -71,7 +71,11 @@ def compile_unavailable_reason() -> str:
 
 
 def check_device(device: str, option: str = "--device", allow_auto: bool = True) -> str:
-    """Return ``device`` if it is usable here, else raise one ValueError that says how to fix it."""
+    """Return ``device`` if it is usable here, else raise one ValueError that says how to fix it.
+
+    The one device check of the package: the CLI's options, ``TrainConfig``, the benchmarks,
+    the capability report and the batched env all come here.
+    """
     choices = DEVICES if allow_auto else DEVICES[1:]
     if device not in choices:
         raise ValueError(f"{option} must be {', '.join(choices[:-1])} or {choices[-1]}, got {device!r}")
@@ -79,6 +83,17 @@ def check_device(device: str, option: str = "--device", allow_auto: bool = True)
         fallback = "cpu or auto" if allow_auto else "cpu"
         raise ValueError(f"{option} cuda was requested but no CUDA GPU is available; use {option} {fallback}")
     return device
+
+
+def check_torch_device(device: str | torch.device, option: str = "device") -> torch.device:
+    """A torch device (``cpu``, ``cuda``, ``cuda:N``) that exists here, or one ValueError."""
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"{option} must be 'cpu', 'cuda' or 'cuda:N', got {device!r}") from None
+    if resolved.type == "cuda":
+        check_device("cuda", option, allow_auto=False)
+    return resolved
 
 
 def resolve_device(device: str) -> torch.device:

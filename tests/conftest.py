@@ -79,6 +79,17 @@ def random_state(rng: np.random.Generator, board_size: int, max_length: int | No
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
+
+@pytest.fixture(scope="session", autouse=True)
+def one_torch_thread():
+    """The suite is the entry point here and owns the thread count (the library never sets it):
+    one thread, so that tests and the programs some of them start do not fight over 2 cores."""
+    from sb3_snake.optimizations import torch_threads
+
+    with torch_threads(1):
+        yield
+
+
 #: A small attention network, so that DQN tests run in moments.
 SMALL_POLICY = {"features_extractor_kwargs": {"embed_dim": 16, "num_heads": 2, "features_dim": 32}}
 

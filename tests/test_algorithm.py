@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from stable_baselines3 import DQN
 
 from sb3_snake import SnakeDQN
+from sb3_snake.algorithm import TrainingDiverged
 from sb3_snake.settings import OptimizationSettings
 from tests.conftest import small_dqn
 
@@ -25,10 +26,13 @@ def fixed_batch(model, monkeypatch):
     return batch
 
 
-def test_update_matches_sb3_dqn_train(monkeypatch):
-    ours = filled_model()
+@pytest.mark.parametrize("n_steps", [1, 3])
+def test_update_matches_sb3_dqn_train(monkeypatch, n_steps):
+    """Parameter for parameter, with 1-step and n-step returns (SB3 discounts those by gamma**n)."""
+    ours = filled_model(n_steps=n_steps)
     theirs = copy.deepcopy(ours)
-    fixed_batch(ours, monkeypatch)
+    batch = fixed_batch(ours, monkeypatch)
+    assert (batch.discounts is not None) == (n_steps > 1)
     monkeypatch.setattr(theirs.replay_buffer, "sample", ours.replay_buffer.sample)
     ours.train(gradient_steps=3, batch_size=32)
     DQN.train(theirs, gradient_steps=3, batch_size=32)
@@ -74,3 +78,30 @@ def test_n_step_returns_use_sb3_buffer():
     assert type(model.replay_buffer).__name__ == "NStepReplayBuffer"
     assert model.replay_buffer.sample(8).discounts is not None
     model.train(gradient_steps=1, batch_size=32)
+
+
+def test_a_nan_loss_raises_training_diverged():
+    model = filled_model()
+    with torch.no_grad():
+        next(model.q_net.parameters()).fill_(float("nan"))
+    with pytest.raises(TrainingDiverged, match="the TD loss became nan by update 1"):
+        model.train(gradient_steps=1, batch_size=32)
+
+
+def test_without_settings_the_built_in_defaults_are_used_not_dotenv(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".env").write_text("USE_BF16=maybe\n")  # malformed: would fail if it were read
+    model = small_dqn(None)
+    assert model.optimizations == OptimizationSettings()
+    model.save(tmp_path / "m.zip")
+    assert SnakeDQN.load(tmp_path / "m.zip").optimizations == OptimizationSettings()
+
+
+def test_set_hyperparameters_rebuilds_what_depends_on_them():
+    model = filled_model(n_steps=3)
+    model.set_hyperparameters(learning_rate=0.01, gamma=0.5, buffer_size=256, symmetry_augmentation=True, train_freq=3)
+    assert model.lr_schedule(1.0) == 0.01 and model.replay_buffer.gamma == 0.5
+    assert model.replay_buffer.buffer_size == 256 // 8 and model.replay_buffer.size() == 0
+    assert model._augmentation is not None and model.train_freq.frequency == 3
+    with pytest.raises(ValueError, match="cannot set n_steps"):
+        model.set_hyperparameters(n_steps=1)

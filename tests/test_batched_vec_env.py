@@ -211,7 +211,7 @@ def test_bad_arguments(kwargs, message):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without CUDA")
 def test_cuda_without_gpu_is_a_clear_error():
-    with pytest.raises(ValueError, match="CUDA is not available"):
+    with pytest.raises(ValueError, match="device cuda was requested but no CUDA GPU is available; use device cpu"):
         BatchedSnakeVecEnv(2, device="cuda")
 
 
@@ -233,3 +233,23 @@ def test_cuda_matches_cpu():
         c, g = cpu.step_tensors(torch.as_tensor(actions)), gpu.step_tensors(torch.as_tensor(actions, device="cuda"))
         np.testing.assert_array_equal(c.rewards.numpy(), g.rewards.cpu().numpy())
         np.testing.assert_array_equal(c.terminated.numpy(), g.terminated.cpu().numpy())
+
+
+def test_num_envs_of_any_integer_type_and_actions_of_the_wrong_count():
+    env = BatchedSnakeVecEnv(np.int64(4), board_size=5, seed=0)
+    assert env.num_envs == 4 and type(env.num_envs) is int
+    env.reset()
+    with pytest.raises(ValueError, match="expected 4 actions .one per game., got 3"):
+        env.step(np.array([0, 1, 2]))
+    with pytest.raises(ValueError, match="num_envs must be a positive integer"):
+        BatchedSnakeVecEnv(np.float64(4.0))
+
+
+def test_step_tensors_checks_dtype_and_values_on_the_cpu():
+    env = BatchedSnakeVecEnv(2, board_size=5, seed=0)
+    env.reset_tensors()
+    with pytest.raises(ValueError, match="integer tensor"):
+        env.step_tensors(torch.tensor([0.0, 1.0]))
+    with pytest.raises(ValueError, match="got 7 for game 1"):
+        env.step_tensors(torch.tensor([0, 7]))
+    env.step_tensors(torch.tensor([0, 1]))

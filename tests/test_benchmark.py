@@ -21,8 +21,8 @@ from sb3_snake.benchmark.gradient_step import (
     sweep,
 )
 from sb3_snake.benchmark.results import peak_memory_mib, reset_peak_memory, save_results
-from sb3_snake.system import system_info
 from sb3_snake.settings import WRITTEN_BY, OptimizationSettings, SettingsError, write_env_file
+from sb3_snake.system import system_info
 from sb3_snake.tracking import WandbRun
 from sb3_snake.training import TrainConfig
 

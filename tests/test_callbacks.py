@@ -3,7 +3,6 @@
 import threading
 
 import numpy as np
-import pytest
 
 from sb3_snake.callbacks import EpisodeBudget, EpisodeCheckpoint, EpisodeRecord, StopRequest
 from sb3_snake.persistence import load_model

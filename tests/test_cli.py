@@ -460,9 +460,10 @@ def test_two_runs_into_the_same_folder(tmp_path):
     assert again.exit_code == 2 and "already holds a run" in again.output and "--overwrite" in again.output
     replaced = runner.invoke(app, [*args[:-2], "--overwrite"])
     assert replaced.exit_code == 0, replaced.output
-    assert not (tmp_path / "run" / "checkpoint.zip").exists() or stale_checkpoint != (
-        tmp_path / "run" / "checkpoint.zip"
-    ).read_bytes()
+    assert (
+        not (tmp_path / "run" / "checkpoint.zip").exists()
+        or stale_checkpoint != (tmp_path / "run" / "checkpoint.zip").read_bytes()
+    )
 
 
 def test_runs_without_a_name_never_share_a_folder(tmp_path, monkeypatch):

@@ -18,6 +18,7 @@ from sb3_snake.optimizations import (
     decide_flash,
     probe_bf16,
     probe_flash,
+    torch_threads,
 )
 from sb3_snake.settings import OptimizationSettings
 from sb3_snake.system import cpu_has_native_bf16
@@ -133,9 +134,19 @@ def test_mlp_policy_keeps_working_with_the_forward_context():
     assert model.q_net(torch.as_tensor(env.reset())).dtype == torch.float32
 
 
-def test_threads_are_applied():
-    make_model(num_threads=1)
-    assert torch.get_num_threads() == 1
+def test_building_a_model_leaves_the_thread_count_alone():
+    """Library code changes no process state: only the entry point's torch_threads does."""
+    with torch_threads(2):
+        model = make_model(num_threads=1)
+        assert torch.get_num_threads() == 2 and model.active_optimizations.num_threads == 1
+
+
+def test_torch_threads_sets_and_restores():
+    before = torch.get_num_threads()
+    other = 2 if before == 1 else 1
+    with torch_threads(other):
+        assert torch.get_num_threads() == other
+    assert torch.get_num_threads() == before
 
 
 # ---------------------------------------------------------------- decision logic (CUDA rules on CPU)

@@ -156,11 +156,15 @@ def test_replay_buffer_kept_in_time_order_when_it_wrapped(tmp_path):
 def test_replay_buffer_with_other_games_is_repacked_for_one_step_and_refused_for_n_step(tmp_path):
     one_step = small_dqn(FAST, transitions=128)
     save_replay_buffer(one_step.replay_buffer, tmp_path / "one.npz")
-    other = load_model(_save(one_step, tmp_path / "m.zip"), FAST, env=BatchedSnakeVecEnv(4, board_size=5), for_training=True)
+    other = load_model(
+        _save(one_step, tmp_path / "m.zip"), FAST, env=BatchedSnakeVecEnv(4, board_size=5), for_training=True
+    )
     assert load_replay_buffer(other, tmp_path / "one.npz") == 128
     n_step = small_dqn(FAST, transitions=128, n_steps=3)
     save_replay_buffer(n_step.replay_buffer, tmp_path / "n.npz")
-    other = load_model(_save(n_step, tmp_path / "n.zip"), FAST, env=BatchedSnakeVecEnv(4, board_size=5), for_training=True)
+    other = load_model(
+        _save(n_step, tmp_path / "n.zip"), FAST, env=BatchedSnakeVecEnv(4, board_size=5), for_training=True
+    )
     with pytest.raises(ValueError, match="holds n-step transitions of 8 games; resume with --n-envs 8"):
         load_replay_buffer(other, tmp_path / "n.npz")
 

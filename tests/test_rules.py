@@ -185,3 +185,27 @@ def test_start_states_are_uniform_over_directions_and_fit():
         assert ((rows >= 0) & (rows < board_size) & (cols >= 0) & (cols < board_size)).all()
         steps = np.abs(np.diff(rows, axis=1)) + np.abs(np.diff(cols, axis=1))
         assert (steps == 1).all()
+
+
+BAD_ACTIONS = [-1, -2, 4, 2**62, np.nan, 1.5, np.float64(2.0), True, "up"]
+
+
+@pytest.mark.parametrize("action", BAD_ACTIONS, ids=repr)
+def test_both_envs_refuse_the_same_bad_actions_and_leave_the_game_as_it_was(game_kind, action):
+    """-1 while moving right used to walk into the neck and die; -2 stored direction -2; the
+    batched env raised IndexError or mapped NaN and 2**62 to action 0."""
+    game = SingleGame(game_kind)
+    before = game.set_state([(2, 3), (2, 2), (2, 1)], direction=1, food=(0, 0))
+    with pytest.raises(ValueError, match=r"action must be .*0 \(up\), 1 \(right\), 2 \(down\) or 3 \(left\)"):
+        game.step(action)
+    obs, reward, terminated, truncated, _ = game.step(1)  # the game goes on from where it was
+    assert not terminated and reward == 0.0
+    np.testing.assert_array_equal(cells(obs, HEAD), [(2, 4)])
+    assert cells(before, HEAD) == [(2, 3)]
+
+
+@pytest.mark.parametrize("action", [0, 3, np.int64(2), np.uint8(1), np.array(1)], ids=repr)
+def test_both_envs_take_integer_actions_of_any_integer_type(game_kind, action):
+    game = SingleGame(game_kind)
+    game.set_state([(2, 3), (2, 2), (2, 1)], direction=1, food=(0, 0))
+    assert not game.step(action)[2]

@@ -14,8 +14,8 @@ from rich.console import Console
 from sb3_snake.envs import BatchedSnakeVecEnv
 from sb3_snake.evaluation import evaluate
 from sb3_snake.extractor import HeadView
-from sb3_snake.settings import OptimizationSettings
 from sb3_snake.persistence import load_model
+from sb3_snake.settings import OptimizationSettings
 from sb3_snake.tracking import WandbRun
 from sb3_snake.training import (
     DEFAULT_EPISODES,
@@ -194,7 +194,12 @@ def test_resume_applies_the_given_hyperparameters(tmp_path):
     assert (model.learning_rate, model.gamma, model.batch_size, model.double_dqn) == (0.01, 0.5, 8, True)
     assert model.policy.optimizer.param_groups[0]["lr"] == pytest.approx(0.01)
     trained = summary["hyperparameters"]
-    assert (trained["learning_rate"], trained["gamma"], trained["batch_size"], trained["double_dqn"]) == (0.01, 0.5, 8, True)
+    assert (trained["learning_rate"], trained["gamma"], trained["batch_size"], trained["double_dqn"]) == (
+        0.01,
+        0.5,
+        8,
+        True,
+    )
     assert (trained["train_freq"], trained["gradient_steps"]) == config.update_schedule(8) == (1, 16)  # ratio 32 kept
 
 
@@ -238,7 +243,9 @@ def test_a_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, m
         real_train(self, gradient_steps, batch_size)
 
     monkeypatch.setattr(SnakeDQN, "train", poisoned_after_a_while)
-    with pytest.raises(TrainingDiverged, match=r"the TD loss became nan .* the last good checkpoint is .*checkpoint.zip"):
+    with pytest.raises(
+        TrainingDiverged, match=r"the TD loss became nan .* the last good checkpoint is .*checkpoint.zip"
+    ):
         train(tiny_config(episodes=10_000, checkpoint_every=2), FAST, tmp_path)
     assert not (tmp_path / "model.zip").exists()
     summary = json.loads((tmp_path / "summary.json").read_text())
@@ -251,7 +258,9 @@ def test_a_stop_requested_from_another_thread_ends_the_run_and_saves(tmp_path):
     stop = StopRequest()
     timer = threading.Timer(2.0, stop.request, args=("asked by the test",))
     result = {}
-    thread = threading.Thread(target=lambda: result.update(train(tiny_config(episodes=10**6), FAST, tmp_path, stop=stop)))
+    thread = threading.Thread(
+        target=lambda: result.update(train(tiny_config(episodes=10**6), FAST, tmp_path, stop=stop))
+    )
     timer.start()
     thread.start()
     thread.join(timeout=120)
@@ -276,7 +285,11 @@ def test_summary_is_built_from_the_model_without_training():
     callbacks.record.lengths.extend([10, 30, 20])
     callbacks.budget.stopped_by = "episodes"
     summary = build_summary(model, config, callbacks, Outcome(wall_seconds=2.0, env_steps=60, diverged=None))
-    assert summary["episodes"] == 3 and summary["best_score"] == 4 and summary["mean_score_last_100"] == pytest.approx(7 / 3)
+    assert (
+        summary["episodes"] == 3
+        and summary["best_score"] == 4
+        and summary["mean_score_last_100"] == pytest.approx(7 / 3)
+    )
     assert summary["env_steps_per_second"] == 30.0 and summary["stopped_by"] == "episodes"
     assert summary["hyperparameters"]["learning_rate"] == 0.002 and summary["hyperparameters"]["batch_size"] == 16
     assert summary["optimizations"]["batch_size"] == {"value": 16, "source": "default"}

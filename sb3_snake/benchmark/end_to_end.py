@@ -24,6 +24,7 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.logger import Logger
 
 from sb3_snake.envs import SnakeEnv
+from sb3_snake.optimizations import torch_threads
 from sb3_snake.settings import OptimizationSettings
 from sb3_snake.training import TrainConfig, build_model
 
@@ -85,11 +86,11 @@ def measure_sb3_snake(
     repeats: int = 3,
     config: TrainConfig | None = None,
 ) -> LoopThroughput:
-    """``sb3-snake train``'s default setup (or ``config``) at ``replay_ratio``."""
+    """``sb3-snake train``'s default setup (or ``config``) at ``replay_ratio``, at the thread
+    count ``sb3-snake train`` would use with ``settings`` (set for the measurement, then restored)."""
     config = replace(config or TrainConfig(), replay_ratio=replay_ratio)
-    threads = torch.get_num_threads()
-    try:
-        model = build_model(config, settings)  # applies the settings' thread count
+    model = build_model(config, settings)
+    with torch_threads(model.active_optimizations.num_threads):
         train_freq, gradient_steps = config.update_schedule(model.batch_size)
         setup = {
             "policy": "AttentionPolicy",
@@ -100,8 +101,6 @@ def measure_sb3_snake(
             "optimizations": model.active_optimizations.as_dict(),
         }
         return measure_learning("sb3_snake", model, replay_ratio, warmup_steps, steps_per_repeat, repeats, setup)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def measure_plain_sb3(
@@ -113,11 +112,9 @@ def measure_plain_sb3(
 ) -> dict[str, Any]:
     """SB3's DQN with its defaults on one SnakeEnv, at each thread count; the best one wins."""
     thread_counts = thread_counts or tuple(sorted({1, os.cpu_count() or 1}))
-    threads = torch.get_num_threads()
     runs = []
-    try:
-        for count in thread_counts:
-            torch.set_num_threads(count)
+    for count in thread_counts:
+        with torch_threads(count):
             # On the CPU even where a GPU exists: a 64x64 MLP at batch 32 runs faster there, and
             # the baseline is credited with its best.
             model = DQN("MlpPolicy", SnakeEnv(board_size=board_size), seed=0, device="cpu")
@@ -132,8 +129,6 @@ def measure_plain_sb3(
             runs.append(
                 measure_learning("plain_sb3", model, replay_ratio, warmup_steps, steps_per_repeat, repeats, setup)
             )
-    finally:
-        torch.set_num_threads(threads)
     best = max(runs, key=lambda run: run.env_steps_per_second)
     return {"best": asdict(best), "by_threads": [asdict(run) for run in runs]}
 

@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from sb3_snake.system import system_info
 from sb3_snake.envs import BatchedSnakeVecEnv, SnakeEnv
+from sb3_snake.system import system_info
 
 DEFAULT_NUM_ENVS = (1, 64, 1024, 4096, 16384)
 

@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from sb3_snake.benchmark import end_to_end, gradient_step
-from sb3_snake.system import system_info
 from sb3_snake.settings import OptimizationSettings
+from sb3_snake.system import system_info
 
 
 @dataclass(frozen=True)

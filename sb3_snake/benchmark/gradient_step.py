@@ -26,9 +26,9 @@ from stable_baselines3.common.logger import Logger
 
 from sb3_snake.algorithm import SnakeDQN
 from sb3_snake.benchmark.results import peak_memory_mib, reset_peak_memory
-from sb3_snake.system import system_info
 from sb3_snake.envs import BatchedSnakeVecEnv
 from sb3_snake.settings import OptimizationSettings
+from sb3_snake.system import system_info
 
 DEFAULT_BATCH_SIZES = (256, 512, 1024, 2048, 4096, 8192)
 

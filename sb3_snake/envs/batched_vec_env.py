@@ -63,6 +63,7 @@ from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvO
 
 from sb3_snake.envs.render import render_ansi, render_rgb
 from sb3_snake.envs.rules import BODY, FOOD, HEAD, NECK, NUM_CHANNELS, TAIL, TURNS, SnakeRules, check_actions
+from sb3_snake.system import check_torch_device
 
 #: How many games ``render("rgb_array")`` tiles into one image.
 RENDERED_GAMES = 16
@@ -135,12 +136,7 @@ class BatchedSnakeVecEnv(VecEnv):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None, got {render_mode!r}")
         self.rules = SnakeRules(board_size, start_length, dist_to_border, max_steps_without_food)
-        try:
-            self.device = torch.device(device)
-        except RuntimeError as error:
-            raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r}") from error
-        if self.device.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError(f"device {device!r} was requested but CUDA is not available; use device='cpu'")
+        self.device = check_torch_device(device)
         self.render_mode = render_mode
         super().__init__(
             num_envs,
@@ -202,6 +198,10 @@ class BatchedSnakeVecEnv(VecEnv):
             raise ValueError(f"expected actions of shape ({self.num_envs},), got {tuple(actions.shape)}")
         if actions.device.type == "cpu" and bool(((actions < 0) | (actions > 3)).any()):
             check_actions(actions.numpy(), self.num_envs)  # raises, naming the first bad action
+        return self._step(actions)
+
+    def _step(self, actions: torch.Tensor) -> BatchedStep:
+        """:meth:`step_tensors` on actions already checked."""
         links, cells = self._links_flat, self._cells
         previous = self._state
         head, neck, tail, direction, length, food, steps_without_food, score, episode_length = previous.unbind(0)
@@ -290,7 +290,7 @@ class BatchedSnakeVecEnv(VecEnv):
 
     def step_wait(self) -> VecEnvStepReturn:
         assert self._actions is not None, "step_async() must be called before step_wait()"
-        step = self.step_tensors(self._actions)
+        step = self._step(self._actions)  # checked by step_async
         self._actions = None
         scores, lengths = self.scores.tolist(), self.lengths.tolist()
         infos: list[dict[str, Any]] = [

@@ -52,7 +52,7 @@ def check_actions(actions: object, count: int) -> np.ndarray:
         raise ValueError(f"expected {count} actions (one per game), got {values.size}")
     values = values.reshape(count)
     if values.dtype.kind not in "iu":
-        raise ValueError(f"actions must be integers {_ACTIONS_HELP}, got dtype {values.dtype} ({values[:4]!r})")
+        raise ValueError(f"action must be an integer {_ACTIONS_HELP}, got {values[:4]!r} (dtype {values.dtype})")
     bad = np.flatnonzero((values < 0) | (values > 3))
     if len(bad):
         raise ValueError(f"action must be {_ACTIONS_HELP}, got {int(values[bad[0]])} for game {int(bad[0])}")

@@ -246,9 +246,7 @@ def train(
         bool, typer.Option("--wandb/--no-wandb", help="Log to Weights & Biases.", rich_help_panel=RUN)
     ] = False,
     wandb_project: Annotated[str, typer.Option(help="W&B project.", rich_help_panel=RUN)] = "sb3-snake",
-    wandb_mode: Annotated[WandbMode, typer.Option(help="W&B mode (WANDB_MODE wins).", rich_help_panel=RUN)] = WandbMode(
-        "online"
-    ),
+    wandb_mode: Annotated[WandbMode, typer.Option(help="W&B mode (WANDB_MODE wins).", rich_help_panel=RUN)] = ONLINE,
     **options: Any,
 ) -> None:
     """Train SnakeDQN with the attention policy until the first of --episodes, --timesteps, --time-limit."""

@@ -3,6 +3,7 @@
 import threading
 
 import numpy as np
+import pytest
 
 from sb3_snake.callbacks import EpisodeBudget, EpisodeCheckpoint, EpisodeRecord, StopRequest
 from sb3_snake.persistence import load_model
@@ -76,6 +77,7 @@ def test_checkpoint_every_n_episodes_is_atomic_and_loadable(tmp_path):
     assert load_model(tmp_path / "checkpoint.zip", FAST).observation_space.shape == (5, 5, 5)
 
 
+@pytest.mark.slow
 def test_best_model_selection_keeps_the_best_greedy_evaluation(tmp_path, monkeypatch):
     """Evaluations on their own seeds; best_model.zip is rewritten only when the mean improves."""
     import sb3_snake.callbacks as callbacks

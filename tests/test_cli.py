@@ -62,6 +62,7 @@ def test_benchmark_env_bad_input_exits_2(args, message):
     assert message in result.output
 
 
+@pytest.mark.slow
 def test_installed_program_shows_help():
     program = shutil.which("sb3-snake")
     if program is None:
@@ -173,6 +174,7 @@ def test_plot_of_a_trained_run(trained_run, tmp_path):
     assert (tmp_path / "curve.png").read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.slow
 def test_time_limit_without_episodes_runs_until_the_limit(tmp_path):
     args = ["train", "--time-limit", "0.05", "--no-head-view", *TINY, "--output", str(tmp_path)]
     result = runner.invoke(app, args)
@@ -357,6 +359,7 @@ def test_an_abort_during_the_final_save_leaves_the_previous_files_and_no_tempora
     assert after == before  # summary, episodes, model and buffer as they were; nothing partial
 
 
+@pytest.mark.slow
 def test_train_with_wandb_offline_logs_config_and_metrics(tmp_path, fake_wandb):
     fake = fake_wandb
     result = runner.invoke(

@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from sb3_snake.optimizations import ActiveOptimizations
 from sb3_snake.report import capability_report, format_capability_report, summary_lines
 from sb3_snake.settings import OptimizationSettings
@@ -16,6 +18,7 @@ def run_script(*args, cwd):
     return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, cwd=cwd, timeout=120)
 
 
+@pytest.mark.slow
 def test_script_prints_json_with_settings_sources_and_active_state(tmp_path):
     (tmp_path / ".env").write_text("USE_BF16=false\nOPTIMAL_BATCH_SIZE=512\n")
     completed = run_script("--json", "--device", "cpu", cwd=tmp_path)
@@ -34,6 +37,7 @@ def test_script_prints_json_with_settings_sources_and_active_state(tmp_path):
     assert report["device"] == "cpu" and report["torch"]
 
 
+@pytest.mark.slow
 def test_script_text_report_names_flags(tmp_path):
     completed = run_script("--device", "cpu", cwd=tmp_path)
     assert completed.returncode == 0
@@ -41,6 +45,7 @@ def test_script_text_report_names_flags(tmp_path):
         assert text in completed.stdout
 
 
+@pytest.mark.slow
 def test_malformed_env_exits_2_naming_the_key(tmp_path):
     (tmp_path / ".env").write_text("USE_BF16=maybe\n")
     completed = run_script(cwd=tmp_path)

@@ -109,6 +109,7 @@ def test_resume_continues_with_the_replay_buffer(tmp_path):
     assert second["resumed_from"].endswith("model.zip")
 
 
+@pytest.mark.slow
 def test_symmetry_augmentation_is_used_in_training_and_kept_on_save(tmp_path, monkeypatch):
     import sb3_snake.symmetry as symmetry
 
@@ -127,6 +128,7 @@ def test_symmetry_augmentation_is_used_in_training_and_kept_on_save(tmp_path, mo
     assert model.symmetry_augmentation and model._augmentation is not None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("head_view", [True, False])
 def test_head_view_option_shapes_the_saved_policy(tmp_path, head_view):
     summary = train(tiny_config(episodes=None, timesteps=100, head_view=head_view), FAST, tmp_path)
@@ -135,11 +137,13 @@ def test_head_view_option_shapes_the_saved_policy(tmp_path, head_view):
     assert isinstance(extractor.head_view, HeadView) is head_view
 
 
+@pytest.mark.slow
 def test_timesteps_limit_stops_first(tmp_path):
     summary = train(tiny_config(episodes=100_000, timesteps=200), FAST, tmp_path)
     assert summary["stopped_by"] == "timesteps" and 200 <= summary["env_steps"] < 200 + 4
 
 
+@pytest.mark.slow
 def test_time_limit_stops_first(tmp_path):
     summary = train(tiny_config(episodes=None, time_limit_minutes=0.05), FAST, tmp_path)
     assert summary["stopped_by"] == "time_limit" and summary["target_episodes"] is None
@@ -230,6 +234,7 @@ def test_resume_refuses_what_cannot_change(tmp_path, change, flag):
     assert not (tmp_path / "b").exists()  # a failed start leaves no folder behind
 
 
+@pytest.mark.slow
 def test_a_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
     from sb3_snake.algorithm import SnakeDQN
 
@@ -297,6 +302,7 @@ def test_summary_is_built_from_the_model_without_training():
     json.dumps(summary)  # JSON-ready
 
 
+@pytest.mark.slow
 def test_tensorboard_log_writes_sb3s_own_event_files(tmp_path):
     pytest.importorskip("tensorboard")
     train(tiny_config(episodes=40, tensorboard_log=str(tmp_path / "tb"), learning_starts=8), FAST, tmp_path / "run")

@@ -16,22 +16,30 @@ import contextlib
 import json
 import math
 import os
+import warnings
 import zipfile
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from stable_baselines3 import DQN
+from stable_baselines3.common.buffers import ReplayBuffer
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.type_aliases import RolloutReturn, TrainFreq
+from stable_baselines3.common.utils import should_collect_more_steps
 from stable_baselines3.common.torch_layers import create_mlp
 from stable_baselines3.common.utils import LinearSchedule
 from stable_baselines3.dqn.policies import CnnPolicy, DQNPolicy, MlpPolicy, QNetwork
 from torch import nn
 
+from sb3_snake.envs import BatchedSnakeVecEnv
 from sb3_snake.extractor import SnakeAttentionExtractor
 from sb3_snake.optimizations import ActiveOptimizations, apply_optimizations
+from sb3_snake.replay import DeviceReplayBuffer, use_device_replay_buffer
 from sb3_snake.settings import OptimizationSettings
 from sb3_snake.symmetry import SymmetryAugmentation
 
@@ -96,6 +104,28 @@ def encode_policy_kwargs(value: Any) -> Any:
         return encode(value)
     except TypeError:
         return None
+
+
+class FinishedGameInfos(list):
+    """SB3's per-game ``infos`` of one step, built for the games that finished only; the others
+    share one empty dict. ``finished`` lists those games' indices."""
+
+    finished: list[int]
+
+
+_NO_INFO: dict[str, Any] = {}
+
+
+def finished_games(env: BatchedSnakeVecEnv, step: Any) -> tuple[np.ndarray, FinishedGameInfos]:
+    """``dones`` and ``infos`` as SB3's VecEnv ``step`` gives them, from a ``BatchedStep``: the one
+    read on the host per step (which games finished, and their episode statistics)."""
+    dones = (step.terminated | step.truncated).cpu().numpy()
+    infos = FinishedGameInfos([_NO_INFO] * env.num_envs)
+    finished = env.finished_infos(step)
+    for index, info in finished.items():
+        infos[index] = info
+    infos.finished = list(finished)
+    return dones, infos
 
 
 class TrainingDiverged(RuntimeError):
@@ -195,6 +225,10 @@ class SnakeDQN(DQN):
     :param kwargs: any other ``DQN`` argument (``n_steps`` gives n-step returns; a dueling
         head is ``policy_kwargs={"dueling": True}``).
 
+    The replay buffer is :class:`~sb3_snake.replay.DeviceReplayBuffer` when the model trains on
+    CUDA (sampled on the GPU, no copy per batch) and SB3's own on the CPU, unless
+    ``replay_buffer_class`` is given (see :func:`~sb3_snake.replay.use_device_replay_buffer`).
+
     After construction, ``model.active_optimizations`` says what is really active and why
     anything requested is not. Compilation is not saved; :meth:`load` applies the
     optimizations it is given again.
@@ -227,7 +261,13 @@ class SnakeDQN(DQN):
         super().__init__(policy, env, **kwargs)
 
     def _setup_model(self) -> None:
-        super()._setup_model()
+        if self.replay_buffer_class is None and use_device_replay_buffer(self.device.type)[0]:
+            self.replay_buffer_class = DeviceReplayBuffer
+            self.replay_buffer_kwargs = {**self.replay_buffer_kwargs, "n_steps": self.n_steps, "gamma": self.gamma}
+        with warnings.catch_warnings():
+            # SB3 warns that n_steps is ignored with a custom buffer class; ours takes it above.
+            warnings.filterwarnings("ignore", message=r"`n_steps=\d+` is ignored because a custom")
+            super()._setup_model()
         self.active_optimizations = apply_optimizations(self, self.optimizations)
         self._setup_augmentation()
 
@@ -288,8 +328,70 @@ class SnakeDQN(DQN):
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
         self.logger.record("train/loss", loss)
 
+    def collect_rollouts(
+        self,
+        env: Any,
+        callback: BaseCallback,
+        train_freq: TrainFreq,
+        replay_buffer: ReplayBuffer,
+        action_noise: Any = None,
+        learning_starts: int = 0,
+        log_interval: int | None = None,
+    ) -> RolloutReturn:
+        """SB3's rollout loop, on tensors when it can: with a :class:`BatchedSnakeVecEnv` and a
+        :class:`DeviceReplayBuffer` (a model on CUDA), observations, actions and transitions
+        stay tensors (``step_tensors``, ``add_tensors``); only which games finished is read on
+        the host, for the callbacks. Otherwise SB3's own loop runs."""
+        on_tensors = isinstance(env, BatchedSnakeVecEnv) and isinstance(replay_buffer, DeviceReplayBuffer)
+        if not on_tensors or self._vec_normalize_env is not None or action_noise is not None:
+            return super().collect_rollouts(
+                env, callback, train_freq, replay_buffer, action_noise, learning_starts, log_interval
+            )
+        self.policy.set_training_mode(False)
+        num_collected_steps, num_collected_episodes = 0, 0
+        callback.on_rollout_start()
+        obs = torch.as_tensor(self._last_obs, device=env.device)
+        while should_collect_more_steps(train_freq, num_collected_steps, num_collected_episodes):
+            actions = self._act_on_tensors(obs, learning_starts, env.num_envs)
+            step = env.step_tensors(actions)
+            self.num_timesteps += env.num_envs
+            num_collected_steps += 1
+            dones, infos = finished_games(env, step)
+            callback.update_locals({"actions": actions, "new_obs": step.observations, "dones": dones, "infos": infos})
+            if not callback.on_step():
+                self._last_obs = step.observations
+                return RolloutReturn(
+                    num_collected_steps * env.num_envs, num_collected_episodes, continue_training=False
+                )
+            self._update_info_buffer(infos, dones)
+            next_obs = step.observations.index_copy(0, step.final_indices, step.final_observations)
+            replay_buffer.add_tensors(
+                obs, next_obs, actions, step.rewards, step.terminated | step.truncated, step.truncated
+            )
+            obs = step.observations
+            self._update_current_progress_remaining(self.num_timesteps, self._total_timesteps)
+            self._on_step()
+            for _ in range(len(infos.finished)):
+                num_collected_episodes += 1
+                self._episode_num += 1
+                if log_interval is not None and self._episode_num % log_interval == 0:
+                    self.dump_logs()
+        self._last_obs = obs
+        callback.on_rollout_end()
+        return RolloutReturn(num_collected_steps * env.num_envs, num_collected_episodes, continue_training=True)
+
+    def _act_on_tensors(self, obs: torch.Tensor, learning_starts: int, num_envs: int) -> torch.Tensor:
+        """SB3's DQN action choice on tensors: random before ``learning_starts``; afterwards one
+        exploration draw per vector step (as ``DQN.predict``), else the greedy action of every game."""
+        if self.num_timesteps < learning_starts or np.random.rand() < self.exploration_rate:
+            return torch.randint(4, (num_envs,), device=obs.device)
+        with torch.no_grad():
+            return self.q_net(obs.to(self.device)).argmax(dim=1).to(obs.device)
+
     def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "optimizations", "active_optimizations", "_augmentation"]
+        # _last_obs may be a device tensor (the tensor rollout loop); a loaded model resets its env anyway.
+        excluded = ["optimizations", "active_optimizations", "_augmentation", "_last_obs", "_last_original_obs"]
+        return [*super()._excluded_save_params(), *excluded]
 
     def set_hyperparameters(self, **values: Any) -> None:
         """Change hyperparameters of a built (or loaded) model, as if it had been made with them.

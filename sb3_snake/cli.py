@@ -538,6 +538,34 @@ def benchmark_grad(
     typer.echo(f"Saved {save_results('gradient_step', report, output)}")
 
 
+@app.command("benchmark-replay")
+def benchmark_replay(
+    device: Annotated[Device, typer.Option(help="cpu or cuda.")] = Device.cpu,
+    batch_size: Annotated[int, typer.Option(min=1, help="Transitions per sampled batch.")] = 512,
+    repeats: Annotated[int, typer.Option(min=1, help="Timed runs per buffer (median reported).")] = 7,
+    threads: ThreadsOption = None,
+    output: OutputOption = RESULTS_DIR,
+) -> None:
+    """Replay sampling time of SB3's buffers against the device-resident buffer, 1-step and n-step."""
+    from sb3_snake.benchmark.replay_sampling import run_replay_benchmark
+    from sb3_snake.benchmark.results import save_results
+
+    with user_errors():
+        target = resolve_device(check_device(device.value)).type
+        count = _benchmark_threads(threads)
+        check_writable_dir(output, what="--output folder", create=True)
+    with _maybe_threads(count):
+        report = run_replay_benchmark(
+            target,
+            batch_size=batch_size,
+            repeats=repeats,
+            progress=lambda r: typer.echo(
+                f"  {r.buffer} buffer, n_steps {r.n_steps}: {r.milliseconds_per_batch:.3f} ms per batch"
+            ),
+        )
+    typer.echo(f"Saved {save_results('replay_sampling', report, output)}")
+
+
 @app.command()
 @with_parameters(settings_parameters())
 def benchmark(

@@ -72,14 +72,17 @@ def legacy_replay_buffer_path(model_path: Path) -> Path:
     return Path(model_path).with_name(Path(model_path).stem + ".replay.pkl")
 
 
-def _time_ordered(buffer: ReplayBuffer, array: np.ndarray) -> np.ndarray:
+def _time_ordered(buffer: ReplayBuffer, array: np.ndarray | torch.Tensor) -> np.ndarray:
+    if isinstance(array, torch.Tensor):  # a DeviceReplayBuffer's
+        array = array.cpu().numpy()
     if buffer.full:
         return np.concatenate([array[buffer.pos :], array[: buffer.pos]])
     return array[: buffer.pos]
 
 
 def save_replay_buffer(buffer: ReplayBuffer, path: Path) -> None:
-    """The filled rows of ``buffer``'s arrays, oldest first, as an uncompressed ``.npz``."""
+    """The filled rows of ``buffer``'s arrays, oldest first, as an uncompressed ``.npz`` (SB3's
+    NumPy buffers and :class:`~sb3_snake.replay.DeviceReplayBuffer` alike)."""
     names = [*REPLAY_ARRAYS, *(() if buffer.optimize_memory_usage else ("next_observations",))]
     arrays = {name: _time_ordered(buffer, getattr(buffer, name)) for name in names}
     with open(path, "wb") as file:
@@ -120,8 +123,12 @@ def load_replay_buffer(model: SnakeDQN, path: Path) -> int:
         arrays = {name: _repack(array, buffer.n_envs) for name, array in arrays.items()}
     rows = min(len(arrays["observations"]), buffer.buffer_size)
     for name, array in arrays.items():
-        if getattr(buffer, name, None) is not None:
-            getattr(buffer, name)[:rows] = array[len(array) - rows :]
+        target = getattr(buffer, name, None)
+        if target is not None:
+            recent = array[len(array) - rows :]
+            target[:rows] = (
+                torch.as_tensor(recent, device=target.device) if isinstance(target, torch.Tensor) else recent
+            )
     if "next_observations" not in arrays and not buffer.optimize_memory_usage:
         raise ValueError(f"replay buffer {path} holds no next observations; it was saved with optimize_memory_usage")
     buffer.pos, buffer.full = rows % buffer.buffer_size, rows == buffer.buffer_size

@@ -539,6 +539,7 @@ def trained_hyperparameters(model: SnakeDQN, config: TrainConfig) -> dict[str, A
         **run_options,
         **values,
         "policy": "AttentionPolicy",
+        "replay_buffer": type(model.replay_buffer).__name__,
         "n_envs": model.n_envs,
         "replay_ratio": actual_ratio,
         "train_freq": values["train_freq"],

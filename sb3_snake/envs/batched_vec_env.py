@@ -296,30 +296,41 @@ class BatchedSnakeVecEnv(VecEnv):
         infos: list[dict[str, Any]] = [
             {"score": score, "length": length} for score, length in zip(scores, lengths, strict=True)
         ]
-        if len(step.final_indices):
-            elapsed = round(time.time() - self._t_start, 6)
+        finished = self.finished_infos(step)
+        if finished:
             final_observations = step.final_observations.cpu().numpy()
-            columns = zip(
-                step.final_indices.tolist(),
-                step.truncated[step.final_indices].tolist(),
-                step.final_returns.tolist(),
-                step.final_episode_lengths.tolist(),
-                step.final_scores.tolist(),
-                step.final_lengths.tolist(),
-                step.final_successes.tolist(),
-                strict=True,
-            )
-            for row, (index, truncated, ret, steps, score, length, success) in enumerate(columns):
-                infos[index] = {
-                    "score": score,
-                    "length": length,
-                    "terminal_observation": final_observations[row],
-                    "TimeLimit.truncated": truncated,
-                    "episode": {"r": ret, "l": steps, "t": elapsed},
-                    "is_success": success,
-                }
+            for row, (index, info) in enumerate(finished.items()):
+                infos[index] = {**info, "terminal_observation": final_observations[row]}
         dones = (step.terminated | step.truncated).cpu().numpy()
         return step.observations.cpu().numpy(), step.rewards.cpu().numpy(), dones, infos
+
+    def finished_infos(self, step: BatchedStep) -> dict[int, dict[str, Any]]:
+        """The info SB3 expects of each game that finished in ``step``, by game index in
+        ``final_indices`` order: ``score``, ``length``, ``TimeLimit.truncated``, ``is_success`` and
+        ``episode`` (``r``, ``l``, ``t`` as SB3's ``Monitor`` writes them); no ``terminal_observation``."""
+        if not len(step.final_indices):
+            return {}
+        elapsed = round(time.time() - self._t_start, 6)
+        columns = zip(
+            step.final_indices.tolist(),
+            step.truncated[step.final_indices].tolist(),
+            step.final_returns.tolist(),
+            step.final_episode_lengths.tolist(),
+            step.final_scores.tolist(),
+            step.final_lengths.tolist(),
+            step.final_successes.tolist(),
+            strict=True,
+        )
+        return {
+            index: {
+                "score": score,
+                "length": length,
+                "TimeLimit.truncated": truncated,
+                "episode": {"r": ret, "l": steps, "t": elapsed},
+                "is_success": success,
+            }
+            for index, truncated, ret, steps, score, length, success in columns
+        }
 
     def set_state(
         self, index: int, body: Sequence[Sequence[int]], direction: int, food: Sequence[int] | None

@@ -29,10 +29,9 @@ import torch.nn.functional as F
 from stable_baselines3 import DQN
 from stable_baselines3.common.buffers import ReplayBuffer
 from stable_baselines3.common.callbacks import BaseCallback
-from stable_baselines3.common.type_aliases import RolloutReturn, TrainFreq
-from stable_baselines3.common.utils import should_collect_more_steps
 from stable_baselines3.common.torch_layers import create_mlp
-from stable_baselines3.common.utils import LinearSchedule
+from stable_baselines3.common.type_aliases import RolloutReturn, TrainFreq
+from stable_baselines3.common.utils import LinearSchedule, should_collect_more_steps
 from stable_baselines3.dqn.policies import CnnPolicy, DQNPolicy, MlpPolicy, QNetwork
 from torch import nn
 

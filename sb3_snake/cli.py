@@ -448,6 +448,15 @@ def _benchmark_threads(threads: str | None) -> int | None:
     return cpu_cores() if value == "auto" else value
 
 
+def _benchmark_target(device: Device, threads: str | None, output: Path) -> tuple[str, int | None]:
+    """A single-device benchmark's checks, before it measures: the device, the thread count, the folder."""
+    with user_errors():
+        target = resolve_device(check_device(device.value)).type
+        count = _benchmark_threads(threads)
+        check_writable_dir(output, what="--output folder", create=True)
+    return target, count
+
+
 @contextmanager
 def _maybe_threads(count: int | None) -> Iterator[None]:
     from sb3_snake.optimizations import torch_threads
@@ -520,9 +529,7 @@ def benchmark_grad(
     with user_errors():
         sizes = _parse_int_list(batch_sizes, "--batch-sizes")
         names = _parse_combinations(combinations) if combinations is not None else tuple(gradient_step.COMBINATIONS)
-        target = resolve_device(check_device(device.value)).type
-        count = _benchmark_threads(threads)
-        check_writable_dir(output, what="--output folder", create=True)
+    target, count = _benchmark_target(device, threads, output)
     with _maybe_threads(count):
         report = gradient_step.run_gradient_step_benchmark(
             sizes,
@@ -550,10 +557,7 @@ def benchmark_replay(
     from sb3_snake.benchmark.replay_sampling import run_replay_benchmark
     from sb3_snake.benchmark.results import save_results
 
-    with user_errors():
-        target = resolve_device(check_device(device.value)).type
-        count = _benchmark_threads(threads)
-        check_writable_dir(output, what="--output folder", create=True)
+    target, count = _benchmark_target(device, threads, output)
     with _maybe_threads(count):
         report = run_replay_benchmark(
             target,

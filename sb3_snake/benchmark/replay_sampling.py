@@ -83,7 +83,7 @@ def run_replay_benchmark(
         }
         _fill(list(buffers.values()), transitions, n_envs, board_size)
         times: dict[str, list[float]] = {name: [] for name in buffers}
-        for name, buffer in buffers.items():
+        for buffer in buffers.values():
             _time(buffer, batch_size, 5, device)  # warm-up, not timed
         for _ in range(repeats):
             for name, buffer in buffers.items():

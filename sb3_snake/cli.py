@@ -32,7 +32,7 @@ from typer.core import TyperGroup
 
 from sb3_snake.benchmark.env_throughput import DEFAULT_NUM_ENVS
 from sb3_snake.benchmark.gradient_step import DEFAULT_BATCH_SIZES
-from sb3_snake.benchmark.results import RESULTS_DIR
+from sb3_snake.benchmark.results import RESULTS_DIR, save_results
 from sb3_snake.paths import check_writable_dir, check_writable_file
 from sb3_snake.settings import COMPILE_MODES, OptimizationSettings, check_env_file_writable
 from sb3_snake.system import check_device, cpu_cores, resolve_device
@@ -438,6 +438,7 @@ def _parse_combinations(text: str) -> tuple[str, ...]:
 
 
 ThreadsOption = Annotated[str | None, typer.Option(help="torch intra-op threads (default: torch's).")]
+DeviceOption = Annotated[Device, typer.Option(help="cpu or cuda.")]
 OutputOption = Annotated[Path, typer.Option(help="Folder for the JSON results.")]
 
 
@@ -485,7 +486,6 @@ def benchmark_env(
     import torch
 
     from sb3_snake.benchmark.env_throughput import format_table, run_env_benchmark
-    from sb3_snake.benchmark.results import save_results
 
     with user_errors():
         sizes = _parse_int_list(num_envs, "--num-envs")
@@ -516,7 +516,7 @@ def benchmark_grad(
         map(str, DEFAULT_BATCH_SIZES)
     ),
     combinations: Annotated[str | None, typer.Option(help="Comma-separated combinations (default: all).")] = None,
-    device: Annotated[Device, typer.Option(help="cpu or cuda.")] = Device.cpu,
+    device: DeviceOption = Device.cpu,
     gradient_steps: Annotated[int, typer.Option(min=1, help="Gradient steps per timed run.")] = 4,
     repeats: Annotated[int, typer.Option(min=1, help="Timed runs per configuration (median reported).")] = 3,
     threads: ThreadsOption = None,
@@ -524,7 +524,6 @@ def benchmark_grad(
 ) -> None:
     """Gradient samples/s of SnakeDQN for each batch size and optimization combination."""
     from sb3_snake.benchmark import gradient_step
-    from sb3_snake.benchmark.results import save_results
 
     with user_errors():
         sizes = _parse_int_list(batch_sizes, "--batch-sizes")
@@ -547,7 +546,7 @@ def benchmark_grad(
 
 @app.command("benchmark-replay")
 def benchmark_replay(
-    device: Annotated[Device, typer.Option(help="cpu or cuda.")] = Device.cpu,
+    device: DeviceOption = Device.cpu,
     batch_size: Annotated[int, typer.Option(min=1, help="Transitions per sampled batch.")] = 512,
     repeats: Annotated[int, typer.Option(min=1, help="Timed runs per buffer (median reported).")] = 7,
     threads: ThreadsOption = None,
@@ -555,7 +554,6 @@ def benchmark_replay(
 ) -> None:
     """Replay sampling time of SB3's buffers against the device-resident buffer, 1-step and n-step."""
     from sb3_snake.benchmark.replay_sampling import run_replay_benchmark
-    from sb3_snake.benchmark.results import save_results
 
     target, count = _benchmark_target(device, threads, output)
     with _maybe_threads(count):
@@ -604,7 +602,6 @@ def benchmark(
     benchmark_results/benchmark_results_full_<UTC>.json.
     """
     from sb3_snake.benchmark.full import BenchmarkPlan, format_report, log_to_wandb, run_benchmark
-    from sb3_snake.benchmark.results import save_results
     from sb3_snake.optimizations import torch_threads
     from sb3_snake.settings import write_env_file
     from sb3_snake.tracking import WandbRun

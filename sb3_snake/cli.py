@@ -439,6 +439,7 @@ def _parse_combinations(text: str) -> tuple[str, ...]:
 
 ThreadsOption = Annotated[str | None, typer.Option(help="torch intra-op threads (default: torch's).")]
 DeviceOption = Annotated[Device, typer.Option(help="cpu or cuda.")]
+RepeatsOption = Annotated[int, typer.Option(min=1, help="Timed runs per figure (median reported).")]
 OutputOption = Annotated[Path, typer.Option(help="Folder for the JSON results.")]
 
 
@@ -477,7 +478,7 @@ def benchmark_env(
     device: Annotated[
         list[Device] | None, typer.Option(help="cpu or cuda; repeat for both (default: all present).")
     ] = None,
-    repeats: Annotated[int, typer.Option(min=1, help="Timed runs per configuration (median reported).")] = 5,
+    repeats: RepeatsOption = 5,
     seconds: Annotated[float, typer.Option(min=0.01, help="Seconds per timed run.")] = 0.5,
     threads: ThreadsOption = None,
     output: OutputOption = RESULTS_DIR,
@@ -518,7 +519,7 @@ def benchmark_grad(
     combinations: Annotated[str | None, typer.Option(help="Comma-separated combinations (default: all).")] = None,
     device: DeviceOption = Device.cpu,
     gradient_steps: Annotated[int, typer.Option(min=1, help="Gradient steps per timed run.")] = 4,
-    repeats: Annotated[int, typer.Option(min=1, help="Timed runs per configuration (median reported).")] = 3,
+    repeats: RepeatsOption = 3,
     threads: ThreadsOption = None,
     output: OutputOption = RESULTS_DIR,
 ) -> None:
@@ -548,7 +549,7 @@ def benchmark_grad(
 def benchmark_replay(
     device: DeviceOption = Device.cpu,
     batch_size: Annotated[int, typer.Option(min=1, help="Transitions per sampled batch.")] = 512,
-    repeats: Annotated[int, typer.Option(min=1, help="Timed runs per buffer (median reported).")] = 7,
+    repeats: RepeatsOption = 7,
     threads: ThreadsOption = None,
     output: OutputOption = RESULTS_DIR,
 ) -> None:
@@ -580,7 +581,7 @@ def benchmark(
         typer.Option(help="Comma-separated optimization combinations (default: all; quick: those without compile)."),
     ] = None,
     device: Annotated[Device, typer.Option(help="auto, cpu or cuda.")] = Device.auto,
-    repeats: Annotated[int, typer.Option(min=1, help="Timed runs per figure (median reported).")] = 3,
+    repeats: RepeatsOption = 3,
     quick: Annotated[bool, typer.Option("--quick", help="A short run: under 2 minutes on a 2-core CPU.")] = False,
     end_to_end: Annotated[
         bool,

@@ -548,8 +548,8 @@ def benchmark_grad(
 @app.command("benchmark-replay")
 def benchmark_replay(
     device: DeviceOption = Device.cpu,
-    batch_size: Annotated[int, typer.Option(min=1, help="Transitions per sampled batch.")] = 512,
     repeats: RepeatsOption = 7,
+    batch_size: Annotated[int, typer.Option(min=1, help="Transitions per sampled batch.")] = 512,
     threads: ThreadsOption = None,
     output: OutputOption = RESULTS_DIR,
 ) -> None:

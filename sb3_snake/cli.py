@@ -21,7 +21,7 @@ import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import fields
+from dataclasses import fields, replace
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, get_type_hints
@@ -247,20 +247,42 @@ def train(
     ] = False,
     wandb_project: Annotated[str, typer.Option(help="W&B project.", rich_help_panel=RUN)] = "sb3-snake",
     wandb_mode: Annotated[WandbMode, typer.Option(help="W&B mode (WANDB_MODE wins).", rich_help_panel=RUN)] = ONLINE,
+    hyperparams: Annotated[
+        Path | None,
+        typer.Option(
+            help="Hyperparameters from a file (JSON or YAML, as tune writes); flags win.", rich_help_panel=RUN
+        ),
+    ] = None,
     **options: Any,
 ) -> None:
     """Train SnakeDQN with the attention policy until the first of --episodes, --timesteps, --time-limit."""
     from sb3_snake.optimizations import torch_threads
-    from sb3_snake.training import RunCancelled, StopRequest, TrainConfig, TrainingDiverged, WandbOptions, resume_config
+    from sb3_snake.training import (
+        RunCancelled,
+        StopRequest,
+        TrainConfig,
+        TrainingDiverged,
+        WandbOptions,
+        read_hyperparameters,
+        resume_config,
+        split_hyperparameters,
+    )
     from sb3_snake.training import train as run_training
 
     env_file = options.pop("env_file")
     with user_errors():
+        batch_size_flag = options.get("batch_size")
         settings = load_settings(env_file, options)
         given = {key: value.value if isinstance(value, Enum) else value for key, value in options.items()}
         given = {
             key: str(value) if isinstance(value, Path) else value for key, value in given.items() if value is not None
         }
+        if hyperparams is not None:
+            from_file, file_settings = split_hyperparameters(read_hyperparameters(hyperparams))
+            given = {**from_file, **given}
+            if "batch_size" in file_settings and batch_size_flag is None:
+                sources = {**settings.sources, "batch_size": "hyperparams file"}
+                settings = replace(settings, batch_size=file_settings["batch_size"], sources=sources)
         if resume is not None:
             config = resume_config(resume, trust_model, **given)
         else:
@@ -653,6 +675,100 @@ def benchmark(
         tracking = WandbRun(wandb_project, mode, config, Path("runs") / path.stem, name=path.stem, notify=typer.echo)
         log_to_wandb(report, tracking)
         typer.echo(f"W&B: {tracking.mode}")
+
+
+# ---------------------------------------------------------------------- tune
+
+TUNE = "Search"
+TRIAL = "One trial"
+Sampler = Enum("Sampler", {name: name for name in ("tpe", "random")}, type=str)
+Pruner = Enum("Pruner", {name: name for name in ("median", "halving", "none")}, type=str)
+TPE, MEDIAN = Sampler("tpe"), Pruner("median")
+
+
+@app.command()
+@with_parameters(settings_parameters())
+def tune(
+    n_trials: Annotated[int, typer.Option(help="Trials this worker runs.", rich_help_panel=TUNE)] = 20,
+    max_total_trials: Annotated[
+        int | None, typer.Option(help="Trials of all workers together, at most.", rich_help_panel=TUNE)
+    ] = None,
+    n_jobs: Annotated[int, typer.Option(help="Trials this worker runs at once.", rich_help_panel=TUNE)] = 1,
+    sampler: Annotated[Sampler, typer.Option(help="Optuna sampler.", rich_help_panel=TUNE)] = TPE,
+    pruner: Annotated[Pruner, typer.Option(help="Optuna pruner.", rich_help_panel=TUNE)] = MEDIAN,
+    n_startup_trials: Annotated[
+        int, typer.Option(help="Random, unpruned trials before TPE and pruning start.", rich_help_panel=TUNE)
+    ] = 5,
+    storage: Annotated[
+        str | None,
+        typer.Option(
+            help="A journal file (.log) or a database URL (default: runs/tune/STUDY/journal.log).",
+            rich_help_panel=TUNE,
+        ),
+    ] = None,
+    study_name: Annotated[str, typer.Option(help="The study's name in its storage.", rich_help_panel=TUNE)] = "snake",
+    report: Annotated[
+        bool,
+        typer.Option("--report", help="Run no trial: print the best and write the files again.", rich_help_panel=TUNE),
+    ] = False,
+    seed: Annotated[int | None, typer.Option(help="Seed of the sampler.", rich_help_panel=TUNE)] = None,
+    n_evaluations: Annotated[
+        int, typer.Option(help="Greedy evaluations per trial, reported to the pruner.", rich_help_panel=TRIAL)
+    ] = 4,
+    eval_episodes: Annotated[int, typer.Option(help="Greedy games per evaluation.", rich_help_panel=TRIAL)] = 16,
+    timesteps: Annotated[int | None, typer.Option(help="Env steps per trial.", rich_help_panel=TRIAL)] = None,
+    time_limit: Annotated[
+        float | None, typer.Option(help="Minutes per trial (default 2 without --timesteps).", rich_help_panel=TRIAL)
+    ] = None,
+    board_size: Annotated[int, typer.Option(help="Side of the board.", rich_help_panel=TRIAL)] = 10,
+    n_envs: Annotated[int, typer.Option(help="Games stepped together.", rich_help_panel=TRIAL)] = 16,
+    **options: Any,
+) -> None:
+    """Hyperparameter search on Optuna: one machine by default, many with the same --storage URL."""
+    from optuna import logging as optuna_logging
+
+    from sb3_snake.optimizations import torch_threads
+    from sb3_snake.training import TrainConfig
+    from sb3_snake.tuning import TuneConfig, best_line, load_study, write_report
+    from sb3_snake.tuning import tune as run_tune
+
+    env_file = options.pop("env_file")
+    with user_errors():
+        settings = load_settings(env_file, options)
+        if timesteps is None and time_limit is None:
+            time_limit = 2.0
+        trial = TrainConfig(
+            episodes=None, timesteps=timesteps, time_limit_minutes=time_limit, board_size=board_size, n_envs=n_envs
+        )
+        config = TuneConfig(
+            study_name=study_name,
+            storage=storage,
+            n_trials=n_trials,
+            max_total_trials=max_total_trials,
+            n_jobs=n_jobs,
+            sampler=sampler.value,
+            pruner=pruner.value,
+            n_startup_trials=n_startup_trials,
+            n_evaluations=n_evaluations,
+            eval_episodes=eval_episodes,
+            trial=trial,
+            seed=seed,
+        )
+        if report:
+            study = load_study(config, create=False)
+        else:
+            check_writable_dir(config.folder, what="study folder", create=True)
+    if not report:
+        optuna_logging.set_verbosity(optuna_logging.WARNING)  # this command prints one line per trial itself
+        try:
+            with torch_threads(command_threads(settings, "auto")), user_errors():
+                study = run_tune(config, settings, notify=typer.echo)
+        except KeyboardInterrupt:
+            typer.echo("stopped: the running trial was marked failed; run the same command to continue", err=True)
+            raise typer.Exit(130) from None
+    typer.echo(best_line(study))
+    for path in write_report(study, config.folder):
+        typer.echo(f"wrote {path}")
 
 
 def main() -> None:

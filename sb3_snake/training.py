@@ -12,6 +12,8 @@ really trained with, read back from the model.
 
 from __future__ import annotations
 
+import difflib
+import json
 import math
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -98,6 +100,8 @@ class TrainConfig:
     double_dqn: bool = option(False, "Double DQN targets (online net picks, target net values).", DQN)
     dueling: bool = option(False, "Dueling head: Q = V + A - mean(A).", DQN)
     head_view: bool = option(True, "The extractor also sees the board re-centred on the snake's head.", DQN)
+    head_view_dim: int = option(64, "Features of the head view (with --head-view).", DQN)
+    embed_dim: int = option(32, "Width of the extractor's transformer (a multiple of its 2 heads).", DQN)
     n_steps: int = option(1, "n-step returns (SB3's NStepReplayBuffer).", DQN)
     symmetry_augmentation: bool = option(False, "Replay each transition under a random board symmetry.", DQN)
     checkpoint_every: int | None = option(None, "Episodes between atomic checkpoints (checkpoint.zip).", RUN)
@@ -160,6 +164,11 @@ class TrainConfig:
             ],
             (self.exploration_steps >= 1, f"exploration_steps must be at least 1, got {self.exploration_steps}"),
             (self.n_steps >= 1, f"n_steps must be at least 1, got {self.n_steps}"),
+            (self.head_view_dim >= 1, f"head_view_dim must be at least 1, got {self.head_view_dim}"),
+            (
+                self.embed_dim >= 2 and self.embed_dim % 2 == 0,
+                f"embed_dim must be an even number (2 attention heads), got {self.embed_dim}",
+            ),
             (
                 self.checkpoint_every is None or self.checkpoint_every >= 1,
                 f"checkpoint_every must be at least 1, got {self.checkpoint_every}",
@@ -200,11 +209,20 @@ class TrainConfig:
                 "lower --batch-size or raise --buffer-size"
             )
 
-    def policy_kwargs(self) -> dict[str, Any]:
+    def network(self) -> dict[str, Any]:
+        """What shapes the network and the replay buffer: fixed once a model is built."""
         return {
+            "board_size": self.board_size,
             "dueling": self.dueling,
-            **({} if self.head_view else {"features_extractor_kwargs": {"head_view_dim": 0}}),
+            "embed_dim": self.embed_dim,
+            "head_view_dim": self.head_view_dim if self.head_view else 0,
+            "n_steps": self.n_steps,
         }
+
+    def policy_kwargs(self) -> dict[str, Any]:
+        network = self.network()
+        extractor = {"embed_dim": network["embed_dim"], "head_view_dim": network["head_view_dim"]}
+        return {"dueling": self.dueling, "features_extractor_kwargs": extractor}
 
     def dqn_kwargs(self, batch_size: int) -> dict[str, Any]:
         """The arguments of :class:`SnakeDQN` this config sets, for a given batch size."""
@@ -225,7 +243,7 @@ class TrainConfig:
         observation = NUM_CHANNELS * cells
         space = spaces.Box(0, 1, (NUM_CHANNELS, self.board_size, self.board_size), np.uint8)
         with torch.device("meta"):
-            extractor = SnakeAttentionExtractor(space, **self.policy_kwargs().get("features_extractor_kwargs", {}))
+            extractor = SnakeAttentionExtractor(space, **self.policy_kwargs()["features_extractor_kwargs"])
         parameters = sum(parameter.numel() for parameter in extractor.parameters())
         head_view_inputs = NUM_CHANNELS * (2 * self.board_size - 1) ** 2 if self.head_view else 0
         return {
@@ -251,8 +269,6 @@ _MODEL_FIELDS = (
     "n_steps",
     "symmetry_augmentation",
 )
-#: What a resumed run cannot change: the board, and the network's and replay buffer's shape.
-_FIXED_ON_RESUME = ("board_size", "dueling", "head_view", "n_steps")
 
 
 @dataclass(frozen=True)
@@ -275,6 +291,68 @@ def check_memory(config: TrainConfig, batch_size: int, available: int | None = N
         )
 
 
+# ---------------------------------------------------------------------- hyperparameter files
+
+
+#: Keys of a hyperparameter file besides TrainConfig's fields: the settings a search may choose.
+SETTING_KEYS = ("batch_size",)
+#: TrainConfig fields that are run limits and outputs, not hyperparameters; a file may not set them.
+RUN_KEYS = (
+    "episodes",
+    "timesteps",
+    "time_limit_minutes",
+    "device",
+    "checkpoint_every",
+    "select_every",
+    "select_episodes",
+    "save_replay_buffer",
+    "tensorboard_log",
+    "verbose",
+)
+
+
+def hyperparameter_keys() -> list[str]:
+    return [f.name for f in fields(TrainConfig) if f.name not in RUN_KEYS] + list(SETTING_KEYS)
+
+
+def split_hyperparameters(values: dict[str, Any], origin: str = "hyperparameters") -> tuple[dict, dict]:
+    """``(config_values, settings_values)`` of a hyperparameter mapping; an unknown key is one
+    ValueError that names the nearest known key."""
+    known = hyperparameter_keys()
+    for key in values:
+        if key not in known:
+            nearest = difflib.get_close_matches(str(key), known, n=1, cutoff=0.5)
+            hint = f"; did you mean {nearest[0]}?" if nearest else f"; known: {', '.join(known)}"
+            raise ValueError(f"{origin}: unknown key {key!r}{hint}")
+    config_values = {key: value for key, value in values.items() if key not in SETTING_KEYS}
+    return config_values, {key: value for key, value in values.items() if key in SETTING_KEYS}
+
+
+def read_hyperparameters(path: Path) -> dict[str, Any]:
+    """A hyperparameter file (``.json``, or ``.yaml``/``.yml`` as RL Zoo writes them): one mapping of
+    keys from :func:`hyperparameter_keys` to values. Every problem is one ValueError."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise ValueError(f"hyperparameter file {path} cannot be read ({error})") from None
+    try:
+        if path.suffix.lower() in (".yaml", ".yml"):
+            import yaml
+
+            values = yaml.safe_load(text)
+        else:
+            values = json.loads(text)
+    except Exception as error:  # noqa: BLE001 - JSON or YAML syntax, reported in one line
+        raise ValueError(
+            f"hyperparameter file {path} is not valid {path.suffix.lstrip('.') or 'JSON'}: {error}"
+        ) from None
+    if not isinstance(values, dict):
+        raise ValueError(f"hyperparameter file {path} must hold one mapping of keys to values")
+    split_hyperparameters(values, origin=f"hyperparameter file {path}")
+    return values
+
+
 # ---------------------------------------------------------------------- resume
 
 
@@ -290,11 +368,14 @@ def resume_config(path: Path, trusted: bool = False, **changes: Any) -> TrainCon
     saved, policy_kwargs = metadata["hyperparameters"], metadata["policy_kwargs"] or {}
     extractor = policy_kwargs.get("features_extractor_kwargs") or {}
     values = {name: saved[name] for name in _MODEL_FIELDS if name in saved}
+    head_view_dim = extractor.get("head_view_dim", TrainConfig.head_view_dim)
     values.update(
         n_envs=metadata["n_envs"],
         board_size=metadata["observation_shape"][-1],
         dueling=bool(policy_kwargs.get("dueling", False)),
-        head_view=extractor.get("head_view_dim", 1) != 0,
+        head_view=head_view_dim != 0,
+        head_view_dim=head_view_dim or TrainConfig.head_view_dim,
+        embed_dim=extractor.get("embed_dim", TrainConfig.embed_dim),
         seed=saved.get("seed") or 0,
         replay_ratio=saved["batch_size"] * saved["gradient_steps"] / (saved["train_freq"] * metadata["n_envs"]),
     )
@@ -306,21 +387,23 @@ def resume_config(path: Path, trusted: bool = False, **changes: Any) -> TrainCon
 
 def apply_config(model: SnakeDQN, config: TrainConfig, batch_size: int) -> None:
     """Make a loaded model train as ``config`` says; refuse what cannot change on resume."""
+    extractor = model.policy_kwargs.get("features_extractor_kwargs") or {}
     trained = {
         "board_size": model.observation_space.shape[-1],
         "dueling": bool(model.policy_kwargs.get("dueling", False)),
-        "head_view": (model.policy_kwargs.get("features_extractor_kwargs") or {}).get("head_view_dim", 1) != 0,
+        "embed_dim": extractor.get("embed_dim", TrainConfig.embed_dim),
+        "head_view_dim": extractor.get("head_view_dim", TrainConfig.head_view_dim),
         "n_steps": model.n_steps,
     }
-    for name in _FIXED_ON_RESUME:
-        if getattr(config, name) != trained[name]:
-            flag = option_flag(name)
+    for name, wanted in config.network().items():
+        if wanted != trained[name]:
+            flag = option_flag("head_view" if name == "head_view_dim" and 0 in (wanted, trained[name]) else name)
             raise ValueError(
                 f"{flag} cannot change on resume: the model was trained with {trained[name]}, this run asks for "
-                f"{getattr(config, name)}; leave {flag} out or start a new run"
+                f"{wanted}; leave {flag} out or start a new run"
             )
     train_freq, gradient_steps = config.update_schedule(batch_size)
-    changes = {name: getattr(config, name) for name in _MODEL_FIELDS if name not in _FIXED_ON_RESUME}
+    changes = {name: getattr(config, name) for name in _MODEL_FIELDS if name != "n_steps"}
     model.set_hyperparameters(
         **changes, batch_size=batch_size, train_freq=train_freq, gradient_steps=gradient_steps, verbose=config.verbose
     )
@@ -386,6 +469,7 @@ def train(
     overwrite: bool = False,
     wandb_options: WandbOptions = WandbOptions(),
     stop: StopRequest | None = None,
+    callbacks: list[BaseCallback] | None = None,
     console: Console | None = None,
 ) -> dict[str, Any]:
     """Train until the first limit of ``config`` (episodes, env steps, wall time) or ``stop``.
@@ -395,6 +479,7 @@ def train(
     episodes and ``best_model.zip`` when ``config.select_every`` is set, and returns the summary.
     A loss that becomes NaN stops the run: the summary is written, ``model.zip`` is not (the
     last checkpoint stays the last good model), and :class:`TrainingDiverged` is raised.
+    ``callbacks`` (SB3 callbacks) run after the run's own, as with ``learn(callback=...)``.
     """
     console, stop = console or Console(), stop or StopRequest()
     settings = resumed_settings(settings, resume, trust_model)
@@ -405,11 +490,11 @@ def train(
         print_configuration(model, config, run_dir, console)
         tracking = open_tracking(wandb_options, run_config(model, config), run_dir, console)
         model.set_logger(build_logger(config, run_dir, tracking, console, resumed=resume is not None))
-        callbacks = RunCallbacks.build(config, run_dir, tracking, stop, console)
-        outcome = learn(model, config, callbacks, stop, resumed=resume is not None)
-        summary = build_summary(model, config, callbacks, outcome)
+        run_callbacks = RunCallbacks.build(config, run_dir, tracking, stop, console, extra=callbacks or [])
+        outcome = learn(model, config, run_callbacks, stop, resumed=resume is not None)
+        summary = build_summary(model, config, run_callbacks, outcome)
         summary.update(run_dir=str(run_dir), resumed_from=str(resume) if resume else None, wandb_mode=tracking.mode)
-        save_run(model, run_dir, summary, callbacks.record, config.save_replay_buffer, outcome.diverged is None)
+        save_run(model, run_dir, summary, run_callbacks.record, config.save_replay_buffer, outcome.diverged is None)
         tracking.finish({key: value for key, value in summary.items() if isinstance(value, (int, float, str))})
         stop.phase = "finished"
     if outcome.diverged is not None:
@@ -513,9 +598,15 @@ class RunCallbacks:
 
     @classmethod
     def build(
-        cls, config: TrainConfig, run_dir: Path, tracking: WandbRun, stop: StopRequest, console: Console
+        cls,
+        config: TrainConfig,
+        run_dir: Path,
+        tracking: WandbRun,
+        stop: StopRequest,
+        console: Console,
+        extra: list[BaseCallback] = (),
     ) -> RunCallbacks:
-        """Budget and stop request, progress, W&B episodes, checkpoints, best-model selection."""
+        """Budget and stop request, progress, W&B episodes, checkpoints, best-model selection, then ``extra``."""
         record = EpisodeRecord()
         max_seconds = config.time_limit_minutes * 60 if config.time_limit_minutes is not None else None
         budget = EpisodeBudget(config.episodes, record, time.perf_counter(), config.timesteps, max_seconds, stop)
@@ -527,7 +618,7 @@ class RunCallbacks:
         if config.select_every:
             selection = BestModelSelection(run_dir, config.select_every, config.select_episodes, tracking.log)
             callbacks.append(selection)
-        return cls(record, budget, progress, selection, callbacks)
+        return cls(record, budget, progress, selection, [*callbacks, *extra])
 
 
 def trained_hyperparameters(model: SnakeDQN, config: TrainConfig) -> dict[str, Any]:

@@ -16,6 +16,7 @@ LAYERS = [
     {"callbacks"},
     {"training"},
     {"benchmark"},
+    {"tuning"},
     {"cli", "__init__"},
 ]
 LAYER = {name: index for index, names in enumerate(LAYERS) for name in names}

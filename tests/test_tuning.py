@@ -1,0 +1,264 @@
+"""sb3-snake tune: workers sharing a journal file, SQLite and a real PostgreSQL; pruning, failures,
+the report, and hyperparameter files."""
+
+import json
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+from pathlib import Path
+
+import optuna
+import pytest
+from typer.testing import CliRunner
+
+import sb3_snake.tuning as tuning
+from sb3_snake.cli import app
+from sb3_snake.settings import OptimizationSettings
+from sb3_snake.training import TrainConfig, split_hyperparameters
+from sb3_snake.tuning import TuneConfig, finish, load_study, sample_hyperparameters, tune, write_report
+
+FAST = OptimizationSettings(use_torch_compile=False, use_bf16=False, num_threads=1)
+TINY_TRIAL = TrainConfig(episodes=None, timesteps=48, board_size=4, n_envs=4, learning_starts=16, buffer_size=2048)
+#: The same tiny trial, as tune's options.
+TINY_OPTIONS = ["--timesteps", "48", "--board-size", "4", "--n-envs", "4", "--eval-episodes", "2"]
+TINY_OPTIONS += ["--n-evaluations", "2", "--no-compile", "--no-bf16", "--threads", "1"]
+runner = CliRunner()
+
+
+def tiny_tune(tmp_path, **changes) -> TuneConfig:
+    values = {"study_name": "t", "storage": str(tmp_path / "study.log"), "n_trials": 3, "n_evaluations": 3}
+    values.update(eval_episodes=2, trial=TINY_TRIAL, n_startup_trials=0, seed=0)
+    return TuneConfig(**{**values, **changes})
+
+
+@pytest.fixture(autouse=True)
+def in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
+
+def test_search_space_covers_the_documented_hyperparameters_and_fits_train():
+    trial = optuna.trial.FixedTrial(
+        {"learning_rate": 3e-4, "gamma": 0.99, "batch_size": 256, "replay_ratio": 16.0}
+        | {"target_update_interval": 1000, "exploration_steps": 5000, "exploration_final_eps": 0.01, "n_steps": 3}
+        | {"double_dqn": True, "dueling": False, "symmetry_augmentation": False, "embed_dim": 32, "head_view_dim": 64}
+    )
+    values = sample_hyperparameters(trial)
+    config_values, settings_values = split_hyperparameters(values)
+    assert settings_values == {"batch_size": 256}
+    TrainConfig(**config_values)  # every drawn value is a valid config value
+    assert set(values) >= {"learning_rate", "gamma", "replay_ratio", "target_update_interval", "exploration_steps"}
+    assert {"exploration_final_eps", "n_steps", "double_dqn", "dueling", "symmetry_augmentation"} <= set(values)
+    assert {"embed_dim", "head_view_dim"} <= set(values)
+
+
+def scripted_evaluations(monkeypatch, values):
+    values = iter(values)
+    monkeypatch.setattr(tuning, "evaluate", lambda *args, **kwargs: {"mean_score": next(values)})
+
+
+def test_a_bad_trial_is_pruned_by_the_median_pruner(tmp_path, monkeypatch):
+    # Two trials score 5 at every evaluation; the third scores 0 and is stopped at its second report.
+    scripted_evaluations(monkeypatch, [5.0] * 8 + [0.0] * 4)
+    lines = []
+    study = tune(tiny_tune(tmp_path, pruner="median"), FAST, notify=lines.append)
+    states = [trial.state for trial in study.trials]
+    assert states == [optuna.trial.TrialState.COMPLETE] * 2 + [optuna.trial.TrialState.PRUNED]
+    assert study.trials[2].intermediate_values == {0: 0.0, 1: 0.0} and "pruned after evaluation 2" in str(
+        study.trials[2].user_attrs["pruned"]
+    )
+    assert lines[0].startswith("trial 0: COMPLETE value 5.00 in ") and "learning_rate=" in lines[0]
+    assert lines[1] == "best so far: trial 0, value 5.00" and lines[-2].startswith("trial 2: PRUNED")
+
+
+def test_a_failing_trial_is_recorded_with_its_reason_and_the_study_goes_on(tmp_path, monkeypatch):
+    real = tuning.sample_hyperparameters
+    draws = iter([{"batch_size": 4096}, {}, {}])  # the first cannot fit the 2048-transition buffer
+
+    def sample(trial):
+        return {**real(trial), **next(draws)}
+
+    monkeypatch.setattr(tuning, "sample_hyperparameters", sample)
+    study = tune(tiny_tune(tmp_path, pruner="none"), FAST, notify=lambda line: None)
+    assert [trial.state.name for trial in study.trials] == ["FAIL", "COMPLETE", "COMPLETE"]
+    assert "batch size 4096 is larger than the replay buffer" in study.trials[0].user_attrs["failure"]
+
+
+def test_ctrl_c_marks_the_running_trial_failed_and_the_study_continues(tmp_path):
+    config = tiny_tune(tmp_path)
+    study = load_study(config)
+    trial = study.ask()
+
+    def interrupted() -> float:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        finish(study, trial, interrupted, notify=lambda line: None)
+    assert study.trials[0].state.name == "FAIL" and study.trials[0].user_attrs["failure"] == "interrupted"
+    again = tune(tiny_tune(tmp_path, n_trials=1, pruner="none"), FAST, notify=lambda line: None)
+    assert [trial.number for trial in again.trials] == [0, 1] and again.trials[1].state.name == "COMPLETE"
+
+
+def test_report_files_and_the_hyperparameter_round_trip(tmp_path):
+    config = tiny_tune(tmp_path, pruner="none", n_trials=2)
+    study = tune(config, FAST, notify=lambda line: None)
+    written = {path.name for path in write_report(study, config.folder)}
+    assert {"trials.csv", "best_hyperparameters.json", "optimization_history.png"} <= written
+    rows = (config.folder / "trials.csv").read_text().splitlines()
+    assert rows[0].startswith("number,state,value,duration_seconds,") and len(rows) == 3
+    best = json.loads((config.folder / "best_hyperparameters.json").read_text())
+    assert best == study.best_trial.params
+
+    report = runner.invoke(app, ["tune", "--report", "--storage", config.storage, "--study-name", "t"])
+    assert report.exit_code == 0, report.output
+    assert f"best so far: trial {study.best_trial.number}" in report.output and "wrote " in report.output
+
+    best_file = str(config.folder / "best_hyperparameters.json")
+    args = ["train", "--hyperparams", best_file, "--episodes", "2", "--board-size", "4", "--n-envs", "4"]
+    args += ["--no-compile", "--learning-starts", "16", "--output", str(tmp_path / "run"), "--learning-rate", "0.0042"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    trained = json.loads((tmp_path / "run" / "summary.json").read_text())["hyperparameters"]
+    assert trained["learning_rate"] == 0.0042  # the flag wins over the file
+    for key in ("gamma", "batch_size", "n_steps", "double_dqn", "exploration_steps", "dueling", "embed_dim"):
+        assert trained[key] == best[key], key
+    assert f"batch size:       {best['batch_size']} (from hyperparams file)" in result.output
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('{"learning_rat": 0.001}', "unknown key 'learning_rat'; did you mean learning_rate?"),
+        ('{"episodes": 5}', "unknown key 'episodes'"),
+        ("[1, 2]", "must hold one mapping"),
+        ("{not json", "is not valid json"),
+    ],
+)
+def test_a_bad_hyperparameter_file_is_one_line(tmp_path, content, message):
+    path = tmp_path / "hyper.json"
+    path.write_text(content)
+    result = runner.invoke(app, ["train", "--hyperparams", str(path)])
+    assert result.exit_code == 2 and message in result.output and result.output.count("\n") == 1, result.output
+
+
+def test_yaml_hyperparameters_as_rl_zoo_writes_them(tmp_path):
+    path = tmp_path / "hyper.yml"
+    path.write_text("learning_rate: 0.002\nbatch_size: 64\n")
+    from sb3_snake.training import read_hyperparameters
+
+    assert read_hyperparameters(path) == {"learning_rate": 0.002, "batch_size": 64}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--n-trials", "0"], "--n-trials must be at least 1"),
+        (["--sampler", "grid"], "Invalid value for '--sampler'"),
+        (["--storage", "study.db"], "give a journal file ending in .log or a URL"),
+        (["--storage", "mysql+nosuchdriver://u@localhost/x"], "--storage mysql"),
+        (["--report", "--study-name", "none"], "no study journal"),
+    ],
+)
+def test_bad_tune_input_is_one_line(args, message):
+    result = runner.invoke(app, ["tune", *TINY_OPTIONS, *args])
+    assert result.exit_code == 2 and message in result.output, result.output
+    assert result.output.count("\n") == 1
+
+
+# ---------------------------------------------------------------- several workers, one study
+
+
+def run_two_workers(storage: str, cwd: Path) -> list[subprocess.CompletedProcess]:
+    """Two ``sb3-snake tune`` processes at once, 3 trials each at most, 5 in total at most."""
+    program = shutil.which("sb3-snake")
+    if program is None:
+        pytest.skip("sb3-snake is not installed as a program (pip install -e .)")
+    command = [program, "tune", "--storage", storage, "--study-name", "shared", "--n-trials", "3"]
+    command += ["--max-total-trials", "5", "--pruner", "none", *TINY_OPTIONS]
+    workers = [subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)]
+    workers.append(subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    return [subprocess.CompletedProcess(w.args, w.wait(timeout=300), w.stdout.read(), "") for w in workers]
+
+
+def assert_shared_study(storage_object, completed):
+    for worker in completed:
+        assert worker.returncode == 0, worker.stdout
+    study = optuna.load_study(study_name="shared", storage=storage_object)
+    numbers = [trial.number for trial in study.trials]
+    assert sorted(numbers) == [0, 1, 2, 3, 4]  # exactly --max-total-trials, no number twice
+    workers = {trial.user_attrs["worker"] for trial in study.trials}
+    assert len(workers) == 2  # each ran at most 3 of the 5, so both contributed
+
+
+@pytest.mark.slow
+def test_two_workers_share_one_journal_file(tmp_path):
+    journal = tmp_path / "shared.log"
+    completed = run_two_workers(str(journal), tmp_path)
+    backend = optuna.storages.journal.JournalFileBackend(str(journal))
+    assert_shared_study(optuna.storages.JournalStorage(backend), completed)
+
+
+@pytest.mark.slow
+def test_two_workers_share_one_sqlite_database(tmp_path):
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    assert_shared_study(url, run_two_workers(url, tmp_path))
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _postgres_bin() -> Path | None:
+    for directory in sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True):
+        if (directory / "pg_ctl").exists():
+            return directory
+    found = shutil.which("pg_ctl")
+    return Path(found).resolve().parent if found else None
+
+
+@pytest.fixture(scope="module")
+def postgres_url():
+    """A real PostgreSQL server on 127.0.0.1, started for these tests and stopped after them.
+
+    Skips only where no server can be started (no binaries, no driver, no postgres user when
+    running as root); CI's machine has all three.
+    """
+    pytest.importorskip("psycopg2", reason="the PostgreSQL driver is the distributed extra")
+    binaries = _postgres_bin()
+    if binaries is None:
+        pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl) on this machine")
+    base = Path(tempfile.mkdtemp(prefix="sb3-snake-pg-"))
+    base.chmod(0o755)
+    as_user: list[str] = []
+    if os.geteuid() == 0:  # the server refuses to run as root
+        try:
+            account = pwd.getpwnam("postgres")
+        except KeyError:
+            pytest.skip("running as root and there is no postgres user to run the server as")
+        os.chown(base, account.pw_uid, account.pw_gid)
+        as_user = ["runuser", "-u", "postgres", "--"]
+    port, data = _free_port(), base / "data"
+
+    def run(*command: str) -> None:
+        subprocess.run([*as_user, *command], check=True, capture_output=True, timeout=120)
+
+    try:
+        run(str(binaries / "initdb"), "-D", str(data), "--auth=trust", "-U", "postgres")
+        options = f"-p {port} -k {base} -c listen_addresses=127.0.0.1"
+        run(str(binaries / "pg_ctl"), "-D", str(data), "-o", options, "-l", str(base / "log"), "-w", "start")
+        run(str(binaries / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "tune")
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired, FileNotFoundError) as error:
+        shutil.rmtree(base, ignore_errors=True)
+        pytest.skip(f"no PostgreSQL server could be started: {error}")
+    yield f"postgresql+psycopg2://postgres@127.0.0.1:{port}/tune"
+    subprocess.run([*as_user, str(binaries / "pg_ctl"), "-D", str(data), "-m", "fast", "stop"], capture_output=True)
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_two_workers_share_one_postgresql_server(tmp_path, postgres_url):
+    assert_shared_study(postgres_url, run_two_workers(postgres_url, tmp_path))

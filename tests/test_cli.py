@@ -234,6 +234,12 @@ def test_resume_from_checkpoint(trained_run, tmp_path):
         (["plot", ".", "--output", "/proc/c.png"], "plot output /proc/c.png: folder /proc is not writable"),
         (["benchmark-env", "--threads", "100000"], "--threads '100000'"),
         (["benchmark-grad", "--device", "tpu"], "Invalid value for '--device'"),
+        (["tune", "--n-trials", "0"], "--n-trials must be at least 1"),
+        (["tune", "--sampler", "grid"], "Invalid value for '--sampler'"),
+        (["tune", "--storage", "study.db"], "give a journal file ending in .log or a URL"),
+        (["tune", "--storage", "mysql+nosuchdriver://u@localhost/x"], "--storage mysql+nosuchdriver://"),
+        (["tune", "--report", "--study-name", "no-such-study"], "no study journal"),
+        (["train", "--embed-dim", "7"], "embed_dim must be an even number"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, message):

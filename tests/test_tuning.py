@@ -151,22 +151,6 @@ def test_yaml_hyperparameters_as_rl_zoo_writes_them(tmp_path):
     assert read_hyperparameters(path) == {"learning_rate": 0.002, "batch_size": 64}
 
 
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (["--n-trials", "0"], "--n-trials must be at least 1"),
-        (["--sampler", "grid"], "Invalid value for '--sampler'"),
-        (["--storage", "study.db"], "give a journal file ending in .log or a URL"),
-        (["--storage", "mysql+nosuchdriver://u@localhost/x"], "--storage mysql"),
-        (["--report", "--study-name", "none"], "no study journal"),
-    ],
-)
-def test_bad_tune_input_is_one_line(args, message):
-    result = runner.invoke(app, ["tune", *TINY_OPTIONS, *args])
-    assert result.exit_code == 2 and message in result.output, result.output
-    assert result.output.count("\n") == 1
-
-
 # ---------------------------------------------------------------- several workers, one study
 
 

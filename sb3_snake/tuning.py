@@ -17,7 +17,8 @@ best-model selection's) and reporting each mean to Optuna, whose pruner may stop
 is the mean of a last greedy evaluation at the end of training. A trial whose loss becomes NaN,
 that runs out of memory, or whose hyperparameters cannot work together is recorded as failed
 with the reason (user attribute ``failure``), and the study goes on. Ctrl-C marks the running
-trial failed and stops; the same command continues the study.
+trial failed and stops; the same command continues the study. A worker killed outright
+(SIGKILL, a lost machine) leaves its trial RUNNING, and ``--max-total-trials`` counts it.
 
 :func:`write_report` writes, into the study's folder: ``best_hyperparameters.json`` (for
 ``sb3-snake train --hyperparams``), ``trials.csv``, and Optuna's own matplotlib plots
@@ -150,10 +151,7 @@ def open_storage(config: TuneConfig, create: bool = True) -> Any:
         )
     for attempt in range(5):
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                # The heartbeat marks the running trials of a worker that was killed as failed.
-                return optuna.storages.RDBStorage(storage, heartbeat_interval=60, grace_period=180)
+            return optuna.storages.RDBStorage(storage)
         except ModuleNotFoundError as error:
             raise ValueError(
                 f"--storage {storage.split('://')[0]}:// needs its database driver ({error.name}): "

@@ -3,7 +3,7 @@ best-model selection, W&B episodes.
 
 Each callback does one thing and reads what SB3 hands every callback (``self.locals``:
 ``dones`` and ``infos`` of the step just taken). They are combined in
-:func:`sb3_snake.training.build_callbacks`.
+:meth:`sb3_snake.training.RunCallbacks.build`.
 """
 
 from __future__ import annotations

@@ -475,7 +475,7 @@ def _benchmark_threads(threads: str | None) -> int | None:
 def _benchmark_target(device: Device, threads: str | None, output: Path) -> tuple[str, int | None]:
     """A single-device benchmark's checks, before it measures: the device, the thread count, the folder."""
     with user_errors():
-        target = resolve_device(check_device(device.value)).type
+        target = resolve_device(device.value).type
         count = _benchmark_threads(threads)
         check_writable_dir(output, what="--output folder", create=True)
     return target, count
@@ -634,7 +634,7 @@ def benchmark(
     with user_errors():
         settings = load_settings(env_file, options)
         changes: dict[str, object] = {"repeats": repeats, "end_to_end": end_to_end}
-        changes["device"] = resolve_device(check_device(device.value)).type
+        changes["device"] = resolve_device(device.value).type
         if batch_sizes is not None:
             changes["batch_sizes"] = tuple(_parse_int_list(batch_sizes, "--batch-sizes"))
         if combinations is not None:

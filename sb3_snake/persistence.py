@@ -163,6 +163,12 @@ def read_metadata(path: Path) -> dict[str, Any]:
     return metadata
 
 
+def saved_metadata(path: Path, trusted: bool = False) -> dict[str, Any]:
+    """A saved model's description: read from its JSON entry, or, when ``trusted``, from the model
+    SB3's full loader rebuilds (so models saved without the entry work too)."""
+    return load_model(path, trusted=True).metadata() if trusted else read_metadata(path)
+
+
 def _metadata_problem(metadata: Any) -> str:
     if not isinstance(metadata, dict) or metadata.get("format") != METADATA_FORMAT:
         return f"format is not {METADATA_FORMAT!r}"

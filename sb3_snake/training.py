@@ -48,9 +48,9 @@ from sb3_snake.persistence import (
     legacy_replay_buffer_path,
     load_model,
     load_replay_buffer,
-    read_metadata,
     replay_buffer_path,
     save_model,
+    saved_metadata,
     write_json,
 )
 from sb3_snake.report import summary_lines
@@ -185,9 +185,9 @@ class TrainConfig:
             return problem
         SnakeRules(self.board_size)  # raises a ValueError naming a bad board size
         try:
-            check_device(self.device)
+            check_device(self.device, option="device")
         except ValueError as error:
-            return str(error).replace("--device must", "device must")
+            return str(error)
         return ""
 
     def update_schedule(self, batch_size: int) -> tuple[int, int]:
@@ -364,7 +364,7 @@ def resume_config(path: Path, trusted: bool = False, **changes: Any) -> TrainCon
     or number of games; ``train_freq`` and ``gradient_steps`` are kept as such only where the
     model had them set explicitly (they differ from what its replay ratio gives).
     """
-    metadata = load_model(path, trusted=True).metadata() if trusted else read_metadata(path)
+    metadata = saved_metadata(path, trusted)
     saved, policy_kwargs = metadata["hyperparameters"], metadata["policy_kwargs"] or {}
     extractor = policy_kwargs.get("features_extractor_kwargs") or {}
     values = {name: saved[name] for name in _MODEL_FIELDS if name in saved}
@@ -454,7 +454,7 @@ def resumed_settings(settings: OptimizationSettings, resume: Path | None, truste
     """A resumed run keeps its model's batch size unless ``--batch-size`` says otherwise."""
     if resume is None or settings.source("batch_size") == "override":
         return settings
-    metadata = load_model(resume, trusted=True).metadata() if trusted else read_metadata(resume)
+    metadata = saved_metadata(resume, trusted)
     sources = {**settings.sources, "batch_size": "resumed model"}
     return replace(settings, batch_size=metadata["hyperparameters"]["batch_size"], sources=sources)
 

@@ -591,6 +591,73 @@ def benchmark_replay(
     typer.echo(f"Saved {save_results('replay_sampling', report, output)}")
 
 
+@app.command("benchmark-learning")
+def benchmark_learning(
+    minutes: Annotated[float | None, typer.Option(help="Wall-clock budget of each run (default 15; quick: 2).")] = None,
+    seeds: Annotated[int, typer.Option(min=1, help="Seeds per system (0, 1, ...).")] = 3,
+    every: Annotated[
+        float | None, typer.Option(help="Seconds between checkpoints, not counted (default 15; quick: 10).")
+    ] = None,
+    episodes: Annotated[int, typer.Option(min=1, help="Greedy games per checkpoint evaluation.")] = 100,
+    quick: Annotated[bool, typer.Option("--quick", help="2-minute runs, a checkpoint every 10 s.")] = False,
+    baseline: Annotated[
+        bool, typer.Option("--baseline/--no-baseline", help='Also train plain SB3 DQN("MlpPolicy") the same way.')
+    ] = True,
+    cold_cache: Annotated[
+        bool,
+        typer.Option("--cold-cache/--warm-cache", help="An empty compile cache per run, or the user's cache."),
+    ] = True,
+    hyperparams: Annotated[
+        Path | None, typer.Option(help="Train sb3-snake with this hyperparameter file (as train --hyperparams).")
+    ] = None,
+    env_file: EnvFileOption = None,
+    output: OutputOption = RESULTS_DIR,
+) -> None:
+    """Greedy score against wall-clock minutes: sb3-snake train against plain SB3 DQN, per seed.
+
+    Each run trains in a fresh process for the budget (imports and compilation counted),
+    saving a checkpoint every few seconds off the clock; every checkpoint then plays greedy
+    games. Writes learning_<UTC>.json and .png into --output; checkpoints go under
+    runs/benchmark-learning/.
+    """
+    from datetime import datetime, timezone
+
+    from sb3_snake.benchmark.learning import (
+        SYSTEMS,
+        LearningPlan,
+        format_summary,
+        plot_learning_benchmark,
+        run_learning_benchmark,
+    )
+    from sb3_snake.training import read_hyperparameters
+
+    with user_errors():
+        load_settings(env_file, {})  # a bad .env is reported now, not by the first run's process
+        changes: dict[str, Any] = {
+            "seeds": tuple(range(seeds)),
+            "episodes": episodes,
+            "systems": SYSTEMS if baseline else ("sb3_snake",),
+            "cold_cache": cold_cache,
+            "env_file": str(env_file) if env_file else None,
+            "hyperparameters": read_hyperparameters(hyperparams) if hyperparams else {},
+        }
+        given = {"minutes": minutes, "every_seconds": every}
+        changes.update({key: value for key, value in given.items() if value is not None})
+        plan = LearningPlan.quick(**changes) if quick else LearningPlan(**changes)
+        check_writable_dir(output, what="--output folder", create=True)
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        work_dir = Path("runs") / "benchmark-learning" / stamp
+        check_writable_dir(work_dir, what="run folder", create=True)
+        work_dir.mkdir(parents=True)
+    runs = len(plan.seeds) * len(plan.systems)
+    typer.echo(f"{runs} runs of {plan.minutes:g} min ({', '.join(plan.systems)}; seeds {list(plan.seeds)})")
+    report = run_learning_benchmark(plan, work_dir, progress=typer.echo)
+    typer.echo(format_summary(report))
+    path = save_results("learning", report, output)
+    picture = plot_learning_benchmark(report, path.with_suffix(".png"))
+    typer.echo(f"Saved {path} and {picture}")
+
+
 @app.command()
 @with_parameters(settings_parameters())
 def benchmark(

@@ -240,6 +240,11 @@ def test_resume_from_checkpoint(trained_run, tmp_path):
         (["tune", "--storage", "mysql+nosuchdriver://u@localhost/x"], "--storage mysql+nosuchdriver://"),
         (["tune", "--report", "--study-name", "no-such-study"], "no study journal"),
         (["train", "--embed-dim", "7"], "embed_dim must be an even number"),
+        (["benchmark-learning", "--minutes", "0"], "--minutes must be a positive number, got 0"),
+        (["benchmark-learning", "--minutes", "inf"], "--minutes must be a positive number, got inf"),
+        (["benchmark-learning", "--every", "-5"], "--every must be a positive number of seconds"),
+        (["benchmark-learning", "--seeds", "0"], "Invalid value for '--seeds'"),
+        (["benchmark-learning", "--hyperparams", "missing.json"], "hyperparameter file missing.json cannot be read"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, message):
@@ -450,6 +455,48 @@ def test_benchmark_bad_input_is_one_line(args, message):
     result = runner.invoke(app, ["benchmark", *args])
     assert result.exit_code == 2
     assert result.output.startswith(message) and result.output.count("\n") == 1
+
+
+def test_benchmark_learning_writes_json_and_picture_from_its_plan(tmp_path, monkeypatch):
+    from sb3_snake.benchmark import learning
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "hp.json").write_text('{"dueling": true}')
+    plans = []
+
+    def fake_benchmark(plan, work_dir, progress):
+        plans.append((plan, work_dir))
+        curve = [{"seconds": 30.0, "minutes": 0.5, "mean_score": 12.0}]
+        runs = [{"system": s, "seed": 0, "curve": curve, "env_steps": 10} for s in plan.systems]
+        return {
+            "system": {"cpu": "test", "cpu_cores": 2, "torch": "x"},
+            "plan": {"episodes": 5},
+            "runs": runs,
+            "summary": learning.summarize(runs),
+        }
+
+    monkeypatch.setattr(learning, "run_learning_benchmark", fake_benchmark)
+    result = runner.invoke(
+        app,
+        [
+            "benchmark-learning",
+            "--quick",
+            "--seeds",
+            "2",
+            "--no-baseline",
+            "--hyperparams",
+            "hp.json",
+            "--output",
+            "out",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    plan, work_dir = plans[0]
+    assert (plan.minutes, plan.every_seconds, plan.seeds, plan.systems) == (2.0, 10.0, (0, 1), ("sb3_snake",))
+    assert plan.hyperparameters == {"dueling": True} and plan.cold_cache
+    assert work_dir.is_dir() and work_dir.parent.as_posix() == "runs/benchmark-learning"
+    written = sorted(p.suffix for p in (tmp_path / "out").iterdir())
+    assert written == [".json", ".png"] and "30s (30s-30s) 1/1" in result.output
 
 
 def test_benchmark_grad_rejects_an_unknown_combination_in_one_line():

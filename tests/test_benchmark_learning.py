@@ -1,0 +1,256 @@
+"""benchmark-learning's bookkeeping: the clock that leaves saving out, checkpoint timing, the
+curve and time-to-score, the report's fields; and, on a tiny budget, real runs of both systems."""
+
+import json
+from pathlib import Path
+
+import pytest
+from stable_baselines3 import DQN
+
+from sb3_snake.benchmark.learning import (
+    SCORE_THRESHOLDS,
+    LearningPlan,
+    RunSpec,
+    Stopwatch,
+    WallClockCheckpoints,
+    compile_cache_state,
+    evaluate_checkpoints,
+    format_summary,
+    plot_learning_benchmark,
+    run_in_process,
+    run_learning_benchmark,
+    run_system,
+    spread,
+    summarize,
+    time_to_score,
+)
+
+
+class FakeClock:
+    def __init__(self, now: float = 100.0):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeModel:
+    num_timesteps = 0
+
+
+def checkpoints_on(clock, every=10.0, budget=35.0, save_seconds=0.0):
+    saved_files = []
+
+    def save(model, path):
+        saved_files.append(path)
+        clock.now += save_seconds  # saving takes time the stopwatch must not count
+
+    stopwatch = Stopwatch(clock.now, clock)
+    callback = WallClockCheckpoints(stopwatch, every, budget, Path("ckpt"), save)
+    callback.model = FakeModel()
+    return callback, stopwatch, saved_files
+
+
+def step(callback, clock, seconds, steps=1):
+    clock.now += seconds
+    callback.model.num_timesteps += steps
+    callback.num_timesteps = callback.model.num_timesteps
+    return callback._on_step()
+
+
+def test_stopwatch_leaves_paused_time_out():
+    clock = FakeClock(10.0)
+    stopwatch = Stopwatch(10.0, clock)
+    clock.now = 15.0
+    with stopwatch.paused():
+        clock.now = 45.0
+    clock.now = 50.0
+    assert stopwatch.elapsed() == pytest.approx(10.0)
+
+
+def test_checkpoints_at_each_interval_and_a_last_one_at_the_budget():
+    clock = FakeClock()
+    callback, _, files = checkpoints_on(clock, every=10.0, budget=35.0)
+    calls = 1
+    while step(callback, clock, 4.0):  # counted 4, 8, ..., 36
+        calls += 1
+    assert [entry["seconds"] for entry in callback.saved] == pytest.approx([12.0, 20.0, 32.0, 35.0])
+    assert calls == 9  # the step that reached 36 >= 35 stopped learning
+    assert [entry["env_steps"] for entry in callback.saved] == [3, 5, 8, 9]
+    assert [Path(p).name for p in files] == ["t0000.zip", "t0001.zip", "t0002.zip", "t0003.zip"]
+
+
+def test_saving_is_not_counted_in_the_budget():
+    clock = FakeClock()
+    callback, stopwatch, _ = checkpoints_on(clock, every=10.0, budget=35.0, save_seconds=100.0)
+    while step(callback, clock, 5.0):
+        pass
+    assert stopwatch.paused_seconds == pytest.approx(100.0 * len(callback.saved))
+    assert [entry["seconds"] for entry in callback.saved] == pytest.approx([10.0, 20.0, 30.0, 35.0])
+
+
+def test_a_long_step_skips_the_points_it_missed_instead_of_saving_twice():
+    clock = FakeClock()
+    callback, _, _ = checkpoints_on(clock, every=10.0, budget=100.0)
+    step(callback, clock, 35.0)
+    step(callback, clock, 3.0)  # 38: the 20 and 30 s points were missed; the next is 40
+    step(callback, clock, 3.0)
+    assert [entry["seconds"] for entry in callback.saved] == pytest.approx([35.0, 41.0])
+
+
+def test_time_to_score_is_the_first_checkpoint_that_reaches_it():
+    curve = [
+        {"seconds": 15.0, "mean_score": 4.0},
+        {"seconds": 30.0, "mean_score": 21.0},
+        {"seconds": 45, "mean_score": 19},
+    ]
+    assert time_to_score(curve, 10) == 30.0
+    assert time_to_score(curve, 20) == 30.0
+    assert time_to_score(curve, 25) is None
+    assert time_to_score([], 10) is None
+
+
+def test_spread_counts_a_seed_that_never_got_there_as_the_latest():
+    assert spread([30.0, 10.0, 20.0]) == {"median": 20.0, "min": 10.0, "max": 30.0, "reached": "3/3"}
+    assert spread([30.0, None, 10.0]) == {"median": 30.0, "min": 10.0, "max": None, "reached": "2/3"}
+    assert spread([None, None, 10.0]) == {"median": None, "min": 10.0, "max": None, "reached": "1/3"}
+
+
+def fake_run(system, seed, scores):
+    curve = [{"seconds": 15.0 * (i + 1), "minutes": 0.25 * (i + 1), "mean_score": s} for i, s in enumerate(scores)]
+    return {"system": system, "seed": seed, "curve": curve, "env_steps": 1000 * (seed + 1)}
+
+
+def test_summary_per_system_median_and_spread():
+    runs = [
+        fake_run("sb3_snake", 0, [5, 12, 22]),
+        fake_run("sb3_snake", 1, [11, 21, 26]),
+        fake_run("sb3_snake", 2, [3, 8, 15]),
+        fake_run("plain_sb3", 0, [0, 1, 2]),
+    ]
+    summary = summarize(runs)
+    ours = summary["sb3_snake"]
+    assert ours["seconds_to_score"]["10"] == {"median": 30.0, "min": 15.0, "max": 45.0, "reached": "3/3"}
+    assert ours["seconds_to_score"]["20"] == {"median": 45.0, "min": 30.0, "max": None, "reached": "2/3"}
+    assert ours["seconds_to_score"]["25"]["median"] is None
+    assert ours["final_mean_score"] == {"median": 22, "min": 15, "max": 26}
+    assert summary["plain_sb3"]["seconds_to_score"]["10"]["reached"] == "0/1"
+    assert set(summary["sb3_snake"]["seconds_to_score"]) == {str(t) for t in SCORE_THRESHOLDS}
+    table = format_summary({"summary": summary})
+    assert "30s (15s-45s) 3/3" in table and "plain_sb3" in table
+
+
+def test_plan_refuses_what_cannot_run():
+    for changes, message in [
+        ({"minutes": 0}, "--minutes"),
+        ({"minutes": float("nan")}, "--minutes"),
+        ({"minutes": float("inf")}, "--minutes"),
+        ({"every_seconds": -1}, "--every"),
+        ({"seeds": ()}, "--seeds"),
+        ({"systems": ("sb3_snake", "ppo")}, "systems must be among"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            LearningPlan(**changes)
+    assert LearningPlan.quick().minutes == 2.0 and LearningPlan.quick(seeds=(4,)).seeds == (4,)
+
+
+def test_the_report_records_every_run_its_curve_and_how_it_was_measured(tmp_path):
+    plan = LearningPlan(minutes=1.0, every_seconds=20.0, seeds=(0, 1), hyperparameters={"dueling": True})
+    specs, caches = [], []
+
+    def run(spec, cache_dir):
+        specs.append(spec)
+        caches.append(cache_dir)
+        return {
+            "system": spec.system,
+            "seed": spec.seed,
+            "env_steps": 500,
+            "checkpoints": [{"seconds": 20.0 * k, "env_steps": 100 * k, "path": f"t{k}.zip"} for k in (1, 2, 3)],
+        }
+
+    def evaluate_run(run, episodes):
+        bonus = 10 if run["system"] == "sb3_snake" else 0
+        return [
+            {"seconds": c["seconds"], "minutes": c["seconds"] / 60, "mean_score": bonus + c["seconds"] / 5}
+            for c in run["checkpoints"]
+        ]
+
+    report = run_learning_benchmark(plan, tmp_path, run=run, evaluate_run=evaluate_run, calibrate=lambda s, b: 250.0)
+    assert [(spec.system, spec.seed) for spec in specs] == [
+        ("sb3_snake", 0),
+        ("plain_sb3", 0),
+        ("sb3_snake", 1),
+        ("plain_sb3", 1),
+    ]
+    assert report["plain_sb3_total_timesteps"] == 250 * 60
+    assert all(spec.total_timesteps == 15_000 for spec in specs if spec.system == "plain_sb3")
+    assert all(spec.total_timesteps is None for spec in specs if spec.system == "sb3_snake")
+    assert all(spec.hyperparameters == {"dueling": True} for spec in specs if spec.system == "sb3_snake")
+    assert all(spec.hyperparameters == {} for spec in specs if spec.system == "plain_sb3")
+    assert len(set(caches)) == 4 and all(Path(c).is_dir() and Path(c).parent == tmp_path for c in caches)
+    assert {run["compile_cache"] for run in report["runs"]} == {"cold"}
+    ours = report["runs"][0]
+    assert ours["seconds_to_score"] == {"10": 20.0, "20": 60.0, "25": None, "30": None}
+    assert report["summary"]["sb3_snake"]["seconds_to_score"]["20"]["median"] == 60.0
+    assert report["summary"]["plain_sb3"]["seconds_to_score"]["10"]["median"] == 60.0
+    assert {"cpu", "torch", "stable_baselines3"} <= set(report["system"])
+    assert report["plan"]["minutes"] == 1.0 and "compile_cache" in report["method"]
+    json.dumps(report)  # JSON-ready
+    picture = plot_learning_benchmark(report, tmp_path / "curve.png")
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_without_the_baseline_there_is_no_calibration_and_a_warm_cache_is_the_users(tmp_path, monkeypatch):
+    cache = tmp_path / "inductor"
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(cache))
+    assert compile_cache_state(None) == "cold"
+    cache.mkdir(exist_ok=True)  # importing torch's inductor may create the folder, empty
+    (cache / "entry").write_text("compiled")
+    assert compile_cache_state(None) == "warm"
+
+    def calibrate(seconds, board):
+        raise AssertionError("no baseline, no calibration")
+
+    def run(spec, cache_dir):
+        assert cache_dir is None
+        return {"system": spec.system, "seed": spec.seed, "env_steps": 1, "checkpoints": []}
+
+    plan = LearningPlan(minutes=1.0, seeds=(0,), systems=("sb3_snake",), cold_cache=False)
+    report = run_learning_benchmark(plan, tmp_path, run=run, evaluate_run=lambda r, e: [], calibrate=calibrate)
+    assert report["runs"][0]["compile_cache"] == "warm" and report["plain_sb3_total_timesteps"] is None
+
+
+# --- real runs on a tiny budget -----------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_both_systems_train_save_on_the_clock_and_their_checkpoints_play(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no .env here: sb3_snake runs on the built-in defaults
+    import time
+
+    hyperparameters = {"n_envs": 4, "learning_starts": 50, "batch_size": 32, "embed_dim": 8, "head_view_dim": 8}
+    runs = []
+    for system in ("sb3_snake", "plain_sb3"):
+        own = hyperparameters if system == "sb3_snake" else {}
+        spec = RunSpec(system, 0, 8.0, 1.0, 6, str(tmp_path / system), None, own, total_timesteps=10**6)
+        runs.append(run_system(spec, Stopwatch(time.time())))
+    for run in runs:
+        seconds = [c["seconds"] for c in run["checkpoints"]]
+        assert len(seconds) >= 2 and seconds == sorted(seconds) and seconds[-1] <= 8.0
+        assert all(Path(c["path"]).is_file() for c in run["checkpoints"])
+        assert run["env_steps"] > 0 and (tmp_path / run["system"] / "train.log").is_file()
+        curve = evaluate_checkpoints(run, episodes=3)
+        assert [p["seconds"] for p in curve] == seconds
+        assert all(p["mean_score"] >= 0 and p["max_score"] >= p["median_score"] for p in curve)
+    assert runs[0]["optimizations"]["batch_size"] == 32  # the file's batch size reached the settings
+    assert isinstance(DQN.load(runs[1]["checkpoints"][0]["path"]), DQN)
+
+
+@pytest.mark.slow
+def test_a_run_in_its_own_process_with_a_cold_cache(tmp_path):
+    spec = RunSpec("plain_sb3", 0, 30.0, 0.1, 6, str(tmp_path / "plain"), total_timesteps=200)
+    result = run_in_process(spec, str(tmp_path / "cache"))
+    assert result["system"] == "plain_sb3" and result["checkpoints"]
+    assert result["checkpoints"][-1]["env_steps"] == 200  # total_timesteps ended it, with a last checkpoint
+    # The clock started before the process did: its start and imports are counted.
+    assert 0 < result["startup_seconds"] <= result["checkpoints"][0]["seconds"]

@@ -15,8 +15,11 @@ from sb3_snake.benchmark.gradient_step import (
     COMBINATIONS,
     GradientStepResult,
     choose_configuration,
+    count_flops_per_sample,
+    efficiency,
     format_table,
     is_out_of_memory,
+    matmul_peak,
     measure_gradient_step,
     sweep,
 )
@@ -94,6 +97,43 @@ def test_out_of_memory_halves_the_batch_and_is_recorded():
     assert rows[0]["requested_batch_size"] is None and rows[0]["out_of_memory_at"] == ()
     assert rows[3]["speedup_vs_fp32"] == 2.0  # compared at the batch size that really ran
     assert "halved after running out of memory" in format_table({"results": rows})
+
+
+def test_each_row_carries_its_gflops_and_fraction_of_its_own_precisions_peak():
+    measure, _ = fake_measure(fits_up_to=4096)
+    peaks = {"fp32": 100.0, "bf16": 400.0}
+    rows = sweep((256,), ("fp32", "flash"), measure=measure, flops_per_sample=2e6, peaks=peaks)
+    fp32, flash = rows
+    assert fp32["gflops"] == pytest.approx(256_000 * 2e6 / 1e9)  # 512 GFLOP/s
+    assert fp32["peak_precision"] == "fp32" and fp32["peak_fraction"] == pytest.approx(5.12)
+    assert flash["gflops"] == pytest.approx(2 * fp32["gflops"])
+    bf16 = efficiency(1000.0, 3e6, active_bf16=True, peaks=peaks)
+    assert bf16 == {"flops_per_sample": 3e6, "gflops": 3.0, "peak_precision": "bf16", "peak_fraction": 3.0 / 400}
+    table = format_table({"results": rows, "matmul_peak_gflops": peaks, "flops_per_sample": 2e6})
+    assert "512% fp32" in table and "2.00 MFLOP per sample" in table and "bf16 400 GFLOP/s" in table
+    assert "gflops" not in sweep((256,), ("fp32",), measure=measure)[0]  # nothing made up without a count
+
+
+def test_flops_are_counted_per_sample_and_cover_both_passes_and_the_backward():
+    from torch.utils.flop_counter import FlopCounterMode
+
+    per_sample = count_flops_per_sample(batch_size=32, board_size=6)
+    assert per_sample == pytest.approx(count_flops_per_sample(batch_size=64, board_size=6))
+    from sb3_snake.algorithm import SnakeDQN
+    from sb3_snake.envs import BatchedSnakeVecEnv
+
+    eager = OptimizationSettings(use_bf16=False, use_flash_attention=False)  # FlopCounterMode sees math SDPA
+    env = BatchedSnakeVecEnv(1, board_size=6)
+    model = SnakeDQN("AttentionPolicy", env, optimizations=eager, learning_starts=0, buffer_size=64)
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model.q_net(torch.zeros(16, *model.observation_space.shape))
+    forward = counter.get_total_flops() / 16
+    # online forward + target forward + backward (about twice a forward, less the input layer)
+    assert 3.0 * forward < per_sample < 4.0 * forward
+
+
+def test_matmul_peak_is_a_rate():
+    assert matmul_peak("cpu", torch.float32, size=128, repeats=3) > 0
 
 
 def test_errors_other_than_out_of_memory_are_not_swallowed():

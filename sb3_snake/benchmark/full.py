@@ -51,12 +51,16 @@ def run_benchmark(
     progress: Callable[[str], None] = lambda line: None,
 ) -> dict[str, Any]:
     """Run ``plan``; the end-to-end loop of ``sb3-snake train`` runs with ``settings``."""
+    progress("measuring this machine's matmul peak and counting the FLOPs of a gradient step...")
+    peaks, flops = gradient_step.matmul_peaks(plan.device), gradient_step.count_flops_per_sample(plan.device)
     rows = gradient_step.sweep(
         plan.batch_sizes,
         plan.combinations,
         plan.device,
         plan.gradient_steps,
         plan.repeats,
+        flops_per_sample=flops,
+        peaks=peaks,
         progress=lambda r: progress(
             f"  {r.combination} batch {r.batch_size}: {r.samples_per_second:,.0f} samples/s"
             + (f" (out of memory at {', '.join(map(str, r.out_of_memory_at))})" if r.out_of_memory_at else "")
@@ -70,6 +74,8 @@ def run_benchmark(
             "gradient_step": gradient_step.gradient_settings(plan.device, plan.gradient_steps, plan.repeats),
             "end_to_end": settings.as_dict(),
         },
+        "matmul_peak_gflops": peaks,
+        "flops_per_sample": flops,
         "gradient_step": rows,
         "best": gradient_step.choose_configuration(rows),
         "end_to_end": None,
@@ -83,7 +89,9 @@ def run_benchmark(
 
 def format_report(report: dict[str, Any]) -> str:
     """The gradient table, the chosen configuration and the end-to-end comparison."""
-    lines = [gradient_step.format_table({"results": report["gradient_step"]})]
+    table = {"results": report["gradient_step"]}
+    table.update({key: report[key] for key in ("matmul_peak_gflops", "flops_per_sample") if key in report})
+    lines = [gradient_step.format_table(table)]
     best = report["best"]
     lines.append(
         f"\nbest: {best['combination']} at batch {best['batch_size']} "
@@ -114,6 +122,11 @@ def log_to_wandb(report: dict[str, Any], run: Any) -> None:
                 "batch_size": row["batch_size"],
                 f"gradient/{row['combination']}/samples_per_second": row["samples_per_second"],
                 f"gradient/{row['combination']}/peak_memory_mib": row["peak_memory_mib"],
+                **(
+                    {f"gradient/{row['combination']}/peak_fraction": row["peak_fraction"]}
+                    if "peak_fraction" in row
+                    else {}
+                ),
             }
         )
     summary = {f"best/{key}": value for key, value in report["best"].items() if not isinstance(value, dict)}

@@ -9,6 +9,15 @@ slowest and fastest runs beside it, and the peak memory of the configuration
 
 A batch size that runs out of memory is halved until it fits; the result records the batch
 size asked for and each size that failed.
+
+Efficiency: every row also carries the FLOPs of a gradient step per sample, counted (not
+estimated) by ``torch.utils.flop_counter.FlopCounterMode`` around one ``SnakeDQN.train`` step,
+the GFLOP/s that makes at the measured samples/s, and its fraction of this machine's matmul
+peak in the row's precision (bf16 when bf16 autocast was active, fp32 otherwise), measured in
+the same run by :func:`matmul_peak`. The fraction is the distance to the physical limit, so it
+compares across machines where samples/s do not. The count is taken on the eager fp32 model
+with the math SDPA path: FlopCounterMode counts matmuls and attention, not elementwise work,
+and does not see the flash CPU kernel or compiled code, whose FLOPs are the same.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 from stable_baselines3.common.logger import Logger
+from torch.utils.flop_counter import FlopCounterMode
 
 from sb3_snake.algorithm import SnakeDQN
 from sb3_snake.benchmark.results import peak_memory_mib, reset_peak_memory
@@ -59,6 +69,78 @@ class GradientStepResult:
     out_of_memory_at: tuple[int, ...] = ()  #: batch sizes that ran out of memory, in order
 
 
+#: Side of the square matrices whose product measures the matmul peak.
+PEAK_MATRIX_SIZE = 2048
+
+
+def matmul_peak(
+    device: str = "cpu", dtype: torch.dtype = torch.float32, size: int = PEAK_MATRIX_SIZE, repeats: int = 5
+) -> float:
+    """GFLOP/s of one ``size`` x ``size`` matrix product in ``dtype`` (median of ``repeats``,
+    after one untimed product): the peak a dense gradient step could approach."""
+    generator = torch.Generator(device=device).manual_seed(0)
+    a = torch.randn(size, size, device=device, dtype=dtype, generator=generator)
+    b = torch.randn(size, size, device=device, dtype=dtype, generator=generator)
+    durations = []
+    for index in range(repeats + 1):
+        if device == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        torch.mm(a, b)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        if index:  # the first product warms up
+            durations.append(time.perf_counter() - start)
+    return 2 * size**3 / statistics.median(durations) / 1e9
+
+
+def matmul_peaks(device: str = "cpu", size: int = PEAK_MATRIX_SIZE) -> dict[str, float]:
+    """:func:`matmul_peak` in fp32 and bf16, GFLOP/s."""
+    return {"fp32": matmul_peak(device, torch.float32, size), "bf16": matmul_peak(device, torch.bfloat16, size)}
+
+
+def count_flops_per_sample(device: str = "cpu", batch_size: int = 256, board_size: int = 10) -> float:
+    """FLOPs of one gradient step of the default policy per sample, counted by FlopCounterMode
+    around ``SnakeDQN.train`` (online and target passes, backward, on the eager fp32 model)."""
+    settings = OptimizationSettings(batch_size=batch_size, use_bf16=False, use_flash_attention=False)
+    model, _ = _filled_model(settings, device, board_size, max(1024, batch_size))
+    with FlopCounterMode(display=False) as counter:
+        model.train(gradient_steps=1, batch_size=batch_size)
+    return counter.get_total_flops() / batch_size
+
+
+def efficiency(
+    samples_per_second: float, flops_per_sample: float, active_bf16: bool, peaks: dict[str, float]
+) -> dict[str, Any]:
+    """GFLOP/s achieved and its fraction of the matmul peak of the precision it ran in."""
+    gflops = samples_per_second * flops_per_sample / 1e9
+    precision = "bf16" if active_bf16 else "fp32"
+    return {
+        "flops_per_sample": flops_per_sample,
+        "gflops": gflops,
+        "peak_precision": precision,
+        "peak_fraction": gflops / peaks[precision] if peaks.get(precision) else None,
+    }
+
+
+def _filled_model(
+    settings: OptimizationSettings, device: str, board_size: int, buffer_size: int
+) -> tuple[SnakeDQN, BatchedSnakeVecEnv]:
+    env = BatchedSnakeVecEnv(256, board_size=board_size, device=device, seed=0)
+    model = SnakeDQN(
+        "AttentionPolicy",
+        env,
+        optimizations=settings,
+        buffer_size=buffer_size,
+        learning_starts=0,
+        device=device,
+        seed=0,
+    )
+    model.set_logger(Logger(folder=None, output_formats=[]))
+    fill_replay_buffer(model, env, buffer_size)
+    return model, env
+
+
 def measure_gradient_step(
     combination: str,
     batch_size: int,
@@ -82,18 +164,7 @@ def measure_gradient_step(
     if device == "cuda":
         torch.cuda.empty_cache()
     reset_peak_memory(device)
-    env = BatchedSnakeVecEnv(256, board_size=board_size, device=device, seed=0)
-    model = SnakeDQN(
-        "AttentionPolicy",
-        env,
-        optimizations=settings,
-        buffer_size=max(buffer_size, batch_size),
-        learning_starts=0,
-        device=device,
-        seed=0,
-    )
-    model.set_logger(Logger(folder=None, output_formats=[]))
-    fill_replay_buffer(model, env, max(buffer_size, batch_size))
+    model, _ = _filled_model(settings, device, board_size, max(buffer_size, batch_size))
     model.train(gradient_steps=warmup_steps, batch_size=batch_size)
     durations = []
     for _ in range(repeats):
@@ -167,9 +238,12 @@ def sweep(
     repeats: int = 3,
     progress: Callable[[GradientStepResult], None] | None = None,
     measure: Callable[..., GradientStepResult] = measure_gradient_step,
+    flops_per_sample: float | None = None,
+    peaks: dict[str, float] | None = None,
 ) -> list[dict[str, Any]]:
     """Every combination at every batch size (halved on out-of-memory), as JSON-ready rows
-    with each row's speed relative to fp32 at the same batch size."""
+    with each row's speed relative to fp32 at the same batch size, and, given the counted
+    ``flops_per_sample`` and the matmul ``peaks``, its GFLOP/s and fraction of the peak."""
     results = []
     for combination in combinations:
         for batch_size in batch_sizes:
@@ -180,10 +254,16 @@ def sweep(
             if progress:
                 progress(result)
     fp32 = {r.batch_size: r.samples_per_second for r in results if r.combination == "fp32"}
-    return [
-        {**asdict(r), "speedup_vs_fp32": r.samples_per_second / fp32[r.batch_size] if r.batch_size in fp32 else None}
-        for r in results
-    ]
+    rows = []
+    for r in results:
+        row = {
+            **asdict(r),
+            "speedup_vs_fp32": r.samples_per_second / fp32[r.batch_size] if r.batch_size in fp32 else None,
+        }
+        if flops_per_sample is not None and peaks is not None:
+            row.update(efficiency(r.samples_per_second, flops_per_sample, r.active["bf16"], peaks))
+        rows.append(row)
+    return rows
 
 
 #: A batch size within this fraction of the winning combination's peak counts as fast enough.
@@ -231,12 +311,18 @@ def run_gradient_step_benchmark(
     repeats: int = 3,
     progress: Callable[[GradientStepResult], None] | None = None,
 ) -> dict[str, Any]:
-    """:func:`sweep` with the system it ran on and the chosen configuration; JSON-ready."""
-    rows = sweep(batch_sizes, combinations, device, gradient_steps, repeats, progress)
+    """:func:`sweep` with the system it ran on, its matmul peaks, the counted FLOPs per sample
+    and the chosen configuration; JSON-ready."""
+    peaks, flops = matmul_peaks(device), count_flops_per_sample(device)
+    rows = sweep(
+        batch_sizes, combinations, device, gradient_steps, repeats, progress, flops_per_sample=flops, peaks=peaks
+    )
     return {
         "benchmark": "gradient_step",
         "system": system_info(),
         "settings": gradient_settings(device, gradient_steps, repeats),
+        "matmul_peak_gflops": peaks,
+        "flops_per_sample": flops,
         "results": rows,
         "best": choose_configuration(rows),
     }
@@ -258,16 +344,25 @@ def gradient_settings(device: str, gradient_steps: int, repeats: int) -> dict[st
 
 def format_table(report: dict[str, Any]) -> str:
     header = f"{'combination':<13} {'batch':>6} {'samples/s':>11} {'spread':>15} {'updates/s':>10} {'vs fp32':>8}"
-    lines = [f"{header} {'peak MiB':>9}  active"]
+    lines = [f"{header} {'GFLOP/s':>8} {'of peak':>8} {'peak MiB':>9}  active"]
     for r in report["results"]:
         speedup = f"{r['speedup_vs_fp32']:.2f}x" if r["speedup_vs_fp32"] else "-"
         active = ",".join(k for k, v in r["active"].items() if v) or "none"
         spread = f"{r['min_samples_per_second']:,.0f}-{r['max_samples_per_second']:,.0f}"
         batch = f"{r['batch_size']}" + ("*" if r["out_of_memory_at"] else "")
+        gflops = f"{r['gflops']:.1f}" if r.get("gflops") is not None else "-"
+        of_peak = f"{r['peak_fraction']:.0%} {r['peak_precision']}" if r.get("peak_fraction") is not None else "-"
         lines.append(
             f"{r['combination']:<13} {batch:>6} {r['samples_per_second']:>11,.0f} {spread:>15} "
-            f"{r['updates_per_second']:>10.2f} {speedup:>8} {r['peak_memory_mib']:>9,.0f}  {active}"
+            f"{r['updates_per_second']:>10.2f} {speedup:>8} {gflops:>8} {of_peak:>8} "
+            f"{r['peak_memory_mib']:>9,.0f}  {active}"
         )
     if any(r["out_of_memory_at"] for r in report["results"]):
         lines.append("* halved after running out of memory at a larger batch size")
+    if "matmul_peak_gflops" in report:
+        peaks = report["matmul_peak_gflops"]
+        lines.append(
+            f"{report['flops_per_sample'] / 1e6:.2f} MFLOP per sample (counted); matmul peak of this machine: "
+            f"fp32 {peaks['fp32']:.0f} GFLOP/s, bf16 {peaks['bf16']:.0f} GFLOP/s"
+        )
     return "\n".join(lines)

@@ -34,7 +34,7 @@ from sb3_snake.benchmark.env_throughput import DEFAULT_NUM_ENVS
 from sb3_snake.benchmark.gradient_step import DEFAULT_BATCH_SIZES
 from sb3_snake.benchmark.results import RESULTS_DIR, save_results
 from sb3_snake.paths import check_writable_dir, check_writable_file
-from sb3_snake.settings import COMPILE_MODES, OptimizationSettings, check_env_file_writable
+from sb3_snake.settings import COMPILE_MODES, SDPA_BACKENDS, OptimizationSettings, check_env_file_writable
 from sb3_snake.system import check_device, cpu_cores, resolve_device
 from sb3_snake.tracking import WANDB_MODES, resolve_mode
 
@@ -87,6 +87,7 @@ class Device(str, Enum):
 WandbMode = Enum("WandbMode", {mode: mode for mode in WANDB_MODES}, type=str)
 ONLINE = WandbMode("online")
 CompileMode = Enum("CompileMode", {mode: mode for mode in COMPILE_MODES}, type=str)
+SdpaBackend = Enum("SdpaBackend", {backend: backend for backend in SDPA_BACKENDS}, type=str)
 
 OPTIMIZATIONS = "Optimizations (override .env)"
 
@@ -143,7 +144,7 @@ def config_parameters() -> list[inspect.Parameter]:
 
 def settings_parameters() -> list[inspect.Parameter]:
     """One option per optimization setting, with the flag the settings declare, and ``--env-file``."""
-    types = {"batch_size": int, "compile_mode": CompileMode, "num_threads": str}
+    types = {"batch_size": str, "compile_mode": CompileMode, "sdpa_backend": SdpaBackend, "num_threads": str}
     parameters = []
     for name in OptimizationSettings.__dataclass_fields__:
         if name == "sources":
@@ -174,10 +175,12 @@ def load_settings(env_file: Path | None, options: dict[str, Any]) -> Optimizatio
     """Settings from the command's optimization options (popped from ``options``) over .env."""
     overrides = {name: options.pop(name, None) for name in list(OptimizationSettings.__dataclass_fields__)}
     overrides.pop("sources")
-    if isinstance(overrides.get("compile_mode"), Enum):
-        overrides["compile_mode"] = overrides["compile_mode"].value
-    if overrides.get("num_threads") is not None:
-        overrides["num_threads"] = OptimizationSettings.parse("num_threads", overrides["num_threads"])
+    for name in ("compile_mode", "sdpa_backend"):
+        if isinstance(overrides.get(name), Enum):
+            overrides[name] = overrides[name].value
+    for name in ("num_threads", "batch_size"):
+        if overrides.get(name) is not None:
+            overrides[name] = OptimizationSettings.parse(name, overrides[name])
     return OptimizationSettings.load(env_file, **overrides)
 
 

@@ -9,6 +9,9 @@ the one context that wraps the networks' forward passes:
   it can run for the device and dtype. Off means off: PyTorch picks flash by default on CPU,
   so a disabled flash excludes it explicitly. On CUDA the flash kernel needs half-precision
   inputs, so without BF16 the other backends run instead (and the reason is logged once).
+- **SDPA backend**: ``SDPA_BACKEND`` names one other kernel (efficient, math, cudnn) to
+  restrict attention to, when it runs for the device and dtype; otherwise PyTorch chooses
+  among the kernels other than flash, and the reason is given.
 - **BF16**: ``torch.autocast(device_type, dtype=torch.bfloat16)`` around the forward passes,
   on CUDA when the GPU supports bf16 and on CPU when the CPU has native bf16 (AVX512-BF16 or
   AMX). The Q-networks return float32, so TD targets and the loss stay in float32.
@@ -47,6 +50,13 @@ _ALL_BACKENDS = [
     SDPBackend.MATH,
 ]
 _WITHOUT_FLASH = [backend for backend in _ALL_BACKENDS if backend != SDPBackend.FLASH_ATTENTION]
+#: ``SDPA_BACKEND`` names and their kernels.
+SDPA_KERNELS = {
+    "flash": SDPBackend.FLASH_ATTENTION,
+    "efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "math": SDPBackend.MATH,
+    "cudnn": SDPBackend.CUDNN_ATTENTION,
+}
 
 
 @dataclass(frozen=True)
@@ -93,6 +103,18 @@ def decide_flash(requested: bool, device_type: str, bf16_active: bool, kernel_av
     return Decision(True, True)
 
 
+def decide_sdpa_backend(backend: str, device_type: str, kernel_runs: bool) -> Decision:
+    """A named non-flash SDPA kernel is active when it runs for the device and dtype
+    (``auto`` and ``flash`` are not requests of this decision: flash has its own)."""
+    if backend in ("auto", "flash"):
+        return Decision(False, False)
+    if not kernel_runs:
+        return Decision(
+            True, False, f"the {backend} SDPA kernel cannot run on {device_type} here; PyTorch chooses among the others"
+        )
+    return Decision(True, True)
+
+
 def decide_compile(requested: bool, unavailable_reason: str = "") -> Decision:
     if not requested:
         return Decision(False, False)
@@ -131,15 +153,20 @@ def probe_bf16(device: torch.device) -> tuple[bool, str]:
         return False, str(error).splitlines()[0]
 
 
-def probe_flash(device: torch.device, dtype: torch.dtype) -> tuple[bool, str]:
-    """Run a tiny SDPA restricted to the flash backend on ``device`` in ``dtype``."""
+def probe_sdpa(device: torch.device, dtype: torch.dtype, backend: str) -> tuple[bool, str]:
+    """Run a tiny SDPA restricted to the ``backend`` kernel (an ``SDPA_KERNELS`` name)."""
     q = torch.ones(1, 1, 4, 8, device=device, dtype=dtype)
     try:
-        with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+        with sdpa_kernel([SDPA_KERNELS[backend]]):
             torch.nn.functional.scaled_dot_product_attention(q, q, q)
         return True, ""
     except RuntimeError as error:
         return False, str(error).splitlines()[0]
+
+
+def probe_flash(device: torch.device, dtype: torch.dtype) -> tuple[bool, str]:
+    """Run a tiny SDPA restricted to the flash backend on ``device`` in ``dtype``."""
+    return probe_sdpa(device, dtype, "flash")
 
 
 def probe_compile() -> tuple[bool, str]:
@@ -168,18 +195,44 @@ class ActiveOptimizations:
     compile: Decision
     num_threads: int
     num_threads_reason: str
+    sdpa: Decision = Decision(False, False)  #: a named non-flash SDPA kernel
 
     @classmethod
     def decide(cls, settings: OptimizationSettings, device: torch.device | str) -> ActiveOptimizations:
+        """What is active with ``settings`` on ``device``; ``auto`` settings nobody resolved
+        (:mod:`sb3_snake.autotune`) take the built-in defaults, and their sources say so."""
+        settings = settings.without_auto() if settings.auto_fields else settings
         device = torch.device(device)
         hardware_bf16 = system.cuda_supports_bf16() if device.type == "cuda" else system.cpu_has_native_bf16()
         bf16 = decide_bf16(settings.use_bf16, device.type, hardware_bf16)
         kernel_dtype = torch.bfloat16 if bf16.active else torch.float32
         flash_runs = probe_flash(device, kernel_dtype)[0] if settings.use_flash_attention else True
         flash = decide_flash(settings.use_flash_attention, device.type, bf16.active, flash_runs)
+        backend = settings.sdpa_backend
+        backend_runs = backend in ("auto", "flash") or probe_sdpa(device, kernel_dtype, backend)[0]
+        sdpa = decide_sdpa_backend(backend, device.type, backend_runs)
         compile_decision = decide_compile(settings.use_torch_compile, system.compile_unavailable_reason())
         threads, why = choose_num_threads(settings.num_threads, device.type, system.cpu_cores())
-        return cls(settings, str(device), bf16, flash, compile_decision, threads, why)
+        return cls(settings, str(device), bf16, flash, compile_decision, threads, why, sdpa)
+
+    @property
+    def sdpa_backends(self) -> list[SDPBackend]:
+        """The kernels scaled-dot-product attention may use."""
+        if self.flash.active:
+            return [SDPBackend.FLASH_ATTENTION]
+        if self.sdpa.active:
+            return [SDPA_KERNELS[self.settings.sdpa_backend]]
+        return _WITHOUT_FLASH
+
+    @property
+    def sdpa_description(self) -> str:
+        """The attention kernel in words, for the summary."""
+        if self.flash.active:
+            return "flash"
+        if self.sdpa.active:
+            return self.settings.sdpa_backend
+        choice = "PyTorch's choice without flash"
+        return f"{choice} ({self.sdpa.reason})" if self.sdpa.requested else choice
 
     @property
     def device_type(self) -> str:
@@ -188,9 +241,8 @@ class ActiveOptimizations:
     @contextlib.contextmanager
     def forward_context(self) -> Iterator[None]:
         """SDPA backend restriction and bf16 autocast, as decided, around a forward pass."""
-        backends = [SDPBackend.FLASH_ATTENTION] if self.flash.active else _WITHOUT_FLASH
         with contextlib.ExitStack() as stack:
-            stack.enter_context(sdpa_kernel(backends))
+            stack.enter_context(sdpa_kernel(self.sdpa_backends))
             if self.bf16.active:
                 stack.enter_context(torch.autocast(self.device_type, dtype=torch.bfloat16))
             yield
@@ -202,6 +254,7 @@ class ActiveOptimizations:
             "batch_size": self.settings.batch_size,
             "compile_mode": self.settings.compile_mode,
             "num_threads": self.num_threads,
+            "sdpa_backend": self.sdpa_description,
             **{
                 f"{name}_{key}": value
                 for name in ("bf16", "flash_attention", "torch_compile")
@@ -232,6 +285,12 @@ def apply_optimizations(model: DQN, settings: OptimizationSettings) -> ActiveOpt
     fails its warm-up forward pass is undone and reported off. The thread count is decided
     (``active.num_threads``) but not set: that is :func:`torch_threads`'s, for the entry point.
     """
+    if settings.auto_fields:
+        logger.warning(
+            "%s: auto, but not measured for this model; the built-in defaults are used "
+            "(sb3_snake.autotune.resolve_auto measures them, as sb3-snake train does)",
+            ", ".join(OptimizationSettings.env_key(name) for name in settings.auto_fields),
+        )
     active = ActiveOptimizations.decide(settings, model.device)
     for network in (model.q_net, model.q_net_target):
         network.forward_context = active.forward_context

@@ -223,8 +223,11 @@ def load_model(
         code from it: only for files you trust (a model made by plain SB3, say).
     :param env: the env to continue on; its board must be the model's.
     :param for_training: keep the replay buffer's full size (a resumed run); otherwise the
-        model is for acting and gets a buffer of one transition.
+        model is for acting and gets a buffer of one transition, and ``auto`` settings take
+        the built-in defaults (a gradient-step measurement would decide nothing for acting).
     """
+    if optimizations is not None and optimizations.auto_fields and not for_training:
+        optimizations = optimizations.without_auto()
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"model file {path} does not exist")

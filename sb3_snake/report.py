@@ -71,6 +71,7 @@ def summary_lines(active: ActiveOptimizations, extra: dict[str, Any] | None = No
         f"batch size:       {settings.batch_size} (from {source('batch_size')})",
         f"torch.compile:    {active.compile.describe()} (from {source('use_torch_compile')})",
         f"FlashAttention:   {active.flash.describe()} (from {source('use_flash_attention')})",
+        f"SDPA backend:     {active.sdpa_description} (from {source('sdpa_backend')})",
         f"BF16 autocast:    {active.bf16.describe()} (from {source('use_bf16')})",
         f"compile mode:     {settings.compile_mode} (from {source('compile_mode')})",
         f"device:           {active.device}",

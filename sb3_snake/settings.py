@@ -9,15 +9,25 @@ Keys (environment variables and ``.env``):
 =====================  =====================  ========================  ==================================
 key                    field                  flag                      values
 =====================  =====================  ========================  ==================================
-OPTIMAL_BATCH_SIZE     batch_size             --batch-size              integer > 0
-USE_TORCH_COMPILE      use_torch_compile      --compile/--no-compile    true/false, 1/0, yes/no, on/off
+OPTIMAL_BATCH_SIZE     batch_size             --batch-size              integer > 0, or auto
+USE_TORCH_COMPILE      use_torch_compile      --compile/--no-compile    true/false, 1/0, yes/no, on/off,
+                                                                        or auto
 USE_FLASH_ATTENTION    use_flash_attention    --flash-attention/...     same
 USE_BF16               use_bf16               --bf16/--no-bf16          same
+SDPA_BACKEND           sdpa_backend           --sdpa-backend            auto, flash, efficient, math, cudnn
 TORCH_COMPILE_MODE     compile_mode           --compile-mode            default, reduce-overhead,
                                                                         max-autotune,
                                                                         max-autotune-no-cudagraphs
 TORCH_NUM_THREADS      num_threads            --threads                 auto, or 1 to 4x the CPU cores
 =====================  =====================  ========================  ==================================
+
+``auto`` for the batch size and the three switches means "measured on this machine": see
+:mod:`sb3_snake.autotune`, which resolves it into a plain value before a model is built and
+records how in the field's source. ``SDPA_BACKEND`` restricts scaled-dot-product attention to
+one kernel; ``auto`` leaves the choice to ``USE_FLASH_ATTENTION`` (flash, or PyTorch's pick of
+the others), or to the measurement when that is ``auto`` too. The two must agree: a backend
+other than flash with ``USE_FLASH_ATTENTION=true``, or flash with ``false``, is an error naming
+both, unless ``USE_FLASH_ATTENTION`` was left at its default, which then follows the backend.
 
 A ``.env`` file holds these keys and nothing else: a line that cannot be parsed, a key without
 a value and an unknown key (named with the nearest known one) are errors, never skipped.
@@ -30,7 +40,7 @@ import io
 import os
 import stat
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +50,12 @@ from dotenv.parser import parse_stream
 from sb3_snake.paths import check_writable_file
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+#: ``SDPA_BACKEND`` values: ``auto`` or one ``torch.nn.attention.SDPBackend`` kernel.
+SDPA_BACKENDS = ("auto", "flash", "efficient", "math", "cudnn")
+#: The value of a setting that is measured on the machine that runs it (:mod:`sb3_snake.autotune`).
+AUTO = "auto"
+#: Fields that accept ``auto``.
+AUTO_FIELDS = ("batch_size", "use_torch_compile", "use_flash_attention", "use_bf16")
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 #: Threads per core beyond which ``TORCH_NUM_THREADS`` is refused (huge counts crash OpenMP).
@@ -59,14 +75,32 @@ def _parse_bool(text: str) -> bool:
     raise ValueError("expected true/false, 1/0, yes/no or on/off")
 
 
-def _parse_positive_int(text: str) -> int:
+def _parse_switch(text: str) -> bool | str:
+    if str(text).strip().lower() == AUTO:
+        return AUTO
+    try:
+        return _parse_bool(text)
+    except ValueError:
+        raise ValueError("expected true/false, 1/0, yes/no, on/off or auto") from None
+
+
+def _parse_batch_size(text: str) -> int | str:
+    if str(text).strip().lower() == AUTO:
+        return AUTO
     try:
         value = int(str(text).strip())
     except ValueError:
-        raise ValueError("expected a positive integer") from None
+        raise ValueError("expected a positive integer or auto") from None
     if value < 1:
-        raise ValueError("expected a positive integer")
+        raise ValueError("expected a positive integer or auto")
     return value
+
+
+def _parse_sdpa_backend(text: str) -> str:
+    backend = str(text).strip().lower()
+    if backend not in SDPA_BACKENDS:
+        raise ValueError(f"expected one of {', '.join(SDPA_BACKENDS)}")
+    return backend
 
 
 def max_threads() -> int:
@@ -109,17 +143,25 @@ class _Key:
 
 
 _KEYS: dict[str, _Key] = {
-    "batch_size": _Key("OPTIMAL_BATCH_SIZE", _parse_positive_int, "--batch-size", "Replay samples per gradient step."),
+    "batch_size": _Key(
+        "OPTIMAL_BATCH_SIZE", _parse_batch_size, "--batch-size", "Replay samples per gradient step, or auto."
+    ),
     "use_torch_compile": _Key(
-        "USE_TORCH_COMPILE", _parse_bool, "--compile/--no-compile", "torch.compile the Q-networks."
+        "USE_TORCH_COMPILE", _parse_switch, "--compile/--no-compile", "torch.compile the Q-networks."
     ),
     "use_flash_attention": _Key(
         "USE_FLASH_ATTENTION",
-        _parse_bool,
+        _parse_switch,
         "--flash-attention/--no-flash-attention",
         "Restrict SDPA to the FlashAttention kernel.",
     ),
-    "use_bf16": _Key("USE_BF16", _parse_bool, "--bf16/--no-bf16", "bfloat16 autocast in forward passes."),
+    "use_bf16": _Key("USE_BF16", _parse_switch, "--bf16/--no-bf16", "bfloat16 autocast in forward passes."),
+    "sdpa_backend": _Key(
+        "SDPA_BACKEND",
+        _parse_sdpa_backend,
+        "--sdpa-backend",
+        f"Scaled-dot-product attention kernel: {', '.join(SDPA_BACKENDS)}.",
+    ),
     "compile_mode": _Key(
         "TORCH_COMPILE_MODE", _parse_compile_mode, "--compile-mode", f"torch.compile mode: {', '.join(COMPILE_MODES)}."
     ),
@@ -133,18 +175,20 @@ class OptimizationSettings:
 
     The built-in defaults are the portable choice for any machine: bf16 and FlashAttention on
     (the large win on GPUs with bf16), torch.compile off (it costs a warm-up of tens of
-    seconds and a C++ compiler on CPU). The repository's ``.env`` holds the values measured
-    fastest on its own 2-core CPU, with the measurements in a comment.
+    seconds and a C++ compiler on CPU). The repository's ``.env`` says ``auto`` where a short
+    measurement on the machine decides better than a value measured once elsewhere.
     """
 
-    #: Replay samples per gradient step.
-    batch_size: int = 1024
-    #: Compile the Q-networks with ``torch.compile``.
-    use_torch_compile: bool = False
-    #: Restrict scaled-dot-product attention to the FlashAttention kernel where it can run.
-    use_flash_attention: bool = True
-    #: Run the networks' forward passes under bfloat16 autocast where the hardware has bf16.
-    use_bf16: bool = True
+    #: Replay samples per gradient step, or ``auto``.
+    batch_size: int | str = 1024
+    #: Compile the Q-networks with ``torch.compile`` (or ``auto``).
+    use_torch_compile: bool | str = False
+    #: Restrict scaled-dot-product attention to the FlashAttention kernel where it can run (or ``auto``).
+    use_flash_attention: bool | str = True
+    #: Run the networks' forward passes under bfloat16 autocast where the hardware has bf16 (or ``auto``).
+    use_bf16: bool | str = True
+    #: Restrict scaled-dot-product attention to one kernel, or ``auto``.
+    sdpa_backend: str = AUTO
     #: ``torch.compile`` mode.
     compile_mode: str = "default"
     #: torch intra-op threads; ``auto`` chooses by the rule in ``optimizations.choose_num_threads``.
@@ -155,11 +199,14 @@ class OptimizationSettings:
 
     def __post_init__(self) -> None:
         problems = []
-        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
-            problems.append(f"batch_size={self.batch_size!r}: expected a positive integer")
+        batch = self.batch_size
+        if batch != AUTO and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
+            problems.append(f"batch_size={batch!r}: expected a positive integer or 'auto'")
         for name in ("use_torch_compile", "use_flash_attention", "use_bf16"):
-            if not isinstance(getattr(self, name), bool):
-                problems.append(f"{name}={getattr(self, name)!r}: expected True or False")
+            if not isinstance(getattr(self, name), bool) and getattr(self, name) != AUTO:
+                problems.append(f"{name}={getattr(self, name)!r}: expected True, False or 'auto'")
+        if self.sdpa_backend not in SDPA_BACKENDS:
+            problems.append(f"sdpa_backend={self.sdpa_backend!r}: expected one of {', '.join(SDPA_BACKENDS)}")
         if self.compile_mode not in COMPILE_MODES:
             problems.append(f"compile_mode={self.compile_mode!r}: expected one of {', '.join(COMPILE_MODES)}")
         if _threads_problem(self.num_threads):
@@ -167,6 +214,45 @@ class OptimizationSettings:
         if problems:
             raise SettingsError("; ".join(problems))
         object.__setattr__(self, "sources", {name: self.sources.get(name, "default") for name in _KEYS})
+        self._reconcile_attention()
+
+    def _reconcile_attention(self) -> None:
+        """``USE_FLASH_ATTENTION`` and ``SDPA_BACKEND`` agree, or one follows the other, or error."""
+        flash, backend = self.use_flash_attention, self.sdpa_backend
+        if backend == AUTO or flash == AUTO or flash == (backend == "flash"):
+            return
+        if self.sources["use_flash_attention"] == "default":
+            object.__setattr__(self, "use_flash_attention", backend == "flash")
+            object.__setattr__(self, "sources", {**self.sources, "use_flash_attention": "SDPA_BACKEND"})
+            return
+        flash_origin = self._origin("use_flash_attention")
+        backend_origin = self._origin("sdpa_backend")
+        raise SettingsError(
+            f"USE_FLASH_ATTENTION={str(flash).lower()} ({flash_origin}) and SDPA_BACKEND={backend} "
+            f"({backend_origin}) contradict each other; set one of them, or USE_FLASH_ATTENTION=auto"
+        )
+
+    def _origin(self, name: str) -> str:
+        source = self.sources[name]
+        return f"from {_KEYS[name].flag.split('/')[0]}" if source == "override" else f"from {source}"
+
+    def resolved(self, values: Mapping[str, Any], sources: Mapping[str, str]) -> OptimizationSettings:
+        """These settings with ``values`` in place of ``auto`` and where each came from."""
+        return replace(self, **values, sources={**self.sources, **sources})
+
+    def without_auto(self) -> OptimizationSettings:
+        """These settings with each ``auto`` replaced by the built-in default, unmeasured (what a
+        model gets when nothing resolved ``auto`` for it; the source says so)."""
+        defaults = OptimizationSettings()
+        values = {name: getattr(defaults, name) for name in self.auto_fields}
+        if "use_flash_attention" in values and self.sdpa_backend != AUTO:
+            values["use_flash_attention"] = self.sdpa_backend == "flash"
+        return self.resolved(values, {name: "auto, not measured: built-in default" for name in values})
+
+    @property
+    def auto_fields(self) -> tuple[str, ...]:
+        """The fields still ``auto`` (an ``auto`` SDPA backend follows ``use_flash_attention``)."""
+        return tuple(name for name in AUTO_FIELDS if getattr(self, name) == AUTO)
 
     @classmethod
     def load(cls, env_file: str | os.PathLike | None = None, **overrides: Any) -> OptimizationSettings:

@@ -29,6 +29,7 @@ from stable_baselines3.common.logger import HumanOutputFormat, KVWriter, Logger,
 from stable_baselines3.common.utils import get_latest_run_id
 
 from sb3_snake.algorithm import SnakeDQN, TrainingDiverged
+from sb3_snake.autotune import resolve_auto
 from sb3_snake.callbacks import (
     BestModelSelection,
     EpisodeBudget,
@@ -424,6 +425,7 @@ def build_model(
     """The env and model of a run: a new one, or one resumed from a checkpoint (with its saved
     replay buffer, and the config applied)."""
     device = resolve_device(config.device)
+    settings = resolve_settings(config, settings)
     env = BatchedSnakeVecEnv(config.n_envs, board_size=config.board_size, device="cpu", seed=config.seed)
     if resume is None:
         kwargs = config.dqn_kwargs(settings.batch_size)
@@ -448,6 +450,18 @@ def _load_saved_replay_buffer(model: SnakeDQN, model_path: Path, trusted: bool) 
             model.load_replay_buffer(legacy)
         except Exception as error:  # noqa: BLE001 - a truncated or foreign pickle
             raise ValueError(f"replay buffer {legacy} cannot be read ({type(error).__name__}: {error})") from None
+
+
+def resolve_settings(
+    config: TrainConfig, settings: OptimizationSettings, console: Console | None = None
+) -> OptimizationSettings:
+    """``settings`` with each ``auto`` measured on this machine for this run's policy (or read
+    from the cache of an earlier measurement): :func:`sb3_snake.autotune.resolve_auto`."""
+    if not settings.auto_fields:
+        return settings
+    notify = (lambda line: console.print(line, highlight=False)) if console else (lambda line: None)
+    device = resolve_device(config.device)
+    return resolve_auto(settings, device, config.policy_kwargs(), config.board_size, progress=notify)
 
 
 def resumed_settings(settings: OptimizationSettings, resume: Path | None, trusted: bool) -> OptimizationSettings:
@@ -482,7 +496,7 @@ def train(
     ``callbacks`` (SB3 callbacks) run after the run's own, as with ``learn(callback=...)``.
     """
     console, stop = console or Console(), stop or StopRequest()
-    settings = resumed_settings(settings, resume, trust_model)
+    settings = resolve_settings(config, resumed_settings(settings, resume, trust_model), console)
     config.check_batch_size(settings.batch_size)
     check_memory(config, settings.batch_size)
     with claim_run_directory(run_dir, overwrite=overwrite, resuming=resume is not None, keep=_kept(resume)) as run_dir:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import types
 
@@ -90,6 +91,20 @@ def one_torch_thread():
         yield
 
 
+@pytest.fixture(scope="session", autouse=True)
+def auto_settings_cache(tmp_path_factory):
+    """``auto`` settings measured during the suite are cached in a folder of its own (shared by
+    the programs some tests start), never in the user's cache."""
+    folder = tmp_path_factory.mktemp("sb3-snake-cache")
+    previous = os.environ.get("SB3_SNAKE_CACHE_DIR")
+    os.environ["SB3_SNAKE_CACHE_DIR"] = str(folder)
+    yield folder
+    if previous is None:
+        os.environ.pop("SB3_SNAKE_CACHE_DIR", None)
+    else:
+        os.environ["SB3_SNAKE_CACHE_DIR"] = previous
+
+
 #: A small attention network, so that DQN tests run in moments.
 SMALL_POLICY = {"features_extractor_kwargs": {"embed_dim": 16, "num_heads": 2, "features_dim": 32}}
 
@@ -99,7 +114,7 @@ def small_dqn(settings, board_size: int = 5, transitions: int = 128, policy_kwar
     from stable_baselines3.common.logger import Logger
 
     from sb3_snake import SnakeDQN
-    from sb3_snake.benchmark.gradient_step import fill_replay_buffer
+    from sb3_snake.autotune import fill_replay_buffer
 
     env = BatchedSnakeVecEnv(8, board_size=board_size, seed=0)
     model = SnakeDQN(

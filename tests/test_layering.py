@@ -12,7 +12,7 @@ LAYERS = [
     {"envs", "paths", "system", "settings"},
     {"optimizations", "extractor", "symmetry", "replay"},
     {"algorithm"},
-    {"persistence", "evaluation", "tracking", "run_directory", "report", "plotting"},
+    {"autotune", "persistence", "evaluation", "tracking", "run_directory", "report", "plotting"},
     {"callbacks"},
     {"training"},
     {"benchmark"},

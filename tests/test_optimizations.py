@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 import torch._dynamo
+from torch.nn.attention import SDPBackend
 from torch.profiler import profile
 
 from sb3_snake import BatchedSnakeVecEnv
@@ -16,6 +17,7 @@ from sb3_snake.optimizations import (
     decide_bf16,
     decide_compile,
     decide_flash,
+    decide_sdpa_backend,
     probe_bf16,
     probe_flash,
     torch_threads,
@@ -209,3 +211,35 @@ def test_as_dict_reports_requested_and_active():
     report = make_model(use_flash_attention=True).active_optimizations.as_dict()
     assert report["flash_attention_requested"] is True and report["flash_attention_active"] is True
     assert report["torch_compile_requested"] is False and report["sources"]["batch_size"] == "default"
+
+
+def test_a_named_sdpa_backend_restricts_attention_to_that_kernel():
+    math_only = make_model(sdpa_backend="math")
+    assert math_only.active_optimizations.sdpa.active
+    assert math_only.active_optimizations.sdpa_backends == [SDPBackend.MATH]
+    names = kernel_names(math_only)
+    assert FLASH_KERNEL not in names and any("scaled_dot_product_attention_math" in name for name in names)
+    assert math_only.active_optimizations.as_dict()["sdpa_backend"] == "math"
+
+
+def test_a_backend_that_cannot_run_falls_back_with_its_reason():
+    decision = decide_sdpa_backend("efficient", "cpu", kernel_runs=False)
+    assert (
+        decision == Decision(True, False, decision.reason)
+        and "efficient SDPA kernel cannot run on cpu" in decision.reason
+    )
+    assert decide_sdpa_backend("auto", "cpu", kernel_runs=False) == Decision(False, False)
+    assert decide_sdpa_backend("math", "cuda", kernel_runs=True) == Decision(True, True)
+    settings = OptimizationSettings(sdpa_backend="efficient", use_bf16=False, num_threads=1)
+    active = ActiveOptimizations.decide(settings, "cpu")  # no efficient kernel on CPU
+    assert not active.sdpa.active and "PyTorch chooses among the others" in active.sdpa_description
+    assert SDPBackend.FLASH_ATTENTION not in active.sdpa_backends
+
+
+def test_unresolved_auto_takes_the_defaults_with_a_warning(caplog):
+    with caplog.at_level("WARNING"):
+        model = make_model(use_torch_compile="auto", batch_size="auto")
+    assert "OPTIMAL_BATCH_SIZE, USE_TORCH_COMPILE: auto, but not measured" in caplog.text
+    settings = model.active_optimizations.settings
+    assert settings.use_torch_compile is False and settings.batch_size == 1024
+    assert "not measured" in settings.source("use_torch_compile")

@@ -81,6 +81,7 @@ def test_summary_lines_cover_every_setting():
         "batch size",
         "torch.compile",
         "FlashAttention",
+        "SDPA backend",
         "BF16 autocast",
         "compile mode",
         "device",

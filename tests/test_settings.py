@@ -14,6 +14,7 @@ ENV_KEYS = (
     "USE_BF16",
     "TORCH_COMPILE_MODE",
     "TORCH_NUM_THREADS",
+    "SDPA_BACKEND",
 )
 
 
@@ -50,6 +51,7 @@ def test_env_file_values_and_spellings(tmp_path):
         "use_bf16": False,
         "compile_mode": "max-autotune",
         "num_threads": 2,
+        "sdpa_backend": "auto",
     }
     assert settings.source("batch_size") == ".env"
 
@@ -110,7 +112,7 @@ def test_missing_explicit_env_file(tmp_path):
     ("overrides", "message"),
     [
         ({"batch_size": 0}, "batch_size=0"),
-        ({"use_bf16": "yes"}, "use_bf16='yes': expected True or False"),
+        ({"use_bf16": "yes"}, "use_bf16='yes': expected True, False or 'auto'"),
         ({"compile_mode": "fast"}, "compile_mode='fast'"),
         ({"num_threads": -1}, "num_threads=-1: expected auto or an integer from 1"),
         ({"unknown": 1}, "unknown setting"),
@@ -157,3 +159,51 @@ def test_parse_names_the_flag():
 
 def test_num_threads_auto_or_integer(tmp_path):
     assert OptimizationSettings.load(write_env(tmp_path, "TORCH_NUM_THREADS=AUTO\n")).num_threads == "auto"
+
+
+def test_auto_is_accepted_where_a_measurement_can_decide(tmp_path):
+    path = write_env(
+        tmp_path, "OPTIMAL_BATCH_SIZE=auto\nUSE_TORCH_COMPILE=AUTO\nUSE_FLASH_ATTENTION=auto\nUSE_BF16=auto\n"
+    )
+    settings = OptimizationSettings.load(path)
+    assert settings.auto_fields == ("batch_size", "use_torch_compile", "use_flash_attention", "use_bf16")
+    flagged = OptimizationSettings.load(path, use_bf16=False, batch_size=256)  # flags win over auto
+    assert flagged.auto_fields == ("use_torch_compile", "use_flash_attention")
+    assert flagged.source("use_bf16") == "override"
+    for text, key in (("TORCH_COMPILE_MODE=auto", "TORCH_COMPILE_MODE"), ("USE_BF16=maybe", "USE_BF16")):
+        with pytest.raises(SettingsError, match=key):
+            OptimizationSettings.load(write_env(tmp_path, text + "\n"))
+
+
+def test_without_auto_takes_the_built_in_defaults_and_says_so():
+    settings = OptimizationSettings(use_bf16="auto", use_torch_compile="auto", batch_size="auto")
+    fallback = settings.without_auto()
+    assert (fallback.use_bf16, fallback.use_torch_compile, fallback.batch_size) == (True, False, 1024)
+    assert fallback.auto_fields == () and "not measured" in fallback.source("use_bf16")
+    assert fallback.source("use_flash_attention") == "default"
+
+
+@pytest.mark.parametrize(
+    ("text", "overrides", "message"),
+    [
+        (
+            "USE_FLASH_ATTENTION=true\nSDPA_BACKEND=math\n",
+            {},
+            "USE_FLASH_ATTENTION=true (from .env) and SDPA_BACKEND=math",
+        ),
+        ("SDPA_BACKEND=flash\n", {"use_flash_attention": False}, "USE_FLASH_ATTENTION=false (from --flash-attention)"),
+        ("USE_FLASH_ATTENTION=false\n", {"sdpa_backend": "flash"}, "SDPA_BACKEND=flash (from --sdpa-backend)"),
+    ],
+)
+def test_flash_and_sdpa_backend_must_not_contradict_each_other(tmp_path, text, overrides, message):
+    with pytest.raises(SettingsError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        OptimizationSettings.load(write_env(tmp_path, text), **overrides)
+
+
+def test_a_default_flash_switch_follows_the_named_backend(tmp_path):
+    settings = OptimizationSettings.load(write_env(tmp_path, "SDPA_BACKEND=math\n"))
+    assert settings.use_flash_attention is False and settings.source("use_flash_attention") == "SDPA_BACKEND"
+    agree = OptimizationSettings.load(write_env(tmp_path, "USE_FLASH_ATTENTION=true\nSDPA_BACKEND=flash\n"))
+    assert agree.use_flash_attention is True and agree.sdpa_backend == "flash"
+    with pytest.raises(SettingsError, match="SDPA_BACKEND='fast'"):
+        OptimizationSettings.load(write_env(tmp_path, "SDPA_BACKEND=fast\n"))

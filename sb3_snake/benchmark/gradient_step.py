@@ -29,12 +29,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-import numpy as np
 import torch
 from stable_baselines3.common.logger import Logger
 from torch.utils.flop_counter import FlopCounterMode
 
 from sb3_snake.algorithm import SnakeDQN
+from sb3_snake.autotune import BATCH_TOLERANCE, fill_replay_buffer, smallest_fast_enough
 from sb3_snake.benchmark.results import peak_memory_mib, reset_peak_memory
 from sb3_snake.envs import BatchedSnakeVecEnv
 from sb3_snake.settings import OptimizationSettings
@@ -220,16 +220,6 @@ def measure_halving_on_oom(
         return result
 
 
-def fill_replay_buffer(model: SnakeDQN, env: BatchedSnakeVecEnv, transitions: int, seed: int = 0) -> None:
-    """Add at least ``transitions`` real transitions of uniformly random play to the model's buffer."""
-    obs, rng = env.reset(), np.random.default_rng(seed)
-    while model.replay_buffer.size() * env.num_envs < transitions and not model.replay_buffer.full:
-        actions = rng.integers(4, size=env.num_envs)
-        next_obs, rewards, dones, infos = env.step(actions)
-        model.replay_buffer.add(obs, next_obs, actions, rewards, dones, infos)
-        obs = next_obs
-
-
 def sweep(
     batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
     combinations: Sequence[str] = tuple(COMBINATIONS),
@@ -266,11 +256,7 @@ def sweep(
     return rows
 
 
-#: A batch size within this fraction of the winning combination's peak counts as fast enough.
-BATCH_SIZE_TOLERANCE = 0.9
-
-
-def choose_configuration(rows: Sequence[dict[str, Any]], tolerance: float = BATCH_SIZE_TOLERANCE) -> dict[str, Any]:
+def choose_configuration(rows: Sequence[dict[str, Any]], tolerance: float = BATCH_TOLERANCE) -> dict[str, Any]:
     """The configuration to train with: the fastest combination, at its smallest batch size
     within ``tolerance`` of that combination's peak samples/s.
 
@@ -281,10 +267,9 @@ def choose_configuration(rows: Sequence[dict[str, Any]], tolerance: float = BATC
     """
     candidates = [row for row in rows if _all_requested_active(row)] or list(rows)
     fastest = max(candidates, key=lambda row: row["samples_per_second"])
-    same_combination = [row for row in candidates if row["combination"] == fastest["combination"]]
-    threshold = tolerance * fastest["samples_per_second"]
-    fast_enough = [row for row in same_combination if row["samples_per_second"] >= threshold]
-    chosen = min(fast_enough, key=lambda row: row["batch_size"])
+    same_combination = {row["batch_size"]: row for row in candidates if row["combination"] == fastest["combination"]}
+    rates = {size: row["samples_per_second"] for size, row in same_combination.items()}
+    chosen = same_combination[smallest_fast_enough(rates, tolerance)]
     use_bf16, use_flash, use_compile = COMBINATIONS[chosen["combination"]]
     return {
         "combination": chosen["combination"],

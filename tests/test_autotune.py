@@ -1,0 +1,219 @@
+"""``auto`` settings: the staged search with an injected measurement, the per-machine cache (hit,
+miss, corrupt, another machine, unwritable), flags over auto, and the words the summary shows."""
+
+import json
+
+import pytest
+import torch
+
+from sb3_snake.autotune import (
+    BATCH_CANDIDATES,
+    Candidate,
+    Machine,
+    cache_key,
+    cache_path,
+    gradient_step_rate,
+    resolve_auto,
+    search,
+    smallest_fast_enough,
+)
+from sb3_snake.optimizations import ActiveOptimizations
+from sb3_snake.report import summary_lines
+from sb3_snake.settings import OptimizationSettings
+from tests.conftest import SMALL_POLICY
+
+CPU_WITH_BF16 = Machine("cpu", hardware_bf16=True, compile_unavailable="", kernels=("flash", "auto"))
+CPU_WITHOUT_BF16 = Machine("cpu", hardware_bf16=False, compile_unavailable="", kernels=("flash", "auto"))
+ALL_AUTO = {"use_bf16": "auto", "use_flash_attention": "auto", "use_torch_compile": "auto", "batch_size": "auto"}
+
+
+class Table:
+    """A measurement from a formula: bf16, flash and compile each multiply the rate."""
+
+    def __init__(self, bf16=1.3, flash=1.1, compiled=1.2, batch=None):
+        self.factors = {"bf16": bf16, "flash": flash, "compile": compiled}
+        self.batch = batch or {256: 8000.0, 512: 9500.0, 1024: 10000.0, 2048: 10200.0}
+        self.calls: list[Candidate] = []
+
+    def __call__(self, candidate: Candidate) -> float:
+        self.calls.append(candidate)
+        rate = self.batch[candidate.batch_size]
+        rate *= self.factors["bf16"] if candidate.use_bf16 else 1
+        rate *= self.factors["flash"] if candidate.sdpa_backend == "flash" else 1
+        return rate * (self.factors["compile"] if candidate.use_torch_compile else 1)
+
+
+def settings(**values):
+    return OptimizationSettings(**{"num_threads": 1, **values})
+
+
+def test_every_stage_picks_the_fastest_and_says_what_it_measured():
+    table = Table()
+    result = search(settings(**ALL_AUTO), CPU_WITH_BF16, table)
+    assert result["chosen"] == {"use_bf16": True, "sdpa_backend": "flash", "use_torch_compile": True, "batch_size": 512}
+    evidence = result["evidence"]
+    assert evidence["use_bf16"] == "chose true, measured 13,585 vs 10,450 samples/s (true vs false)"
+    assert evidence["use_flash_attention"].startswith("chose flash, measured 13,585 vs 12,350 samples/s (flash vs")
+    assert evidence["use_torch_compile"].startswith("chose true, measured 16,302 vs 13,585")
+    assert "1024: 14,300" in evidence["batch_size"] and "smallest within 90% of the fastest" in evidence["batch_size"]
+    stage1 = [c for c in table.calls if c.batch_size == 512 and not c.use_torch_compile]
+    assert len(stage1) == 4  # bf16 x {flash, PyTorch's choice}, eager
+    assert sum(c.use_torch_compile for c in table.calls) == 1  # one compile: the winner's
+    assert len(result["measurements"]) == len(set(table.calls))
+
+
+def test_bf16_is_not_measured_without_native_hardware():
+    table = Table(bf16=5.0)
+    result = search(settings(**ALL_AUTO), CPU_WITHOUT_BF16, table)
+    assert result["chosen"]["use_bf16"] is False
+    assert not any(c.use_bf16 for c in table.calls)
+    assert result["evidence"]["use_bf16"] == "chose false: this CPU has no native bf16 (not measured)"
+
+
+def test_compile_needs_its_margin_and_is_not_tried_where_it_cannot_run():
+    assert search(settings(**ALL_AUTO), CPU_WITH_BF16, Table(compiled=1.03))["chosen"]["use_torch_compile"] is False
+    no_compiler = Machine("cpu", True, "no C++ compiler found", ("flash", "auto"))
+    table = Table(compiled=3.0)
+    result = search(settings(**ALL_AUTO), no_compiler, table)
+    assert result["chosen"]["use_torch_compile"] is False and not any(c.use_torch_compile for c in table.calls)
+    assert "no C++ compiler found (not measured)" in result["evidence"]["use_torch_compile"]
+
+
+def test_values_given_are_not_measured_and_are_kept():
+    table = Table()
+    given = settings(use_bf16=False, use_flash_attention="auto", use_torch_compile=True, batch_size=256)
+    result = search(given, CPU_WITH_BF16, table)
+    assert {(c.use_bf16, c.batch_size, c.use_torch_compile) for c in table.calls} == {(False, 256, False)}
+    assert result["chosen"] == {
+        "use_bf16": False,
+        "sdpa_backend": "flash",
+        "use_torch_compile": True,
+        "batch_size": 256,
+    }
+    assert set(result["evidence"]) == {"use_flash_attention"}
+    named = search(settings(use_flash_attention="auto", sdpa_backend="math"), CPU_WITH_BF16, Table())
+    assert named["chosen"]["sdpa_backend"] == "math"
+
+
+def test_flash_on_cuda_is_only_a_candidate_with_bf16():
+    gpu = Machine("cuda", True, "", ("flash", "efficient", "cudnn", "auto"))
+    table = Table(bf16=0.5)
+    result = search(settings(use_bf16="auto", use_flash_attention="auto"), gpu, table)
+    assert not any(c.sdpa_backend == "flash" and not c.use_bf16 for c in table.calls)
+    assert {c.sdpa_backend for c in table.calls} == {"flash", "efficient", "cudnn", "auto"}
+    assert result["chosen"]["use_bf16"] is False and result["chosen"]["sdpa_backend"] != "flash"
+
+
+def test_smallest_batch_within_the_tolerance():
+    assert smallest_fast_enough({256: 80.0, 512: 95.0, 1024: 100.0}) == 512
+    assert smallest_fast_enough({256: 95.0, 512: 100.0}, tolerance=0.9) == 256
+    assert smallest_fast_enough({256: 50.0, 512: 100.0}, tolerance=0.9) == 512
+
+
+# --- resolution and the cache ---------------------------------------------------------------------
+
+
+def resolve(asked, measure, **kwargs):
+    options = {"measure": measure, "machine": CPU_WITH_BF16, "today": lambda: "2026-11-22"}
+    return resolve_auto(asked, "cpu", SMALL_POLICY, 6, **{**options, **kwargs})
+
+
+def path_for(asked):
+    return cache_path(cache_key(asked, torch.device("cpu"), SMALL_POLICY, 6))
+
+
+def fails(candidate):
+    raise AssertionError("measured although cached")
+
+
+def test_a_miss_measures_and_caches_then_a_hit_does_not_measure(tmp_path, monkeypatch):
+    monkeypatch.setenv("SB3_SNAKE_CACHE_DIR", str(tmp_path))
+    asked = settings(**ALL_AUTO)
+    resolved = resolve(asked, Table())
+    assert (resolved.use_bf16, resolved.use_flash_attention, resolved.sdpa_backend) == (True, True, "flash")
+    assert (resolved.use_torch_compile, resolved.batch_size) == (True, 512)
+    assert resolved.auto_fields == ()
+    path = path_for(asked)
+    assert path.parent == tmp_path and json.loads(path.read_text())["result"]["chosen"]["batch_size"] == 512
+    source = resolved.source("use_bf16")
+    assert source.startswith("auto: chose true, measured 13,585 vs 10,450 samples/s") and "on 2026-11-22" in source
+    assert source.endswith(f"cache {path}")
+    again = resolve(asked, fails, today=lambda: "2027-01-01")
+    assert again == resolved and again.sources == resolved.sources  # the cached date, not today's
+
+
+@pytest.mark.parametrize("content", ["{not json", "[]", '{"key": {}}', '{"key": "x", "date": 1}'])
+def test_a_corrupt_cache_is_measured_again_and_rewritten(tmp_path, monkeypatch, caplog, content):
+    monkeypatch.setenv("SB3_SNAKE_CACHE_DIR", str(tmp_path))
+    asked = settings(use_flash_attention="auto")
+    path_for(asked).write_text(content)
+    table = Table()
+    with caplog.at_level("WARNING"):
+        resolved = resolve(asked, table)
+    assert table.calls and resolved.use_flash_attention is True
+    assert "cannot be used" in caplog.text
+    assert json.loads(path_for(asked).read_text())["result"]["chosen"]["sdpa_backend"] == "flash"
+
+
+def test_a_cache_entry_of_another_machine_is_not_used(tmp_path, monkeypatch):
+    monkeypatch.setenv("SB3_SNAKE_CACHE_DIR", str(tmp_path))
+    asked = settings(use_flash_attention="auto")
+    resolve(asked, Table(flash=2.0))
+    entry = json.loads(path_for(asked).read_text())
+    entry["key"]["device_name"] = "another CPU"
+    path_for(asked).write_text(json.dumps(entry))
+    table = Table(flash=0.5)
+    assert resolve(asked, table).use_flash_attention is False and table.calls
+
+
+def test_an_unwritable_cache_is_a_warning_not_an_error(tmp_path, monkeypatch, caplog):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("SB3_SNAKE_CACHE_DIR", str(blocker / "cache"))
+    with caplog.at_level("WARNING"):
+        resolved = resolve(settings(use_flash_attention="auto"), Table())
+    assert resolved.use_flash_attention is True and "cannot be written" in caplog.text
+
+
+def test_without_measuring_the_defaults_stand_in_and_say_why(tmp_path, monkeypatch):
+    monkeypatch.setenv("SB3_SNAKE_CACHE_DIR", str(tmp_path))
+    resolved = resolve(settings(use_torch_compile="auto", batch_size="auto"), fails, allow_measure=False)
+    assert (resolved.use_torch_compile, resolved.batch_size) == (False, 1024)
+    assert "not measured on this machine yet" in resolved.source("batch_size")
+
+
+def test_flags_win_over_auto_and_the_summary_tells_the_story(tmp_path, monkeypatch):
+    monkeypatch.setenv("SB3_SNAKE_CACHE_DIR", str(tmp_path))
+    env_file = tmp_path / ".env"
+    env_file.write_text("USE_BF16=auto\nUSE_FLASH_ATTENTION=auto\nOPTIMAL_BATCH_SIZE=auto\n")
+    asked = OptimizationSettings.load(env_file, use_bf16=False, num_threads=1)
+    table = Table()
+    resolved = resolve(asked, table)
+    assert resolved.use_bf16 is False and resolved.source("use_bf16") == "override"
+    assert not any(c.use_bf16 for c in table.calls)
+    lines = summary_lines(ActiveOptimizations.decide(resolved, "cpu"))
+    flash_line = next(line for line in lines if line.startswith("FlashAttention"))
+    assert "enabled (from auto: chose flash, measured" in flash_line and "on 2026-11-22; cache" in flash_line
+    assert any(line.startswith("batch size:       512 (from auto: chose 512, measured 256:") for line in lines)
+
+
+def test_settings_without_auto_are_returned_as_they_are():
+    given = settings(use_bf16=False)
+    assert resolve(given, fails) is given
+
+
+# --- the real measurement ---------------------------------------------------------------------------
+
+
+def test_the_real_measurement_times_the_gradient_step_of_the_given_policy():
+    rate = gradient_step_rate(Candidate(False, "auto", False, 32), torch.device("cpu"), SMALL_POLICY, 5, seconds=0.05)
+    assert rate > 0
+    assert BATCH_CANDIDATES == tuple(sorted(BATCH_CANDIDATES))
+
+
+def test_resolving_for_real_writes_a_cache_a_second_run_reads(tmp_path, monkeypatch):
+    monkeypatch.setenv("SB3_SNAKE_CACHE_DIR", str(tmp_path))
+    asked = settings(use_flash_attention="auto", use_bf16=False)
+    first = resolve_auto(asked, "cpu", SMALL_POLICY, 5)
+    assert first.auto_fields == () and first.source("use_flash_attention").startswith("auto: chose ")
+    assert resolve_auto(asked, "cpu", SMALL_POLICY, 5, measure=fails) == first

@@ -120,7 +120,12 @@ class Machine:
         return cls(device.type, hardware_bf16, system.compile_unavailable_reason(), (*kernels, "auto"))
 
 
-def search(settings: OptimizationSettings, machine: Machine, measure: Measure) -> dict[str, Any]:
+def search(
+    settings: OptimizationSettings,
+    machine: Machine,
+    measure: Measure,
+    batch_candidates: Sequence[int] = BATCH_CANDIDATES,
+) -> dict[str, Any]:
     """Measure the candidates for ``settings``' auto fields, stage by stage; return the choice,
     every measurement and, per field, the evidence in words."""
     measured: dict[Candidate, float] = {}
@@ -134,7 +139,7 @@ def search(settings: OptimizationSettings, machine: Machine, measure: Measure) -
     evidence: dict[str, str] = {}
     bf16_options = _bf16_options(settings, machine, evidence)
     kernel_options = _kernel_options(settings, machine)
-    batch = PROBE_BATCH_SIZE if "batch_size" in auto else settings.batch_size
+    batch = min(PROBE_BATCH_SIZE, max(batch_candidates)) if "batch_size" in auto else settings.batch_size
 
     # Stage 1: precision and attention kernel, eager (compiling each candidate would take minutes).
     stage1 = [
@@ -170,7 +175,7 @@ def search(settings: OptimizationSettings, machine: Machine, measure: Measure) -
 
     # Stage 3: batch size, eager (a compiled network recompiles for each new batch size).
     if "batch_size" in auto:
-        rates = {size: rate(replace(best, use_torch_compile=False, batch_size=size)) for size in BATCH_CANDIDATES}
+        rates = {size: rate(replace(best, use_torch_compile=False, batch_size=size)) for size in batch_candidates}
         chosen = smallest_fast_enough(rates)
         listed = ", ".join(f"{size}: {value:,.0f}" for size, value in rates.items())
         evidence["batch_size"] = (
@@ -287,8 +292,19 @@ def cache_dir() -> Path:
     return Path(base) / "sb3-snake"
 
 
+def batch_candidates(max_batch_size: int | None = None) -> tuple[int, ...]:
+    """:data:`BATCH_CANDIDATES` that fit ``max_batch_size`` (the replay buffer), or that size alone."""
+    if max_batch_size is None:
+        return BATCH_CANDIDATES
+    return tuple(size for size in BATCH_CANDIDATES if size <= max_batch_size) or (max_batch_size,)
+
+
 def cache_key(
-    settings: OptimizationSettings, device: torch.device, policy_kwargs: dict[str, Any], board_size: int
+    settings: OptimizationSettings,
+    device: torch.device,
+    policy_kwargs: dict[str, Any],
+    board_size: int,
+    max_batch_size: int | None = None,
 ) -> dict[str, Any]:
     """What a measurement depends on: machine, software, threads, policy and the settings asked for."""
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else system.cpu_model()
@@ -313,6 +329,7 @@ def cache_key(
         "board_size": board_size,
         "policy_kwargs": json.loads(json.dumps(policy_kwargs, sort_keys=True, default=str)),
         "asked": asked,
+        "batch_candidates": list(batch_candidates(max_batch_size)) if settings.batch_size == AUTO else None,
     }
 
 
@@ -358,6 +375,7 @@ def resolve_auto(
     measure: Measure | None = None,
     machine: Machine | None = None,
     allow_measure: bool = True,
+    max_batch_size: int | None = None,
     progress: Callable[[str], None] = lambda line: None,
     today: Callable[[], str] = lambda: date.today().isoformat(),
 ) -> OptimizationSettings:
@@ -367,11 +385,12 @@ def resolve_auto(
     (``measure``, by default :func:`gradient_step_rate` on ``device`` with the policy of
     ``policy_kwargs``) and the choice cached; with ``allow_measure=False`` (acting, or a report
     that must not spend the time) the built-in defaults stand in, and the sources say so.
+    ``max_batch_size`` (the replay buffer's size) bounds the batch sizes tried.
     """
     if not settings.auto_fields:
         return settings
     device = torch.device(device)
-    key = cache_key(settings, device, policy_kwargs, board_size)
+    key = cache_key(settings, device, policy_kwargs, board_size, max_batch_size)
     path = cache_path(key)
     entry = read_cache(path, key)
     if entry is None and not allow_measure:
@@ -389,7 +408,7 @@ def resolve_auto(
         machine = machine or Machine.probe(device)
         measure = measure or (lambda candidate: gradient_step_rate(candidate, device, policy_kwargs, board_size))
         started = time.perf_counter()
-        result = search(settings, machine, measure)
+        result = search(settings, machine, measure, batch_candidates(max_batch_size))
         result["seconds"] = time.perf_counter() - started
         entry = {"key": key, "date": today(), "result": result}
         write_cache(path, key, result, entry["date"])

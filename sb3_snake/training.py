@@ -459,9 +459,16 @@ def resolve_settings(
     from the cache of an earlier measurement): :func:`sb3_snake.autotune.resolve_auto`."""
     if not settings.auto_fields:
         return settings
-    notify = (lambda line: console.print(line, highlight=False)) if console else (lambda line: None)
+    notify = (lambda line: console.print(line, highlight=False, soft_wrap=True)) if console else (lambda line: None)
     device = resolve_device(config.device)
-    return resolve_auto(settings, device, config.policy_kwargs(), config.board_size, progress=notify)
+    return resolve_auto(
+        settings,
+        device,
+        config.policy_kwargs(),
+        config.board_size,
+        max_batch_size=config.buffer_size,
+        progress=notify,
+    )
 
 
 def resumed_settings(settings: OptimizationSettings, resume: Path | None, trusted: bool) -> OptimizationSettings:
@@ -565,7 +572,7 @@ def print_configuration(model: SnakeDQN, config: TrainConfig, run_dir: Path, con
     """The configuration summary: each optimization as requested and as active, and the run."""
     extra = {"envs": config.n_envs, "board size": f"{config.board_size}x{config.board_size}", "run folder": run_dir}
     for line in summary_lines(model.active_optimizations, extra):
-        console.print(line, highlight=False)
+        console.print(line, highlight=False, soft_wrap=True)
 
 
 def run_config(model: SnakeDQN, config: TrainConfig) -> dict[str, Any]:

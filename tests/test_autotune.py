@@ -10,6 +10,7 @@ from sb3_snake.autotune import (
     BATCH_CANDIDATES,
     Candidate,
     Machine,
+    batch_candidates,
     cache_key,
     cache_path,
     gradient_step_rate,
@@ -102,6 +103,15 @@ def test_flash_on_cuda_is_only_a_candidate_with_bf16():
     assert not any(c.sdpa_backend == "flash" and not c.use_bf16 for c in table.calls)
     assert {c.sdpa_backend for c in table.calls} == {"flash", "efficient", "cudnn", "auto"}
     assert result["chosen"]["use_bf16"] is False and result["chosen"]["sdpa_backend"] != "flash"
+
+
+def test_batch_sizes_tried_fit_the_replay_buffer():
+    table = Table(batch={256: 1.0, 512: 2.0, 1000: 3.0})
+    result = search(settings(batch_size="auto"), CPU_WITHOUT_BF16, table, batch_candidates(1000))
+    assert batch_candidates(1000) == (256, 512) and batch_candidates(100) == (100,)
+    assert max(c.batch_size for c in table.calls) == 512 and result["chosen"]["batch_size"] == 512
+    tiny = Table(batch={100: 1.0})
+    assert search(settings(batch_size="auto"), CPU_WITHOUT_BF16, tiny, (100,))["chosen"]["batch_size"] == 100
 
 
 def test_smallest_batch_within_the_tolerance():

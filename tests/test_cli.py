@@ -240,6 +240,12 @@ def test_resume_from_checkpoint(trained_run, tmp_path):
         (["tune", "--storage", "mysql+nosuchdriver://u@localhost/x"], "--storage mysql+nosuchdriver://"),
         (["tune", "--report", "--study-name", "no-such-study"], "no study journal"),
         (["train", "--embed-dim", "7"], "embed_dim must be an even number"),
+        (
+            ["train", "--flash-attention", "--sdpa-backend", "math"],
+            "SDPA_BACKEND=math (from --sdpa-backend) contradict",
+        ),
+        (["train", "--sdpa-backend", "fastest"], "Invalid value for '--sdpa-backend'"),
+        (["train", "--batch-size", "many"], "--batch-size 'many': expected a positive integer or auto"),
         (["benchmark-learning", "--minutes", "0"], "--minutes must be a positive number, got 0"),
         (["benchmark-learning", "--minutes", "inf"], "--minutes must be a positive number, got inf"),
         (["benchmark-learning", "--every", "-5"], "--every must be a positive number of seconds"),
@@ -272,6 +278,24 @@ def test_malformed_env_file_exits_2(tmp_path):
     env_file.write_text("USE_BF16=maybe\n")
     result = runner.invoke(app, ["train", "--env-file", str(env_file)])
     assert result.exit_code == 2 and "USE_BF16='maybe'" in result.output and "bad.env" in result.output
+
+
+@pytest.mark.slow
+def test_auto_settings_are_measured_before_training_and_recorded(tmp_path):
+    env_file = tmp_path / "auto.env"
+    env_file.write_text("USE_FLASH_ATTENTION=auto\nOPTIMAL_BATCH_SIZE=auto\n")
+    assert TINY[-2:] == ["--batch-size", "16"]
+    tiny = TINY[:-2]
+    args = ["train", "--episodes", "2", *tiny, "--env-file", str(env_file), "--output", str(tmp_path / "run")]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "measuring auto settings (OPTIMAL_BATCH_SIZE, USE_FLASH_ATTENTION) on this machine" in result.output
+    optimizations = json.loads((tmp_path / "run" / "summary.json").read_text())["optimizations"]
+    assert optimizations["batch_size"]["value"] in (256, 512, 1024, 2048)
+    assert optimizations["batch_size"]["source"].startswith("auto: chose ")
+    assert optimizations["use_flash_attention"]["source"].startswith("auto: chose ")
+    again = runner.invoke(app, [*args[:-1], str(tmp_path / "run2")])
+    assert again.exit_code == 0 and "measuring auto settings" not in again.output  # cached
 
 
 def test_resume_with_another_board_size_exits_2(trained_run, tmp_path):

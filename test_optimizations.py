@@ -1,6 +1,11 @@
 """Capability report: what this machine supports and what training will use.
 
-    python test_optimizations.py [--json] [--probe-compile] [--env-file PATH] [--device auto|cpu|cuda]
+    python test_optimizations.py [--json] [--probe-compile] [--measure-auto] [--env-file PATH]
+                                 [--device auto|cpu|cuda]
+
+Settings that are ``auto`` show what was measured on this machine for the default policy (from
+the cache in ~/.cache/sb3-snake), or, with ``--measure-auto``, are measured now (seconds; a
+minute more when USE_TORCH_COMPILE=auto compiles).
 
 This is a report script, not a test module (pytest collects ``tests/`` only). Exit 0 when it
 ran; exit 2 with one line naming the key when the settings are malformed.
@@ -12,15 +17,18 @@ import argparse
 import json
 import sys
 
+from sb3_snake.optimizations import choose_num_threads, torch_threads
 from sb3_snake.report import capability_report, format_capability_report
 from sb3_snake.settings import OptimizationSettings, SettingsError
-from sb3_snake.system import check_device
+from sb3_snake.system import check_device, cpu_cores, resolve_device
+from sb3_snake.training import TrainConfig
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--probe-compile", action="store_true", help="also compile and run a tiny function")
+    parser.add_argument("--measure-auto", action="store_true", help="measure auto settings now if not cached")
     parser.add_argument("--env-file", help="the .env to read (default: ./.env when present)")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     args = parser.parse_args(argv)
@@ -34,7 +42,17 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    report = capability_report(settings, args.device, probe_compile_now=args.probe_compile)
+    config = TrainConfig()
+    device = resolve_device(args.device)
+    threads, _ = choose_num_threads(settings.num_threads, device.type, cpu_cores())
+    with torch_threads(threads):  # the count training will use, so a measurement here is valid there
+        report = capability_report(
+            settings,
+            args.device,
+            probe_compile_now=args.probe_compile,
+            policy=(config.policy_kwargs(), config.board_size),
+            measure_auto=args.measure_auto,
+        )
     print(json.dumps(report, indent=2) if args.json else format_capability_report(report))
     return 0
 

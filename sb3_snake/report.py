@@ -13,14 +13,25 @@ from typing import Any
 import torch
 
 from sb3_snake import system
+from sb3_snake.autotune import cache_dir, resolve_auto
 from sb3_snake.optimizations import ActiveOptimizations, probe_bf16, probe_compile, probe_flash
 from sb3_snake.settings import OptimizationSettings
 
 
 def capability_report(
-    settings: OptimizationSettings, device: str = "auto", probe_compile_now: bool = False
+    settings: OptimizationSettings,
+    device: str = "auto",
+    probe_compile_now: bool = False,
+    policy: tuple[dict[str, Any], int] | None = None,
+    measure_auto: bool = False,
 ) -> dict[str, Any]:
-    """What the machine supports and what will be active with ``settings`` on ``device``."""
+    """What the machine supports and what will be active with ``settings`` on ``device``.
+
+    :param policy: ``(policy_kwargs, board_size)`` of the network trained; with it, ``auto``
+        settings show what was measured for it on this machine (from the cache), or are
+        measured now with ``measure_auto``; without it, or with nothing cached, the built-in
+        defaults stand in and the report says so.
+    """
     target = system.resolve_device(device)
     bf16_native = system.cuda_supports_bf16() if target.type == "cuda" else system.cpu_has_native_bf16()
     bf16_runs, bf16_error = probe_bf16(target)
@@ -33,7 +44,10 @@ def capability_report(
         compile_error = system.compile_unavailable_reason()
         compile_ok = not compile_error
         compile_note = compile_error or "torch.compile is present (not probed; --probe-compile runs it)"
-    active = ActiveOptimizations.decide(settings, target)
+    resolved = settings
+    if policy is not None:
+        resolved = resolve_auto(settings, target, policy[0], policy[1], allow_measure=measure_auto)
+    active = ActiveOptimizations.decide(resolved, target)
     return {
         "torch": torch.__version__,
         "python": platform.python_version(),
@@ -57,6 +71,10 @@ def capability_report(
                 "cli": settings.flag(name),
             }
             for name, value in settings.as_dict().items()
+        },
+        "auto": {
+            "cache_dir": str(cache_dir()),
+            "settings": {name: active.settings.source(name) for name in settings.auto_fields},
         },
         "active": active.as_dict(),
         "summary": summary_lines(active),
@@ -104,6 +122,10 @@ def format_capability_report(report: dict[str, Any]) -> str:
     ]
     for entry in report["settings"].values():
         lines.append(f"  {entry['key']:<20} {str(entry['value']):<8} from {entry['source']:<12} {entry['cli']}")
+    auto = report["auto"]
+    if auto["settings"]:
+        lines += ["", f"auto settings (measured once per machine and policy; cache {auto['cache_dir']}):"]
+        lines += [f"  {OptimizationSettings.env_key(name)}: {text}" for name, text in auto["settings"].items()]
     lines += ["", "Active when training with these settings:"]
     lines += [f"  {line}" for line in report["summary"]]
     return "\n".join(lines)

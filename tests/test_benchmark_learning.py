@@ -250,6 +250,7 @@ def test_both_systems_train_save_on_the_clock_and_their_checkpoints_play(tmp_pat
 def test_a_run_in_its_own_process_with_a_cold_cache(tmp_path):
     spec = RunSpec("plain_sb3", 0, 30.0, 0.1, 6, str(tmp_path / "plain"), total_timesteps=200)
     result = run_in_process(spec, str(tmp_path / "cache"))
+    assert (tmp_path / "cache" / "inductor").is_dir()  # torch made the run's own compile cache
     assert result["system"] == "plain_sb3" and result["checkpoints"]
     assert result["checkpoints"][-1]["env_steps"] == 200  # total_timesteps ended it, with a last checkpoint
     # The clock started before the process did: its start and imports are counted.

@@ -6,8 +6,10 @@ wall-clock budget and judges the models saved along the way:
 1. Each run (a system and a seed) trains in a process of its own, started fresh, so that every
    run pays what a user pays: importing torch and SB3, building the model, compiling it.
    The clock starts before the process does. With ``cold_cache`` (the default) each run gets
-   an empty ``TORCHINDUCTOR_CACHE_DIR``, so compilation starts from nothing; otherwise the
-   user's cache is used and the result records whether it held anything.
+   empty caches: ``TORCHINDUCTOR_CACHE_DIR``, so compilation starts from nothing, and
+   ``SB3_SNAKE_CACHE_DIR``, so ``auto`` settings are measured as on a machine's first run;
+   otherwise the user's caches are used and the result records whether the compile cache held
+   anything.
 2. Every ``every_seconds`` of counted time the model is saved; the time spent saving is taken
    off the clock (:class:`Stopwatch`), so checkpoints cost the run nothing. Training stops when
    the counted time reaches the budget, with a last checkpoint.
@@ -211,11 +213,17 @@ class RunSpec:
 
 
 def run_in_process(spec: RunSpec, cache_dir: str | None) -> dict[str, Any]:
-    """Train ``spec`` in a fresh process (spawned); the clock starts before the process does."""
+    """Train ``spec`` in a fresh process (spawned); the clock starts before the process does.
+
+    ``cache_dir``: a folder for the run's own compile and auto-settings caches (None: the user's).
+    """
     result_path = Path(spec.directory) / "run.json"
     result_path.parent.mkdir(parents=True, exist_ok=True)
+    caches = {"TORCHINDUCTOR_CACHE_DIR": None, "SB3_SNAKE_CACHE_DIR": None}
+    if cache_dir is not None:
+        caches = {"TORCHINDUCTOR_CACHE_DIR": f"{cache_dir}/inductor", "SB3_SNAKE_CACHE_DIR": f"{cache_dir}/sb3-snake"}
     start = time.time()
-    with _environment(TORCHINDUCTOR_CACHE_DIR=cache_dir):
+    with _environment(**caches):
         process = multiprocessing.get_context("spawn").Process(
             target=_run_and_write, args=(asdict(spec), start, str(result_path))
         )
@@ -401,8 +409,8 @@ def run_learning_benchmark(
     for seed in plan.seeds:
         for system in plan.systems:
             directory = work_dir / f"{system}-seed{seed}"
-            cache_dir = tempfile.mkdtemp(prefix="inductor-", dir=work_dir) if plan.cold_cache else None
-            cache = compile_cache_state(cache_dir)
+            cache_dir = tempfile.mkdtemp(prefix="caches-", dir=work_dir) if plan.cold_cache else None
+            cache = compile_cache_state(f"{cache_dir}/inductor" if cache_dir else None)
             progress(f"{system} seed {seed}: training for {plan.minutes:g} min ({cache} compile cache)...")
             spec = RunSpec(
                 system,
@@ -430,9 +438,9 @@ def run_learning_benchmark(
             "clock": "wall clock from before the run's process starts (imports, model build and "
             "compilation included); checkpoint saving is not counted",
             "evaluation": f"{plan.episodes} greedy games on the evaluation seeds per checkpoint, after training",
-            "compile_cache": "a fresh empty TORCHINDUCTOR_CACHE_DIR per run"
+            "compile_cache": "fresh empty TORCHINDUCTOR_CACHE_DIR and SB3_SNAKE_CACHE_DIR per run (cold)"
             if plan.cold_cache
-            else "the user's compile cache; each run records whether it held anything",
+            else "the user's caches; each run records whether the compile cache held anything",
             "plain_sb3": "DQN('MlpPolicy', SnakeEnv()) with SB3's defaults, torch's default threads, "
             "total_timesteps from a calibration run (not counted)",
         },

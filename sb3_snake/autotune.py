@@ -434,9 +434,3 @@ def apply_choice(settings: OptimizationSettings, entry: dict[str, Any], path: Pa
         values["sdpa_backend"] = chosen.sdpa_backend
         sources["sdpa_backend"] = sources["use_flash_attention"]
     return settings.resolved(values, sources)
-
-
-def describe_auto(settings: OptimizationSettings, names: Sequence[str] | None = None) -> list[str]:
-    """The sources of the fields that were auto, one line each (for reports)."""
-    names = names or [n for n in settings.as_dict() if settings.source(n).startswith("auto")]
-    return [f"{OptimizationSettings.env_key(n)}: {settings.source(n)}" for n in names]

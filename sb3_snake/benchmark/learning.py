@@ -142,12 +142,13 @@ class WallClockCheckpoints(BaseCallback):
         now = self.stopwatch.elapsed()
         finished = now >= self.budget
         if now >= self._next or finished:
-            self._checkpoint(min(now, self.budget) if finished else now)
+            self.checkpoint(min(now, self.budget) if finished else now)
             while self._next <= now:
                 self._next += self.every
         return not finished
 
-    def _checkpoint(self, seconds: float) -> None:
+    def checkpoint(self, seconds: float) -> None:
+        """Save the model now, off the clock, as the checkpoint of counted time ``seconds``."""
         with self.stopwatch.paused():
             path = self.directory / f"t{len(self.saved):04d}.zip"
             self.save(self.model, path)
@@ -325,7 +326,7 @@ def _train_plain_sb3(spec: RunSpec, stopwatch: Stopwatch, checkpoints_dir: Path,
     )
     model.learn(spec.total_timesteps or 10**12, callback=checkpoints)
     if not checkpoints.saved or checkpoints.saved[-1]["env_steps"] != model.num_timesteps:
-        checkpoints._checkpoint(min(stopwatch.elapsed(), spec.budget_seconds))  # total reached first
+        checkpoints.checkpoint(min(stopwatch.elapsed(), spec.budget_seconds))  # total_timesteps came first
     log.write(f"plain SB3 DQN: {model.num_timesteps} env steps of total_timesteps={spec.total_timesteps}\n")
     return {
         "checkpoints": checkpoints.saved,

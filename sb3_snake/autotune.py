@@ -245,6 +245,32 @@ def fill_replay_buffer(model: SnakeDQN, env: BatchedSnakeVecEnv, transitions: in
         obs = next_obs
 
 
+def filled_model(
+    settings: OptimizationSettings,
+    device: torch.device | str,
+    board_size: int,
+    transitions: int,
+    policy_kwargs: dict[str, Any] | None = None,
+    n_envs: int = 256,
+) -> SnakeDQN:
+    """A fresh SnakeDQN for timing gradient steps: ``transitions`` of random play in its
+    buffer, learning from the first step, no logging."""
+    env = BatchedSnakeVecEnv(n_envs, board_size=board_size, device=device, seed=0)
+    model = SnakeDQN(
+        "AttentionPolicy",
+        env,
+        optimizations=settings,
+        policy_kwargs=policy_kwargs,
+        buffer_size=transitions,
+        learning_starts=0,
+        device=device,
+        seed=0,
+    )
+    model.set_logger(Logger(folder=None, output_formats=[]))
+    fill_replay_buffer(model, env, transitions)
+    return model
+
+
 def gradient_step_rate(
     candidate: Candidate,
     device: torch.device,
@@ -254,20 +280,9 @@ def gradient_step_rate(
 ) -> float:
     """Samples/s of ``SnakeDQN.train`` for ``candidate``: two untimed warm-up steps (compilation
     included), then the median of three timed runs of at least ``seconds / 3`` each."""
-    env = BatchedSnakeVecEnv(64, board_size=board_size, device=device, seed=0)
     transitions = max(2048, 2 * candidate.batch_size)
-    model = SnakeDQN(
-        "AttentionPolicy",
-        env,
-        optimizations=candidate.settings(torch.get_num_threads()),
-        policy_kwargs=policy_kwargs,
-        buffer_size=transitions,
-        learning_starts=0,
-        device=device,
-        seed=0,
-    )
-    model.set_logger(Logger(folder=None, output_formats=[]))
-    fill_replay_buffer(model, env, transitions)
+    settings = candidate.settings(torch.get_num_threads())
+    model = filled_model(settings, device, board_size, transitions, policy_kwargs, n_envs=64)
     model.train(gradient_steps=2, batch_size=candidate.batch_size)
     rates = []
     for _ in range(3):

@@ -30,13 +30,10 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import torch
-from stable_baselines3.common.logger import Logger
 from torch.utils.flop_counter import FlopCounterMode
 
-from sb3_snake.algorithm import SnakeDQN
-from sb3_snake.autotune import BATCH_TOLERANCE, fill_replay_buffer, smallest_fast_enough
+from sb3_snake.autotune import BATCH_TOLERANCE, filled_model, smallest_fast_enough
 from sb3_snake.benchmark.results import peak_memory_mib, reset_peak_memory
-from sb3_snake.envs import BatchedSnakeVecEnv
 from sb3_snake.settings import OptimizationSettings
 from sb3_snake.system import system_info
 
@@ -103,7 +100,7 @@ def count_flops_per_sample(device: str = "cpu", batch_size: int = 256, board_siz
     """FLOPs of one gradient step of the default policy per sample, counted by FlopCounterMode
     around ``SnakeDQN.train`` (online and target passes, backward, on the eager fp32 model)."""
     settings = OptimizationSettings(batch_size=batch_size, use_bf16=False, use_flash_attention=False)
-    model, _ = _filled_model(settings, device, board_size, max(1024, batch_size))
+    model = filled_model(settings, device, board_size, max(1024, batch_size))
     with FlopCounterMode(display=False) as counter:
         model.train(gradient_steps=1, batch_size=batch_size)
     return counter.get_total_flops() / batch_size
@@ -121,24 +118,6 @@ def efficiency(
         "peak_precision": precision,
         "peak_fraction": gflops / peaks[precision] if peaks.get(precision) else None,
     }
-
-
-def _filled_model(
-    settings: OptimizationSettings, device: str, board_size: int, buffer_size: int
-) -> tuple[SnakeDQN, BatchedSnakeVecEnv]:
-    env = BatchedSnakeVecEnv(256, board_size=board_size, device=device, seed=0)
-    model = SnakeDQN(
-        "AttentionPolicy",
-        env,
-        optimizations=settings,
-        buffer_size=buffer_size,
-        learning_starts=0,
-        device=device,
-        seed=0,
-    )
-    model.set_logger(Logger(folder=None, output_formats=[]))
-    fill_replay_buffer(model, env, buffer_size)
-    return model, env
 
 
 def measure_gradient_step(
@@ -164,7 +143,7 @@ def measure_gradient_step(
     if device == "cuda":
         torch.cuda.empty_cache()
     reset_peak_memory(device)
-    model, _ = _filled_model(settings, device, board_size, max(buffer_size, batch_size))
+    model = filled_model(settings, device, board_size, max(buffer_size, batch_size))
     model.train(gradient_steps=warmup_steps, batch_size=batch_size)
     durations = []
     for _ in range(repeats):

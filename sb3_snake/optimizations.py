@@ -294,8 +294,10 @@ def apply_optimizations(model: DQN, settings: OptimizationSettings) -> ActiveOpt
     active = ActiveOptimizations.decide(settings, model.device)
     for network in (model.q_net, model.q_net_target):
         network.forward_context = active.forward_context
-    for decision in (active.bf16, active.flash):
-        if decision.requested and not decision.active:
+    for decision, field in ((active.bf16, "use_bf16"), (active.flash, "use_flash_attention")):
+        # An auto setting that fell back to the default asked for "where it runs", not for it.
+        asked = not active.settings.source(field).startswith("auto")
+        if decision.requested and not decision.active and asked:
             logger.warning("optimization requested but not active: %s", decision.reason)
     if active.compile.active:
         failure = _compile_networks(model, settings.compile_mode)

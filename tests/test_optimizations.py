@@ -243,3 +243,15 @@ def test_unresolved_auto_takes_the_defaults_with_a_warning(caplog):
     settings = model.active_optimizations.settings
     assert settings.use_torch_compile is False and settings.batch_size == 1024
     assert "not measured" in settings.source("use_torch_compile")
+
+
+def test_an_auto_fallback_that_cannot_run_is_not_warned_about(caplog, monkeypatch):
+    monkeypatch.setattr("sb3_snake.system.cpu_has_native_bf16", lambda: False)
+    with caplog.at_level("WARNING"):
+        model = make_model(use_bf16=OptimizationSettings(use_bf16="auto").without_auto().use_bf16)
+    assert "requested but not active" in caplog.text  # asked for explicitly: warned
+    caplog.clear()
+    fallback = OptimizationSettings(use_bf16="auto", use_flash_attention=False, num_threads=1).without_auto()
+    with caplog.at_level("WARNING"):
+        model = small_dqn(fallback, board_size=6, transitions=64)
+    assert not model.active_optimizations.bf16.active and "requested but not active" not in caplog.text

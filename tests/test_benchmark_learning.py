@@ -137,7 +137,7 @@ def test_summary_per_system_median_and_spread():
     assert summary["plain_sb3"]["seconds_to_score"]["10"]["reached"] == "0/1"
     assert set(summary["sb3_snake"]["seconds_to_score"]) == {str(t) for t in SCORE_THRESHOLDS}
     table = format_summary({"summary": summary})
-    assert "30s (15s-45s) 3/3" in table and "plain_sb3" in table
+    assert "30s (15s-45s) 3/3" in table and "45s (30s--) 2/3" in table and "never 0/1" in table
 
 
 def test_plan_refuses_what_cannot_run():

@@ -508,14 +508,20 @@ def format_summary(report: dict[str, Any]) -> str:
         cells = []
         for threshold in SCORE_THRESHOLDS:
             cell = entry["seconds_to_score"][str(threshold)]
-            cells.append(
-                f"{seconds(cell['median']):>6} ({seconds(cell['min'])}-{seconds(cell['max'])}) {cell['reached']}"
-            )
+            if cell["min"] is None:
+                cells.append(f"never {cell['reached']}")
+            else:
+                cells.append(
+                    f"{seconds(cell['median'])} ({seconds(cell['min'])}-{seconds(cell['max'])}) {cell['reached']}"
+                )
         final = entry["final_mean_score"]
         lines.append(
             f"{system:<10} "
             + " ".join(f"{cell:>18}" for cell in cells)
             + f"   {final['median']:.2f} ({final['min']:.2f}-{final['max']:.2f})"
         )
-    lines.append("to N: median seconds to a greedy mean of N (fastest-slowest seed), seeds that got there")
+    lines.append(
+        "to N: median seconds to a greedy mean of N (fastest-slowest seed, '-' where one never got there), "
+        "seeds that got there"
+    )
     return "\n".join(lines)

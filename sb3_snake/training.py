@@ -29,7 +29,7 @@ from stable_baselines3.common.logger import HumanOutputFormat, KVWriter, Logger,
 from stable_baselines3.common.utils import get_latest_run_id
 
 from sb3_snake.algorithm import SnakeDQN, TrainingDiverged
-from sb3_snake.autotune import resolve_auto
+from sb3_snake.autotune import batch_candidates, resolve_auto
 from sb3_snake.callbacks import (
     BestModelSelection,
     EpisodeBudget,
@@ -56,7 +56,7 @@ from sb3_snake.persistence import (
 )
 from sb3_snake.report import summary_lines
 from sb3_snake.run_directory import claim_run_directory
-from sb3_snake.settings import OptimizationSettings
+from sb3_snake.settings import AUTO, OptimizationSettings
 from sb3_snake.system import available_memory_bytes, capabilities, check_device, resolve_device
 from sb3_snake.tracking import WandbOutput, WandbRun, resolve_mode
 
@@ -503,9 +503,11 @@ def train(
     ``callbacks`` (SB3 callbacks) run after the run's own, as with ``learn(callback=...)``.
     """
     console, stop = console or Console(), stop or StopRequest()
-    settings = resolve_settings(config, resumed_settings(settings, resume, trust_model), console)
-    config.check_batch_size(settings.batch_size)
-    check_memory(config, settings.batch_size)
+    settings = resumed_settings(settings, resume, trust_model)
+    planned_batch = max(batch_candidates(config.buffer_size)) if settings.batch_size == AUTO else settings.batch_size
+    config.check_batch_size(planned_batch)  # bad input is refused before anything is measured
+    check_memory(config, planned_batch)
+    settings = resolve_settings(config, settings, console)
     with claim_run_directory(run_dir, overwrite=overwrite, resuming=resume is not None, keep=_kept(resume)) as run_dir:
         model = build_model(config, settings, resume, trust_model)
         print_configuration(model, config, run_dir, console)

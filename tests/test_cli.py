@@ -280,6 +280,14 @@ def test_malformed_env_file_exits_2(tmp_path):
     assert result.exit_code == 2 and "USE_BF16='maybe'" in result.output and "bad.env" in result.output
 
 
+def test_bad_input_is_refused_before_auto_settings_are_measured(tmp_path):
+    env_file = tmp_path / "auto.env"
+    env_file.write_text("USE_FLASH_ATTENTION=auto\nOPTIMAL_BATCH_SIZE=auto\n")
+    result = runner.invoke(app, ["train", "--n-envs", "100000000", "--env-file", str(env_file)])
+    assert result.exit_code == 2 and result.output.startswith("error: this run needs about"), result.output
+    assert "measuring" not in result.output
+
+
 @pytest.mark.slow
 def test_auto_settings_are_measured_before_training_and_recorded(tmp_path):
     env_file = tmp_path / "auto.env"

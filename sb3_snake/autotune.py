@@ -142,12 +142,11 @@ def search(
     batch = min(PROBE_BATCH_SIZE, max(batch_candidates)) if "batch_size" in auto else settings.batch_size
 
     # Stage 1: precision and attention kernel, eager (compiling each candidate would take minutes).
-    stage1 = [
-        Candidate(bf16, kernel, False, batch)
-        for bf16 in bf16_options
-        for kernel in kernel_options
-        if not (kernel == "flash" and machine.device_type == "cuda" and not bf16)  # flash needs bf16 there
-    ]
+    every = [Candidate(bf16, kernel, False, batch) for bf16 in bf16_options for kernel in kernel_options]
+    # Flash on CUDA needs bf16; where nothing else is left (flash asked for, no bf16) it stays, and
+    # the optimization layer reports it inactive with its reason.
+    stage1 = [c for c in every if not (c.sdpa_backend == "flash" and machine.device_type == "cuda" and not c.use_bf16)]
+    stage1 = stage1 or every
     best = max(stage1, key=rate)
     if "use_bf16" in auto and len(bf16_options) > 1:
         other = max((c for c in stage1 if c.use_bf16 != best.use_bf16), key=rate)

@@ -114,6 +114,12 @@ def test_batch_sizes_tried_fit_the_replay_buffer():
     assert search(settings(batch_size="auto"), CPU_WITHOUT_BF16, tiny, (100,))["chosen"]["batch_size"] == 100
 
 
+def test_flash_asked_for_on_a_gpu_without_bf16_is_still_a_choice():
+    gpu_without_bf16 = Machine("cuda", False, "", ("efficient", "auto"))
+    result = search(settings(use_bf16="auto", use_flash_attention=True), gpu_without_bf16, Table())
+    assert result["chosen"]["use_bf16"] is False and result["chosen"]["sdpa_backend"] == "flash"
+
+
 def test_smallest_batch_within_the_tolerance():
     assert smallest_fast_enough({256: 80.0, 512: 95.0, 1024: 100.0}) == 512
     assert smallest_fast_enough({256: 95.0, 512: 100.0}, tolerance=0.9) == 256

@@ -17,10 +17,10 @@ import argparse
 import json
 import sys
 
-from sb3_snake.optimizations import choose_num_threads, torch_threads
+from sb3_snake.optimizations import threads_for, torch_threads
 from sb3_snake.report import capability_report, format_capability_report
 from sb3_snake.settings import OptimizationSettings, SettingsError
-from sb3_snake.system import check_device, cpu_cores, resolve_device
+from sb3_snake.system import check_device
 from sb3_snake.training import TrainConfig
 
 
@@ -43,9 +43,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     config = TrainConfig()
-    device = resolve_device(args.device)
-    threads, _ = choose_num_threads(settings.num_threads, device.type, cpu_cores())
-    with torch_threads(threads):  # the count training will use, so a measurement here is valid there
+    with torch_threads(
+        threads_for(settings, args.device)
+    ):  # the count training will use, so a measurement here is valid there
         report = capability_report(
             settings,
             args.device,

@@ -165,10 +165,12 @@ def search(
             evidence["use_torch_compile"] = f"chose false: {machine.compile_unavailable} (not measured)"
         else:
             compiled = replace(best, use_torch_compile=True)
-            wins = rate(compiled) >= COMPILE_MARGIN * rate(best)
-            evidence["use_torch_compile"] = _versus(wins, not wins, *_pair(wins, rate(compiled), rate(best)))
+            chosen, other = (compiled, best) if rate(compiled) >= COMPILE_MARGIN * rate(best) else (best, compiled)
+            evidence["use_torch_compile"] = _versus(
+                chosen.use_torch_compile, other.use_torch_compile, rate(chosen), rate(other)
+            )
             evidence["use_torch_compile"] += f", {COMPILE_MARGIN:.2f}x needed"
-            best = compiled if wins else best
+            best = chosen
     elif settings.use_torch_compile:
         best = replace(best, use_torch_compile=True)
 
@@ -215,10 +217,6 @@ def _kernel_options(settings: OptimizationSettings, machine: Machine) -> list[st
 
 def _kernel_name(backend: str) -> str:
     return "PyTorch's choice without flash" if backend == "auto" else backend
-
-
-def _pair(wins: bool, compiled: float, eager: float) -> tuple[float, float]:
-    return (compiled, eager) if wins else (eager, compiled)
 
 
 def _versus(chosen: Any, other: Any, chosen_rate: float, other_rate: float) -> str:
@@ -408,12 +406,10 @@ def resolve_auto(
     path = cache_path(key)
     entry = read_cache(path, key)
     if entry is None and not allow_measure:
-        fallback = settings.without_auto()
-        note = (
+        return settings.without_auto(
             "auto, not measured on this machine yet (the first sb3-snake train measures it): "
             f"built-in default; cache {path}"
         )
-        return fallback.resolved({}, {name: note for name in settings.auto_fields})
     if entry is None:
         progress(
             f"measuring auto settings ({', '.join(OptimizationSettings.env_key(n) for n in settings.auto_fields)}) "

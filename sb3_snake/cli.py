@@ -184,12 +184,6 @@ def load_settings(env_file: Path | None, options: dict[str, Any]) -> Optimizatio
     return OptimizationSettings.load(env_file, **overrides)
 
 
-def command_threads(settings: OptimizationSettings, device: str) -> int:
-    from sb3_snake.optimizations import choose_num_threads
-
-    return choose_num_threads(settings.num_threads, resolve_device(device).type, cpu_cores())[0]
-
-
 # ---------------------------------------------------------------------- signals
 
 
@@ -259,7 +253,7 @@ def train(
     **options: Any,
 ) -> None:
     """Train SnakeDQN with the attention policy until the first of --episodes, --timesteps, --time-limit."""
-    from sb3_snake.optimizations import torch_threads
+    from sb3_snake.optimizations import threads_for, torch_threads
     from sb3_snake.training import (
         RunCancelled,
         StopRequest,
@@ -292,7 +286,7 @@ def train(
             config = TrainConfig(**given)
         check_tensorboard(config.tensorboard_log)
         wandb_options = WandbOptions(wandb, wandb_project, resolve_mode(wandb_mode.value) if wandb else "disabled")
-        threads = command_threads(settings, config.device)
+        threads = threads_for(settings, config.device)
     run_dir = output or (Path("runs") / name if name else None)
     stop = StopRequest()
     try:
@@ -608,7 +602,9 @@ def benchmark_learning(
     ] = True,
     cold_cache: Annotated[
         bool,
-        typer.Option("--cold-cache/--warm-cache", help="An empty compile cache per run, or the user's cache."),
+        typer.Option(
+            "--cold-cache/--warm-cache", help="Empty compile and auto-settings caches per run, or the user's."
+        ),
     ] = True,
     hyperparams: Annotated[
         Path | None, typer.Option(help="Train sb3-snake with this hyperparameter file (as train --hyperparams).")
@@ -695,7 +691,7 @@ def benchmark(
     benchmark_results/benchmark_results_full_<UTC>.json.
     """
     from sb3_snake.benchmark.full import BenchmarkPlan, format_report, log_to_wandb, run_benchmark
-    from sb3_snake.optimizations import torch_threads
+    from sb3_snake.optimizations import threads_for, torch_threads
     from sb3_snake.settings import write_env_file
     from sb3_snake.tracking import WandbRun
 
@@ -719,7 +715,7 @@ def benchmark(
         f"Gradient sweep: {len(plan.combinations)} combinations x {len(plan.batch_sizes)} batch sizes on "
         f"{plan.device}, {plan.repeats} repeats each" + ("; then end-to-end training speed" if end_to_end else "")
     )
-    with torch_threads(command_threads(settings, plan.device)):
+    with torch_threads(threads_for(settings, plan.device)):
         report = run_benchmark(plan, settings, progress=typer.echo)
     typer.echo(format_report(report))
     path = save_results("benchmark_results_full", report, output)
@@ -797,7 +793,7 @@ def tune(
     """Hyperparameter search on Optuna: one machine by default, many with the same --storage URL."""
     from optuna import logging as optuna_logging
 
-    from sb3_snake.optimizations import torch_threads
+    from sb3_snake.optimizations import threads_for, torch_threads
     from sb3_snake.training import TrainConfig
     from sb3_snake.tuning import TuneConfig, best_line, load_study, write_report
     from sb3_snake.tuning import tune as run_tune
@@ -831,7 +827,7 @@ def tune(
     if not report:
         optuna_logging.set_verbosity(optuna_logging.WARNING)  # this command prints one line per trial itself
         try:
-            with torch_threads(command_threads(settings, "auto")), user_errors():
+            with torch_threads(threads_for(settings, "auto")), user_errors():
                 study = run_tune(config, settings, notify=typer.echo)
         except KeyboardInterrupt:
             typer.echo("stopped: the running trial was marked failed; run the same command to continue", err=True)

@@ -139,6 +139,12 @@ def choose_num_threads(setting: int | str, device_type: str, cpu_cores: int | No
     return cores, "auto: CPU training, one thread per core"
 
 
+def threads_for(settings: OptimizationSettings, device: str) -> int:
+    """The thread count a run with ``settings`` on ``device`` (``auto``, ``cpu`` or ``cuda``)
+    trains with: what an entry point passes to :func:`torch_threads`."""
+    return choose_num_threads(settings.num_threads, system.resolve_device(device).type, system.cpu_cores())[0]
+
+
 # ---------------------------------------------------------------------- probes (run real ops)
 
 

@@ -240,14 +240,14 @@ class OptimizationSettings:
         """These settings with ``values`` in place of ``auto`` and where each came from."""
         return replace(self, **values, sources={**self.sources, **sources})
 
-    def without_auto(self) -> OptimizationSettings:
+    def without_auto(self, source: str = "auto, not measured: built-in default") -> OptimizationSettings:
         """These settings with each ``auto`` replaced by the built-in default, unmeasured (what a
-        model gets when nothing resolved ``auto`` for it; the source says so)."""
+        model gets when nothing resolved ``auto`` for it), ``source`` saying so."""
         defaults = OptimizationSettings()
         values = {name: getattr(defaults, name) for name in self.auto_fields}
         if "use_flash_attention" in values and self.sdpa_backend != AUTO:
             values["use_flash_attention"] = self.sdpa_backend == "flash"
-        return self.resolved(values, {name: "auto, not measured: built-in default" for name in values})
+        return self.resolved(values, {name: source for name in values})
 
     @property
     def auto_fields(self) -> tuple[str, ...]:

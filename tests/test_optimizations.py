@@ -20,10 +20,11 @@ from sb3_snake.optimizations import (
     decide_sdpa_backend,
     probe_bf16,
     probe_flash,
+    threads_for,
     torch_threads,
 )
 from sb3_snake.settings import OptimizationSettings
-from sb3_snake.system import cpu_has_native_bf16
+from sb3_snake.system import cpu_cores, cpu_has_native_bf16
 from tests.conftest import SMALL_POLICY, small_dqn
 
 FLASH_KERNEL = "aten::_scaled_dot_product_flash_attention_for_cpu"
@@ -182,6 +183,8 @@ def test_thread_rule():
     assert choose_num_threads("auto", "cpu", 2)[0] == 2
     assert choose_num_threads("auto", "cuda", 16)[0] == 4
     assert choose_num_threads("auto", "cuda", 1)[0] == 1
+    assert threads_for(OptimizationSettings(num_threads=3), "cpu") == 3
+    assert threads_for(OptimizationSettings(), "cpu") == choose_num_threads("auto", "cpu", cpu_cores())[0]
 
 
 def test_flash_off_excludes_the_flash_backend_in_the_context():

@@ -278,10 +278,9 @@ def _train_sb3_snake(spec: RunSpec, stopwatch: Stopwatch, checkpoints_dir: Path,
     import torch
     from rich.console import Console
 
-    from sb3_snake.optimizations import choose_num_threads, torch_threads
+    from sb3_snake.optimizations import threads_for, torch_threads
     from sb3_snake.persistence import save_model
     from sb3_snake.settings import OptimizationSettings
-    from sb3_snake.system import cpu_cores, resolve_device
     from sb3_snake.training import TrainConfig, split_hyperparameters, train
 
     config_values, setting_values = split_hyperparameters(spec.hyperparameters)
@@ -291,7 +290,7 @@ def _train_sb3_snake(spec: RunSpec, stopwatch: Stopwatch, checkpoints_dir: Path,
         **{**config_values, "seed": spec.seed, "board_size": spec.board_size},
         time_limit_minutes=2 * spec.budget_seconds / 60,
     )
-    threads, _ = choose_num_threads(settings.num_threads, resolve_device(config.device).type, cpu_cores())
+    threads = threads_for(settings, config.device)
     checkpoints = WallClockCheckpoints(
         stopwatch, spec.every_seconds, spec.budget_seconds, checkpoints_dir, lambda model, path: save_model(model, path)
     )

@@ -18,8 +18,8 @@ left" are relations it must learn between two tokens for every head position; in
 view they are fixed inputs, which one layer reads from the start. The transformer is left with
 what needs the whole board (where the body will be free, which region the head may be walled in).
 
-Patches are cut with ``view``/``permute`` (one copy), not ``F.unfold``: on CPU ``unfold`` loops
-over the batch and took most of the forward pass.
+Patches are cut with ``permute``/``reshape`` channels-last (:func:`cut_patches`), not
+``F.unfold``: on CPU ``unfold`` loops over the batch and took most of the forward pass.
 """
 
 from __future__ import annotations
@@ -44,14 +44,20 @@ def default_patch_size(board_size: int) -> int:
 
 
 def cut_patches(board: torch.Tensor, patch_size: int) -> torch.Tensor:
-    """``(B, C, rows * p, cols * p)`` -> ``(B, rows * cols, C * p * p)``: one row per patch,
-    patches in row-major order, each flattened channel-first (as ``F.unfold`` orders them)."""
+    """``(B, C, rows * p, cols * p)`` -> ``(B, rows * cols, p * p * C)``: one row per patch,
+    patches in row-major order, each flattened row, column, channel (channels last).
+
+    The board is made channels-last first, so the copy that gathers a patch moves runs of
+    ``p * C`` contiguous values; cutting channel-first patches (``F.unfold``'s order) in one
+    permute moved single values and took 3.7 ms of a 4 ms patch embedding at batch 512 on CPU.
+    """
     batch, channels, height, width = board.shape
     p = patch_size
     return (
-        board.reshape(batch, channels, height // p, p, width // p, p)
-        .permute(0, 2, 4, 1, 3, 5)
-        .reshape(batch, (height // p) * (width // p), channels * p * p)
+        board.permute(0, 2, 3, 1)
+        .reshape(batch, height // p, p, width // p, p * channels)
+        .transpose(2, 3)
+        .reshape(batch, (height // p) * (width // p), p * p * channels)
     )
 
 
@@ -115,7 +121,13 @@ class HeadView(nn.Module):
     A ``(C, H, W)`` board becomes a ``(C, 2H - 1, 2W - 1)`` view whose centre is the head: each
     board cell sits at its offset from the head, so every cell is in view wherever the head is.
     The head channel (always just the centre) is replaced by an on-board channel, which is 0
-    beyond the walls. The view is one ``gather`` from the zero-padded board.
+    beyond the walls.
+
+    The view is one ``gather`` from the flat board plus one zero cell, with the on-board channel
+    (ones) in place of the head channel: for every head cell a precomputed row of indices says
+    which board cell, or the zero cell, each view cell shows. This touches the ``C x (HW + 1)``
+    board, not a zero-padded ``C x (3H - 2) x (3W - 2)`` one; on the 2-core CPU it made the
+    view's forward and backward at batch 512 about 2x faster (14 -> 6 ms).
 
     :param board_shape: ``(C, H, W)`` of the observations; channel :data:`~sb3_snake.envs.rules.HEAD`
         marks the head.
@@ -125,30 +137,31 @@ class HeadView(nn.Module):
     def __init__(self, board_shape: tuple[int, int, int], features_dim: int):
         super().__init__()
         channels, height, width = board_shape
-        self.padded_width = 3 * width - 2  # the board plus width - 1 cells of padding on each side
+        cells = height * width
         rows, cols = torch.meshgrid(torch.arange(2 * height - 1), torch.arange(2 * width - 1), indexing="ij")
-        # Flat index into the padded board of each view cell when the head is at (0, 0).
-        self.register_buffer("view_index", (rows * self.padded_width + cols).flatten(), persistent=False)
-        on_board = torch.zeros(3 * height - 2, self.padded_width)
-        on_board[height - 1 : 2 * height - 1, width - 1 : 2 * width - 1] = 1
-        self.register_buffer("on_board", on_board.flatten(), persistent=False)
+        head_rows, head_cols = torch.arange(cells) // width, torch.arange(cells) % width
+        board_rows = head_rows[:, None] + rows.flatten() - (height - 1)
+        board_cols = head_cols[:, None] + cols.flatten() - (width - 1)
+        on_board = (board_rows >= 0) & (board_rows < height) & (board_cols >= 0) & (board_cols < width)
+        # Row h: the flat board cell each view cell shows when the head is on cell h (``cells``: off the board).
         self.register_buffer(
-            "other_channels", torch.tensor([c for c in range(channels) if c != HEAD]), persistent=False
+            "view_index", torch.where(on_board, board_rows * width + board_cols, cells), persistent=False
         )
+        # The other channels in order, then the head channel's slot, which becomes the on-board channel.
+        order = [c for c in range(channels) if c != HEAD] + [HEAD]
+        self.register_buffer("channel_order", torch.tensor(order), persistent=False)
         self.board_shape = board_shape
-        self.linear = nn.Linear(channels * self.view_index.numel(), features_dim)
+        self.linear = nn.Linear(channels * self.view_index.shape[1], features_dim)
 
     def view(self, observations: torch.Tensor) -> torch.Tensor:
         """``(B, C, H, W)`` -> ``(B, C, 2H - 1, 2W - 1)``: the head-centred view (on-board channel last)."""
-        _, height, width = self.board_shape
-        batch = observations.shape[0]
-        head = observations[:, HEAD].flatten(1).argmax(dim=1)
-        origin = (head // width) * self.padded_width + head % width
-        index = self.view_index + origin[:, None]
-        padded = F.pad(observations[:, self.other_channels], (width - 1, width - 1, height - 1, height - 1))
-        cells = padded.flatten(2).gather(2, index[:, None, :].expand(-1, padded.shape[1], -1))
-        planes = torch.cat([cells, self.on_board[index].to(cells.dtype)[:, None, :]], dim=1)
-        return planes.view(batch, -1, 2 * height - 1, 2 * width - 1)
+        channels, height, width = self.board_shape
+        flat = observations.flatten(2)
+        head = flat[:, HEAD].argmax(dim=1)
+        source = F.pad(flat[:, self.channel_order], (0, 1))  # one zero cell after the board
+        source[:, -1, :-1] = 1  # the on-board channel
+        index = self.view_index[head][:, None, :].expand(-1, channels, -1)
+        return source.gather(2, index).view(-1, channels, 2 * height - 1, 2 * width - 1)
 
     def forward(self, observations: torch.Tensor) -> torch.Tensor:
         return F.relu(self.linear(self.view(observations).flatten(1)))
@@ -206,11 +219,18 @@ class SnakeAttentionExtractor(BaseFeaturesExtractor):
         self.head_view = HeadView(observation_space.shape, head_view_dim) if head_view_dim else None
         self.head = nn.Sequential(nn.Linear(embed_dim + head_view_dim, features_dim), nn.ReLU())
 
+    def channels_last_embedding(self) -> torch.Tensor:
+        """``embed``'s weight for :func:`cut_patches`' order. ``embed`` keeps the channel-first
+        order of its inputs (``F.unfold``'s), which saved models hold."""
+        weight = self.embed.weight
+        channels = weight.shape[1] // self.patch_size**2
+        return weight.view(-1, channels, self.patch_size, self.patch_size).permute(0, 2, 3, 1).reshape(weight.shape)
+
     def forward(self, observations: torch.Tensor) -> torch.Tensor:
         board = F.pad(observations, self.padding) if any(self.padding) else observations
         patches = cut_patches(board, self.patch_size)
         positions = (self.row_embedding + self.col_embedding).reshape(1, -1, self.row_embedding.shape[-1])
-        tokens = self.embed(patches) + positions
+        tokens = F.linear(patches, self.channels_last_embedding(), self.embed.bias) + positions
         for block in self.blocks:
             tokens = block(tokens)
         features = self.pool(tokens)

@@ -45,10 +45,25 @@ def test_uses_sdpa_not_multihead_attention():
 
 
 @pytest.mark.parametrize("patch_size", [1, 2, 3])
-def test_patches_match_unfold(patch_size):
+def test_patches_match_unfold_channels_last(patch_size):
     board = torch.randn(3, 4, 6, 6)
-    expected = torch.nn.functional.unfold(board, kernel_size=patch_size, stride=patch_size).transpose(1, 2)
+    unfolded = torch.nn.functional.unfold(board, kernel_size=patch_size, stride=patch_size).transpose(1, 2)
+    # unfold flattens each patch channel, row, column; cut_patches row, column, channel
+    expected = unfolded.reshape(3, -1, 4, patch_size, patch_size).permute(0, 1, 3, 4, 2).reshape(unfolded.shape)
     torch.testing.assert_close(cut_patches(board, patch_size), expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("board_size", [5, 10])
+def test_embedding_keeps_the_channel_first_weights_of_saved_models(board_size):
+    """Token embeddings equal embed(unfolded patch): a model saved before channels-last patches means the same."""
+    space = gym.spaces.Box(0, 1, (5, board_size, board_size), np.uint8)
+    extractor = SnakeAttentionExtractor(space)
+    board = torch.nn.functional.pad(torch.rand(4, 5, board_size, board_size), extractor.padding)
+    p = extractor.patch_size
+    unfolded = torch.nn.functional.unfold(board, kernel_size=p, stride=p).transpose(1, 2)
+    expected = extractor.embed(unfolded)
+    got = torch.nn.functional.linear(cut_patches(board, p), extractor.channels_last_embedding(), extractor.embed.bias)
+    torch.testing.assert_close(got, expected)
 
 
 def test_a_board_that_is_not_a_multiple_of_the_patch_is_padded_with_zeros():
@@ -57,7 +72,7 @@ def test_a_board_that_is_not_a_multiple_of_the_patch_is_padded_with_zeros():
     assert extractor.grid == (3, 3) and extractor.padding == (0, 1, 0, 1)
     board = torch.nn.functional.pad(torch.ones(1, 5, 5, 5), extractor.padding)
     patches = cut_patches(board, 2)  # the last patch holds one cell of the board, three of padding
-    assert patches.shape == (1, 9, 20) and patches[0, -1].sum() == 5
+    assert patches.shape == (1, 9, 20) and patches[0, -1].sum() == 5 and patches[0, 0].sum() == 20
     assert extractor(torch.ones(2, 5, 5, 5)).shape == (2, extractor.features_dim)
 
 

@@ -61,7 +61,8 @@ SDPA_KERNELS = {
 
 @dataclass(frozen=True)
 class Decision:
-    """Whether an optimization was asked for, whether it is active, and why not when it is not."""
+    """Whether an optimization was asked for, whether it is active, and why not when it is not
+    (or, for an active one, a qualification such as when it starts)."""
 
     requested: bool
     active: bool
@@ -69,7 +70,7 @@ class Decision:
 
     def describe(self) -> str:
         if self.active:
-            return "enabled"
+            return f"enabled ({self.reason})" if self.reason else "enabled"
         return "disabled" if not self.requested else f"disabled ({self.reason})"
 
 
@@ -284,12 +285,15 @@ def torch_threads(count: int) -> Iterator[None]:
         torch.set_num_threads(previous)
 
 
-def apply_optimizations(model: DQN, settings: OptimizationSettings) -> ActiveOptimizations:
+def apply_optimizations(model: DQN, settings: OptimizationSettings, compile_after: int = 0) -> ActiveOptimizations:
     """Apply ``settings`` to a DQN model in place and return what is really active.
 
     Gives both Q-networks the forward context, and compiles them when asked; a compile that
-    fails its warm-up forward pass is undone and reported off. The thread count is decided
-    (``active.num_threads``) but not set: that is :func:`torch_threads`'s, for the entry point.
+    fails its warm-up forward pass is undone and reported off. With ``compile_after`` > 0 the
+    compilation is left to the caller (:func:`compile_networks` once that many gradient steps
+    ran; :class:`~sb3_snake.SnakeDQN` does it) and the decision says when it starts. The thread
+    count is decided (``active.num_threads``) but not set: that is :func:`torch_threads`'s, for
+    the entry point.
     """
     if settings.auto_fields:
         logger.warning(
@@ -305,11 +309,18 @@ def apply_optimizations(model: DQN, settings: OptimizationSettings) -> ActiveOpt
         asked = not active.settings.source(field).startswith("auto")
         if decision.requested and not decision.active and asked:
             logger.warning("optimization requested but not active: %s", decision.reason)
-    if active.compile.active:
-        failure = _compile_networks(model, settings.compile_mode)
-        if failure:
-            logger.warning("torch.compile requested but not active: %s", failure)
-            active = replace(active, compile=Decision(True, False, failure))
+    if active.compile.active and compile_after > 0:
+        return replace(active, compile=Decision(True, True, f"after the first {compile_after:,} gradient steps"))
+    return compile_networks(model, active) if active.compile.active else active
+
+
+def compile_networks(model: DQN, active: ActiveOptimizations) -> ActiveOptimizations:
+    """Compile both Q-networks of ``model`` in ``active``'s compile mode; what is active
+    afterwards: ``active``, or compile off with the error as its reason when the warm-up pass fails."""
+    failure = _compile_networks(model, active.settings.compile_mode)
+    if failure:
+        logger.warning("torch.compile requested but not active: %s", failure)
+        return replace(active, compile=Decision(True, False, failure))
     return active
 
 

@@ -105,6 +105,9 @@ class TrainConfig:
     embed_dim: int = option(32, "Width of the extractor's transformer (a multiple of its 2 heads).", DQN)
     n_steps: int = option(1, "n-step returns (SB3's NStepReplayBuffer).", DQN)
     symmetry_augmentation: bool = option(False, "Replay each transition under a random board symmetry.", DQN)
+    compile_after: int = option(
+        2000, "With torch.compile on: gradient steps trained eagerly before compiling (0, or resuming: at once).", RUN
+    )
     checkpoint_every: int | None = option(None, "Episodes between atomic checkpoints (checkpoint.zip).", RUN)
     select_every: int | None = option(None, "Env steps between greedy evaluations that keep best_model.zip.", RUN)
     select_episodes: int = option(32, "Greedy games per --select-every evaluation.", RUN)
@@ -165,6 +168,7 @@ class TrainConfig:
             ],
             (self.exploration_steps >= 1, f"exploration_steps must be at least 1, got {self.exploration_steps}"),
             (self.n_steps >= 1, f"n_steps must be at least 1, got {self.n_steps}"),
+            (self.compile_after >= 0, f"compile_after must be at least 0, got {self.compile_after}"),
             (self.head_view_dim >= 1, f"head_view_dim must be at least 1, got {self.head_view_dim}"),
             (
                 self.embed_dim >= 2 and self.embed_dim % 2 == 0,
@@ -232,6 +236,7 @@ class TrainConfig:
             **{name: getattr(self, name) for name in _MODEL_FIELDS},
             "seed": self.seed,
             "verbose": self.verbose,
+            "compile_after": self.compile_after,
             "train_freq": train_freq,
             "gradient_steps": gradient_steps,
             "batch_size": batch_size,
@@ -309,6 +314,7 @@ RUN_KEYS = (
     "save_replay_buffer",
     "tensorboard_log",
     "verbose",
+    "compile_after",
 )
 
 

@@ -23,11 +23,13 @@ from sb3_snake.optimizations import (
     threads_for,
     torch_threads,
 )
+from sb3_snake.report import summary_lines
 from sb3_snake.settings import OptimizationSettings
 from sb3_snake.system import cpu_cores, cpu_has_native_bf16
 from tests.conftest import SMALL_POLICY, small_dqn
 
 FLASH_KERNEL = "aten::_scaled_dot_product_flash_attention_for_cpu"
+COMPILED = OptimizationSettings(use_bf16=False, use_flash_attention=False, use_torch_compile=True, num_threads=1)
 needs_bf16 = pytest.mark.skipif(not cpu_has_native_bf16(), reason="this CPU has no native bf16")
 
 
@@ -80,6 +82,60 @@ def test_bf16_layers_produce_bfloat16_and_q_values_stay_float32():
 def test_without_bf16_everything_is_float32():
     dtypes, q_dtype = _layer_output_dtypes(make_model(use_bf16=False))
     assert set(dtypes.values()) == {torch.float32} and q_dtype == torch.float32
+
+
+def test_a_deferred_compile_trains_eagerly_first_then_compiles_once(monkeypatch):
+    compiled_at = []
+
+    def fake_compile(model, active):
+        compiled_at.append(model._n_updates)
+        return active
+
+    monkeypatch.setattr("sb3_snake.algorithm.compile_networks", fake_compile)
+    model = small_dqn(COMPILED, board_size=6, transitions=64, compile_after=3)
+    assert model.q_net._compiled_call_impl is None and compiled_at == []
+    assert model.active_optimizations.compile == Decision(True, True, "after the first 3 gradient steps")
+    summary = summary_lines(model.active_optimizations)
+    assert any("enabled (after the first 3 gradient steps)" in line for line in summary)
+    for _ in range(5):
+        model.train(gradient_steps=1, batch_size=32)
+    assert compiled_at == [3]
+
+
+def test_compile_after_zero_compiles_when_the_model_is_built(monkeypatch):
+    calls = []
+    monkeypatch.setattr("sb3_snake.optimizations._compile_networks", lambda model, mode: calls.append(mode) or "")
+    model = small_dqn(COMPILED, board_size=6, transitions=64)
+    assert calls == ["default"] and model.active_optimizations.compile == Decision(True, True)
+    model.train(gradient_steps=2, batch_size=32)
+    assert calls == ["default"]
+
+
+def test_a_deferred_compile_that_fails_is_reported_off(monkeypatch):
+    failure = "compile failed: BackendCompilerFailed: no C++ compiler"
+    monkeypatch.setattr("sb3_snake.optimizations._compile_networks", lambda model, mode: failure)
+    model = small_dqn(COMPILED, board_size=6, transitions=64, compile_after=1)
+    assert model.active_optimizations.compile.active
+    model.train(gradient_steps=1, batch_size=32)
+    assert model.active_optimizations.compile.active
+    model.train(gradient_steps=1, batch_size=32)
+    assert model.active_optimizations.compile == Decision(True, False, failure)
+    model.train(gradient_steps=1, batch_size=32)  # goes on eagerly
+
+
+def test_a_deferred_compile_is_not_saved_and_a_loaded_model_defers_what_is_left(tmp_path, monkeypatch):
+    monkeypatch.setattr("sb3_snake.algorithm.compile_networks", lambda model, active: active)
+    model = small_dqn(COMPILED, board_size=6, transitions=64, compile_after=4)
+    model.train(gradient_steps=2, batch_size=32)
+    model.save(tmp_path / "m.zip")
+    loaded = SnakeDQN.load(tmp_path / "m.zip", optimizations=COMPILED)
+    assert loaded.compile_after == 4 and loaded._compile_pending
+    done = small_dqn(COMPILED, board_size=6, transitions=64, compile_after=1)
+    done.train(gradient_steps=2, batch_size=32)
+    done.save(tmp_path / "done.zip")
+    calls = []
+    monkeypatch.setattr("sb3_snake.optimizations._compile_networks", lambda model, mode: calls.append(mode) or "")
+    assert not SnakeDQN.load(tmp_path / "done.zip", optimizations=COMPILED)._compile_pending and calls == ["default"]
 
 
 @pytest.mark.slow

@@ -59,6 +59,7 @@ def tiny_config(**changes):
         ({"checkpoint_every": 0}, "checkpoint_every must be at least 1"),
         ({"select_every": 0}, "select_every must be at least 1"),
         ({"select_episodes": 0}, "select_episodes must be at least 1"),
+        ({"compile_after": -1}, "compile_after must be at least 0, got -1"),
         ({"time_limit_minutes": float("nan")}, "time limit must be a positive number of minutes, got nan"),
         ({"learning_rate": float("inf")}, "learning_rate must be a positive finite number, got inf"),
         ({"learning_rate": float("nan")}, "learning_rate must be a positive finite number, got nan"),

@@ -132,6 +132,7 @@ def test_report_files_and_the_hyperparameter_round_trip(tmp_path):
     [
         ('{"learning_rat": 0.001}', "unknown key 'learning_rat'; did you mean learning_rate?"),
         ('{"episodes": 5}', "unknown key 'episodes'"),
+        ('{"compile_after": 5}', "unknown key 'compile_after'"),
         ("[1, 2]", "must hold one mapping"),
         ("{not json", "is not valid json"),
     ],

@@ -20,6 +20,7 @@ import warnings
 import zipfile
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ from torch import nn
 
 from sb3_snake.envs import BatchedSnakeVecEnv
 from sb3_snake.extractor import SnakeAttentionExtractor
-from sb3_snake.optimizations import ActiveOptimizations, apply_optimizations, compile_networks
+from sb3_snake.optimizations import ActiveOptimizations, Decision, apply_optimizations, compile_networks
 from sb3_snake.replay import DeviceReplayBuffer, use_device_replay_buffer
 from sb3_snake.settings import OptimizationSettings
 from sb3_snake.symmetry import SymmetryAugmentation
@@ -398,6 +399,15 @@ class SnakeDQN(DQN):
             return torch.randint(4, (num_envs,), device=obs.device)
         with torch.no_grad():
             return self.q_net(obs.to(self.device)).argmax(dim=1).to(obs.device)
+
+    def optimizations_in_effect(self) -> ActiveOptimizations:
+        """``active_optimizations`` as they stand now: a compile still waiting for its gradient
+        step is reported not active, with when it would have started."""
+        active = self.active_optimizations
+        if not self._compile_pending:
+            return active
+        reason = f"deferred to gradient step {self.compile_after:,}; the run ended after {self._n_updates:,}"
+        return replace(active, compile=Decision(True, False, reason))
 
     def _excluded_save_params(self) -> list[str]:
         # _last_obs may be a device tensor (the tensor rollout loop); a loaded model resets its env anyway.

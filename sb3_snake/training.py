@@ -689,7 +689,7 @@ def build_summary(model: SnakeDQN, config: TrainConfig, callbacks: RunCallbacks,
         "optimizations": {
             name: {"value": value, "source": settings.source(name)} for name, value in settings.as_dict().items()
         },
-        "active": model.active_optimizations.as_dict(),
+        "active": model.optimizations_in_effect().as_dict(),
         "best_model": selection.best if selection else None,
         "selection_history": selection.history if selection else None,
     }

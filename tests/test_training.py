@@ -94,6 +94,14 @@ def test_run_stops_at_exactly_the_episode_budget(tmp_path):
     assert summary["active"]["torch_compile_active"] is False
 
 
+def test_a_compile_deferred_past_the_end_of_the_run_is_reported_not_active(tmp_path):
+    settings = replace(FAST, use_torch_compile=True)
+    summary = train(tiny_config(compile_after=10**6), settings, tmp_path)
+    assert summary["active"]["torch_compile_requested"] is True
+    assert summary["active"]["torch_compile_active"] is False
+    assert "deferred to gradient step 1,000,000; the run ended after" in summary["active"]["torch_compile_reason"]
+
+
 def test_resume_rejects_another_board_size(tmp_path):
     train(tiny_config(episodes=4), FAST, tmp_path)
     with pytest.raises(ValueError, match=r"trained on a 5x5 board, not 6x6; pass --board-size 5"):

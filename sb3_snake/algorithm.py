@@ -402,11 +402,11 @@ class SnakeDQN(DQN):
 
     def optimizations_in_effect(self) -> ActiveOptimizations:
         """``active_optimizations`` as they stand now: a compile still waiting for its gradient
-        step is reported not active, with when it would have started."""
+        step is reported not active, with the step it waits for (a run's summary uses this)."""
         active = self.active_optimizations
         if not self._compile_pending:
             return active
-        reason = f"deferred to gradient step {self.compile_after:,}; the run ended after {self._n_updates:,}"
+        reason = f"deferred to gradient step {self.compile_after:,}, not reached ({self._n_updates:,} trained)"
         return replace(active, compile=Decision(True, False, reason))
 
     def _excluded_save_params(self) -> list[str]:

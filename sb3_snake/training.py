@@ -106,7 +106,7 @@ class TrainConfig:
     n_steps: int = option(1, "n-step returns (SB3's NStepReplayBuffer).", DQN)
     symmetry_augmentation: bool = option(False, "Replay each transition under a random board symmetry.", DQN)
     compile_after: int = option(
-        2000, "With torch.compile on: gradient steps trained eagerly before compiling (0, or resuming: at once).", RUN
+        2000, "With torch.compile on: gradient steps trained eagerly before compiling (0: compile at once).", RUN
     )
     checkpoint_every: int | None = option(None, "Episodes between atomic checkpoints (checkpoint.zip).", RUN)
     select_every: int | None = option(None, "Env steps between greedy evaluations that keep best_model.zip.", RUN)

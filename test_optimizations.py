@@ -43,9 +43,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     config = TrainConfig()
-    with torch_threads(
-        threads_for(settings, args.device)
-    ):  # the count training will use, so a measurement here is valid there
+    threads = threads_for(settings, args.device)  # the count training will use, so a measurement here is valid there
+    with torch_threads(threads):
         report = capability_report(
             settings,
             args.device,

@@ -223,9 +223,9 @@ class SnakeDQN(DQN):
     :param symmetry_augmentation: show each replayed transition under a random one of the
         board's eight symmetries (:mod:`sb3_snake.symmetry`); needs square observations.
     :param compile_after: with ``torch.compile`` on, train this many gradient steps eagerly and
-        compile then (0: compile when the model is built). A cold compile of this policy took
-        50-60 s of a 2-core CPU, which learns to a greedy 10 in about that time eagerly; a
-        deferred compile keeps the first minute learning and still speeds up the rest of a run.
+        compile then (0: compile when the model is built). A cold compile of this policy stalled
+        a 2-core CPU for 70-90 s, about as long as the eager agent takes to reach a greedy 10; a
+        deferred compile keeps the first minutes learning and still speeds up the rest of a run.
     :param kwargs: any other ``DQN`` argument (``n_steps`` gives n-step returns; a dueling
         head is ``policy_kwargs={"dueling": True}``).
 

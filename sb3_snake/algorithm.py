@@ -67,6 +67,8 @@ HYPERPARAMETERS = (
     "exploration_steps",
     "double_dqn",
     "symmetry_augmentation",
+    "early_steps",
+    "early_update_fraction",
 )
 #: Counters that a resumed run continues from.
 COUNTERS = ("num_timesteps", "_n_updates", "_n_calls", "_episode_num", "exploration_rate")
@@ -226,6 +228,14 @@ class SnakeDQN(DQN):
         compile then (0: compile when the model is built). A cold compile of this policy stalled
         a 2-core CPU for 70-90 s, about as long as the eager agent takes to reach a greedy 10; a
         deferred compile keeps the first minutes learning and still speeds up the rest of a run.
+    :param early_steps: for this many env steps (all envs together), train
+        ``early_update_fraction`` of the scheduled gradient steps: a replay ratio for the first
+        minutes of a run. Early on the replay buffer is small and the policy changes fast, so
+        fresh play is worth more than replaying the same few games; later, replaying more of a
+        full buffer learns more per game (0: no early phase).
+    :param early_update_fraction: the fraction of ``gradient_steps`` trained before
+        ``early_steps``, kept exact over calls (0.5 with one gradient step per update trains on
+        every other update).
     :param kwargs: any other ``DQN`` argument (``n_steps`` gives n-step returns; a dueling
         head is ``policy_kwargs={"dueling": True}``).
 
@@ -254,9 +264,14 @@ class SnakeDQN(DQN):
         double_dqn: bool = False,
         symmetry_augmentation: bool = False,
         compile_after: int = 0,
+        early_steps: int = 0,
+        early_update_fraction: float = 1.0,
         **kwargs: Any,
     ):
         self.exploration_steps = exploration_steps
+        self.early_steps = early_steps
+        self.early_update_fraction = early_update_fraction
+        self._early_credit = 0.0
         self.compile_after = compile_after
         self._compile_pending = False
         self.double_dqn = double_dqn
@@ -303,7 +318,14 @@ class SnakeDQN(DQN):
         SB3 calls ``loss.item()`` after every gradient step, which waits for the device each
         time; here the losses stay on the device and are read once per call. That one read
         also checks them: a NaN or infinite loss raises :class:`TrainingDiverged`.
+        Before ``early_steps`` it trains ``early_update_fraction`` of ``gradient_steps``.
         """
+        if self.num_timesteps < self.early_steps:
+            self._early_credit += gradient_steps * self.early_update_fraction
+            gradient_steps = int(self._early_credit)
+            self._early_credit -= gradient_steps
+            if not gradient_steps:
+                return
         if self._compile_pending and self._n_updates >= self.compile_after:
             self._compile_pending = False
             self.active_optimizations = compile_networks(self, self.active_optimizations)

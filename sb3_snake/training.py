@@ -91,6 +91,8 @@ class TrainConfig:
     buffer_size: int = option(100_000, "Replay capacity (transitions).", DQN)
     learning_starts: int = option(1_000, "Env steps of random play before learning.", DQN)
     replay_ratio: float = option(32.0, "Gradient samples per env step (SB3's DQN default: 8).", DQN)
+    early_replay_ratio: float = option(16.0, "Gradient samples per env step for the first --early-steps.", DQN)
+    early_steps: int = option(50_000, "Env steps trained at --early-replay-ratio (0: none).", DQN)
     train_freq: int | None = option(None, "Vector-env steps between updates (default: from --replay-ratio).", DQN)
     gradient_steps: int | None = option(None, "Gradient steps per update (default: from --replay-ratio).", DQN)
     gamma: float = option(0.99, "Discount.", DQN)
@@ -106,7 +108,7 @@ class TrainConfig:
     n_steps: int = option(1, "n-step returns (SB3's NStepReplayBuffer).", DQN)
     symmetry_augmentation: bool = option(False, "Replay each transition under a random board symmetry.", DQN)
     compile_after: int = option(
-        2000, "With torch.compile on: gradient steps trained eagerly before compiling (0: compile at once).", RUN
+        50_000, "With torch.compile on: gradient steps trained eagerly before compiling (0: compile at once).", RUN
     )
     checkpoint_every: int | None = option(None, "Episodes between atomic checkpoints (checkpoint.zip).", RUN)
     select_every: int | None = option(None, "Env steps between greedy evaluations that keep best_model.zip.", RUN)
@@ -149,6 +151,11 @@ class TrainConfig:
                 finite(self.replay_ratio) and self.replay_ratio > 0,
                 f"replay_ratio must be a positive finite number, got {self.replay_ratio}",
             ),
+            (
+                finite(self.early_replay_ratio) and self.early_replay_ratio > 0,
+                f"early_replay_ratio must be a positive finite number, got {self.early_replay_ratio}",
+            ),
+            (self.early_steps >= 0, f"early_steps must be at least 0, got {self.early_steps}"),
             (self.train_freq is None or self.train_freq >= 1, f"train_freq must be at least 1, got {self.train_freq}"),
             (
                 self.gradient_steps is None or self.gradient_steps >= 1,
@@ -206,6 +213,12 @@ class TrainConfig:
         gradient_steps = self.gradient_steps or max(1, round(self.replay_ratio * self.n_envs * train_freq / batch_size))
         return train_freq, gradient_steps
 
+    def early_update_fraction(self, batch_size: int) -> float:
+        """The fraction of the scheduled gradient steps trained before ``early_steps``: the early
+        replay ratio over the one ``update_schedule`` gives (which rounds ``replay_ratio``)."""
+        train_freq, gradient_steps = self.update_schedule(batch_size)
+        return self.early_replay_ratio * train_freq * self.n_envs / (batch_size * gradient_steps)
+
     def check_batch_size(self, batch_size: int) -> None:
         """Raise ValueError unless ``batch_size`` fits this config's replay buffer."""
         if batch_size > self.buffer_size:
@@ -237,6 +250,8 @@ class TrainConfig:
             "seed": self.seed,
             "verbose": self.verbose,
             "compile_after": self.compile_after,
+            "early_steps": self.early_steps,
+            "early_update_fraction": self.early_update_fraction(batch_size),
             "train_freq": train_freq,
             "gradient_steps": gradient_steps,
             "batch_size": batch_size,
@@ -386,6 +401,10 @@ def resume_config(path: Path, trusted: bool = False, **changes: Any) -> TrainCon
         seed=saved.get("seed") or 0,
         replay_ratio=saved["batch_size"] * saved["gradient_steps"] / (saved["train_freq"] * metadata["n_envs"]),
     )
+    values.update(
+        early_steps=saved.get("early_steps", 0),
+        early_replay_ratio=saved.get("early_update_fraction", 1.0) * values["replay_ratio"],
+    )
     schedule = (saved["train_freq"], saved["gradient_steps"])
     if TrainConfig(**values).update_schedule(saved["batch_size"]) != schedule:
         values.update(train_freq=schedule[0], gradient_steps=schedule[1])
@@ -412,7 +431,13 @@ def apply_config(model: SnakeDQN, config: TrainConfig, batch_size: int) -> None:
     train_freq, gradient_steps = config.update_schedule(batch_size)
     changes = {name: getattr(config, name) for name in _MODEL_FIELDS if name != "n_steps"}
     model.set_hyperparameters(
-        **changes, batch_size=batch_size, train_freq=train_freq, gradient_steps=gradient_steps, verbose=config.verbose
+        **changes,
+        batch_size=batch_size,
+        train_freq=train_freq,
+        gradient_steps=gradient_steps,
+        early_steps=config.early_steps,
+        early_update_fraction=config.early_update_fraction(batch_size),
+        verbose=config.verbose,
     )
 
 

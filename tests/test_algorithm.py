@@ -97,6 +97,20 @@ def test_without_settings_the_built_in_defaults_are_used_not_dotenv(tmp_path, mo
     assert SnakeDQN.load(tmp_path / "m.zip").optimizations == OptimizationSettings()
 
 
+def test_early_phase_trains_its_fraction_of_the_gradient_steps():
+    """1.5 of every 3 scheduled steps, the remainder carried over, then all 3 from early_steps on."""
+    model = filled_model(early_steps=1_000, early_update_fraction=0.5)
+    model.num_timesteps = 999
+    counts = []
+    for _ in range(4):
+        model.train(gradient_steps=3, batch_size=32)
+        counts.append(model._n_updates)
+    assert counts == [1, 3, 4, 6]
+    model.num_timesteps = 1_000
+    model.train(gradient_steps=3, batch_size=32)
+    assert model._n_updates == 9
+
+
 def test_set_hyperparameters_rebuilds_what_depends_on_them():
     model = filled_model(n_steps=3)
     model.set_hyperparameters(learning_rate=0.01, gamma=0.5, buffer_size=256, symmetry_augmentation=True, train_freq=3)

@@ -60,6 +60,8 @@ def tiny_config(**changes):
         ({"select_every": 0}, "select_every must be at least 1"),
         ({"select_episodes": 0}, "select_episodes must be at least 1"),
         ({"compile_after": -1}, "compile_after must be at least 0, got -1"),
+        ({"early_replay_ratio": 0}, "early_replay_ratio must be a positive finite number, got 0"),
+        ({"early_steps": -1}, "early_steps must be at least 0, got -1"),
         ({"time_limit_minutes": float("nan")}, "time limit must be a positive number of minutes, got nan"),
         ({"learning_rate": float("inf")}, "learning_rate must be a positive finite number, got inf"),
         ({"learning_rate": float("nan")}, "learning_rate must be a positive finite number, got nan"),
@@ -214,6 +216,25 @@ def test_resume_applies_the_given_hyperparameters(tmp_path):
         True,
     )
     assert (trained["train_freq"], trained["gradient_steps"]) == config.update_schedule(8) == (1, 16)  # ratio 32 kept
+
+
+@pytest.mark.parametrize(
+    ("changes", "batch_size", "fraction"),
+    [({}, 128, 0.5), ({}, 512, 0.5), ({"replay_ratio": 8}, 512, 2.0), ({"early_replay_ratio": 32}, 128, 1.0)],
+)
+def test_early_replay_ratio_is_a_fraction_of_the_scheduled_updates(changes, batch_size, fraction):
+    """The early ratio over the ratio the update schedule really gives (16 games)."""
+    kwargs = TrainConfig(**changes).dqn_kwargs(batch_size)
+    assert kwargs["early_update_fraction"] == pytest.approx(fraction)
+    assert kwargs["early_steps"] == TrainConfig.early_steps
+
+
+def test_resume_keeps_the_early_replay_ratio(tmp_path):
+    train(tiny_config(episodes=2, early_replay_ratio=8, early_steps=123), FAST, tmp_path / "a")
+    config = resume_config(tmp_path / "a" / "model.zip", episodes=2)
+    assert (config.early_replay_ratio, config.early_steps) == (pytest.approx(8), 123)
+    model = build_model(config, FAST, resume=tmp_path / "a" / "model.zip")
+    assert model.early_steps == 123 and model.early_update_fraction == pytest.approx(8 / 32)
 
 
 def test_resume_keeps_the_model_batch_size_unless_overridden(tmp_path):

@@ -213,6 +213,7 @@ def test_our_loop_runs_at_the_requested_replay_ratio_and_restores_threads():
     result = measure_sb3_snake(settings, 8.0, warmup_steps=64, steps_per_repeat=64, repeats=2, config=config)
     setup = result.setup
     assert setup["batch_size"] * setup["gradient_steps"] / (setup["train_freq"] * setup["n_envs"]) == 8.0
+    assert setup["early_steps"] == 0  # the ratio holds from the first update, not after an early phase
     assert result.threads == 1 and result.env_steps_per_second > 0
     assert torch.get_num_threads() == threads
 

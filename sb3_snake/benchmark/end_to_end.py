@@ -88,7 +88,8 @@ def measure_sb3_snake(
 ) -> LoopThroughput:
     """``sb3-snake train``'s default setup (or ``config``) at ``replay_ratio``, at the thread
     count ``sb3-snake train`` would use with ``settings`` (set for the measurement, then restored)."""
-    config = replace(config or TrainConfig(), replay_ratio=replay_ratio)
+    # One ratio throughout: no early phase at another ratio (sb3-snake train's first 50,000 steps).
+    config = replace(config or TrainConfig(), replay_ratio=replay_ratio, early_steps=0)
     model = build_model(config, settings)
     with torch_threads(model.active_optimizations.num_threads):
         train_freq, gradient_steps = config.update_schedule(model.batch_size)
@@ -98,6 +99,7 @@ def measure_sb3_snake(
             "batch_size": model.batch_size,
             "train_freq": train_freq,
             "gradient_steps": gradient_steps,
+            "early_steps": model.early_steps,
             "optimizations": model.active_optimizations.as_dict(),
         }
         return measure_learning("sb3_snake", model, replay_ratio, warmup_steps, steps_per_repeat, repeats, setup)

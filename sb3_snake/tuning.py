@@ -64,6 +64,12 @@ SAMPLERS = ("tpe", "random")
 PRUNERS = ("median", "halving", "none")
 
 
+#: A trial trains its sampled replay ratio from the first update: a 2-minute trial would
+#: otherwise end inside ``sb3-snake train``'s early phase and never reach the ratio it was given.
+#: ``best_hyperparameters.json`` carries it too, so ``train --hyperparams`` trains as the trial did.
+ONE_RATIO = {"early_steps": 0}
+
+
 def sample_hyperparameters(trial: optuna.Trial) -> dict[str, Any]:
     """The search space: every hyperparameter a trial draws, and its range (README shows this table)."""
     return {
@@ -246,7 +252,7 @@ def run_trial(trial: optuna.Trial, config: TuneConfig, settings: OptimizationSet
     trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
     config_values, setting_values = split_hyperparameters(sample_hyperparameters(trial))
     trial_settings = replace(settings, **setting_values, sources={**settings.sources, "batch_size": "trial"})
-    run_config = replace(config.trial, **config_values)
+    run_config = replace(config.trial, **config_values, **ONE_RATIO)
     evaluations = TrialEvaluation.for_budget(trial, config)
     folder = config.folder / f"trial_{trial.number:04d}"
     try:
@@ -416,7 +422,7 @@ def write_report(study: optuna.Study, folder: Path) -> list[Path]:
     completed = [trial for trial in trials if trial.state == TrialState.COMPLETE]
     if completed:
         best = folder / "best_hyperparameters.json"
-        best.write_text(json.dumps(study.best_trial.params, indent=2) + "\n")
+        best.write_text(json.dumps({**study.best_trial.params, **ONE_RATIO}, indent=2) + "\n")
         written.append(best)
     written += _plots(study, folder)
     return written

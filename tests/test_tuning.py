@@ -109,7 +109,9 @@ def test_report_files_and_the_hyperparameter_round_trip(tmp_path):
     rows = (config.folder / "trials.csv").read_text().splitlines()
     assert rows[0].startswith("number,state,value,duration_seconds,") and len(rows) == 3
     best = json.loads((config.folder / "best_hyperparameters.json").read_text())
-    assert best == study.best_trial.params
+    assert best == {**study.best_trial.params, "early_steps": 0}  # trials train one ratio throughout
+    trial_run = json.loads((config.folder / "trial_0000" / "summary.json").read_text())["hyperparameters"]
+    assert trial_run["early_steps"] == 0 and trial_run["replay_ratio"] == study.trials[0].params["replay_ratio"]
 
     report = runner.invoke(app, ["tune", "--report", "--storage", config.storage, "--study-name", "t"])
     assert report.exit_code == 0, report.output
@@ -122,7 +124,8 @@ def test_report_files_and_the_hyperparameter_round_trip(tmp_path):
     assert result.exit_code == 0, result.output
     trained = json.loads((tmp_path / "run" / "summary.json").read_text())["hyperparameters"]
     assert trained["learning_rate"] == 0.0042  # the flag wins over the file
-    for key in ("gamma", "batch_size", "n_steps", "double_dqn", "exploration_steps", "dueling", "embed_dim"):
+    keys = ("gamma", "batch_size", "n_steps", "double_dqn", "exploration_steps", "dueling", "embed_dim", "early_steps")
+    for key in keys:
         assert trained[key] == best[key], key
     assert f"batch size:       {best['batch_size']} (from hyperparams file)" in result.output
 

@@ -213,11 +213,18 @@ class TrainConfig:
         gradient_steps = self.gradient_steps or max(1, round(self.replay_ratio * self.n_envs * train_freq / batch_size))
         return train_freq, gradient_steps
 
-    def early_update_fraction(self, batch_size: int) -> float:
-        """The fraction of the scheduled gradient steps trained before ``early_steps``: the early
-        replay ratio over the one ``update_schedule`` gives (which rounds ``replay_ratio``)."""
+    def schedule_kwargs(self, batch_size: int) -> dict[str, Any]:
+        """The update schedule as :class:`SnakeDQN` arguments: ``update_schedule``'s pair, and the
+        fraction of it trained before ``early_steps`` (the early replay ratio over the ratio that
+        pair really gives, which rounds ``replay_ratio``)."""
         train_freq, gradient_steps = self.update_schedule(batch_size)
-        return self.early_replay_ratio * train_freq * self.n_envs / (batch_size * gradient_steps)
+        return {
+            "batch_size": batch_size,
+            "train_freq": train_freq,
+            "gradient_steps": gradient_steps,
+            "early_steps": self.early_steps,
+            "early_update_fraction": self.early_replay_ratio * train_freq * self.n_envs / (batch_size * gradient_steps),
+        }
 
     def check_batch_size(self, batch_size: int) -> None:
         """Raise ValueError unless ``batch_size`` fits this config's replay buffer."""
@@ -244,17 +251,12 @@ class TrainConfig:
 
     def dqn_kwargs(self, batch_size: int) -> dict[str, Any]:
         """The arguments of :class:`SnakeDQN` this config sets, for a given batch size."""
-        train_freq, gradient_steps = self.update_schedule(batch_size)
         return {
             **{name: getattr(self, name) for name in _MODEL_FIELDS},
             "seed": self.seed,
             "verbose": self.verbose,
             "compile_after": self.compile_after,
-            "early_steps": self.early_steps,
-            "early_update_fraction": self.early_update_fraction(batch_size),
-            "train_freq": train_freq,
-            "gradient_steps": gradient_steps,
-            "batch_size": batch_size,
+            **self.schedule_kwargs(batch_size),
             "policy_kwargs": self.policy_kwargs(),
         }
 
@@ -391,6 +393,7 @@ def resume_config(path: Path, trusted: bool = False, **changes: Any) -> TrainCon
     extractor = policy_kwargs.get("features_extractor_kwargs") or {}
     values = {name: saved[name] for name in _MODEL_FIELDS if name in saved}
     head_view_dim = extractor.get("head_view_dim", TrainConfig.head_view_dim)
+    replay_ratio = saved["batch_size"] * saved["gradient_steps"] / (saved["train_freq"] * metadata["n_envs"])
     values.update(
         n_envs=metadata["n_envs"],
         board_size=metadata["observation_shape"][-1],
@@ -399,11 +402,9 @@ def resume_config(path: Path, trusted: bool = False, **changes: Any) -> TrainCon
         head_view_dim=head_view_dim or TrainConfig.head_view_dim,
         embed_dim=extractor.get("embed_dim", TrainConfig.embed_dim),
         seed=saved.get("seed") or 0,
-        replay_ratio=saved["batch_size"] * saved["gradient_steps"] / (saved["train_freq"] * metadata["n_envs"]),
-    )
-    values.update(
+        replay_ratio=replay_ratio,
         early_steps=saved.get("early_steps", 0),
-        early_replay_ratio=saved.get("early_update_fraction", 1.0) * values["replay_ratio"],
+        early_replay_ratio=saved.get("early_update_fraction", 1.0) * replay_ratio,
     )
     schedule = (saved["train_freq"], saved["gradient_steps"])
     if TrainConfig(**values).update_schedule(saved["batch_size"]) != schedule:
@@ -428,17 +429,8 @@ def apply_config(model: SnakeDQN, config: TrainConfig, batch_size: int) -> None:
                 f"{flag} cannot change on resume: the model was trained with {trained[name]}, this run asks for "
                 f"{wanted}; leave {flag} out or start a new run"
             )
-    train_freq, gradient_steps = config.update_schedule(batch_size)
     changes = {name: getattr(config, name) for name in _MODEL_FIELDS if name != "n_steps"}
-    model.set_hyperparameters(
-        **changes,
-        batch_size=batch_size,
-        train_freq=train_freq,
-        gradient_steps=gradient_steps,
-        early_steps=config.early_steps,
-        early_update_fraction=config.early_update_fraction(batch_size),
-        verbose=config.verbose,
-    )
+    model.set_hyperparameters(**changes, **config.schedule_kwargs(batch_size), verbose=config.verbose)
 
 
 def option_flag(name: str) -> str:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import warnings
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -161,14 +162,23 @@ def probe_bf16(device: torch.device) -> tuple[bool, str]:
 
 
 def probe_sdpa(device: torch.device, dtype: torch.dtype, backend: str) -> tuple[bool, str]:
-    """Run a tiny SDPA restricted to the ``backend`` kernel (an ``SDPA_KERNELS`` name)."""
+    """Run a tiny SDPA restricted to the ``backend`` kernel (an ``SDPA_KERNELS`` name).
+
+    On CUDA, PyTorch explains a refused kernel in warnings ("Expected query, key and value to
+    all be of dtype: {Half, BFloat16}...") and then raises "No available kernel"; the warnings
+    are kept out of the user's terminal and the explaining one becomes the reason.
+    """
     q = torch.ones(1, 1, 4, 8, device=device, dtype=dtype)
-    try:
-        with sdpa_kernel([SDPA_KERNELS[backend]]):
-            torch.nn.functional.scaled_dot_product_attention(q, q, q)
-        return True, ""
-    except RuntimeError as error:
-        return False, str(error).splitlines()[0]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            with sdpa_kernel([SDPA_KERNELS[backend]]):
+                torch.nn.functional.scaled_dot_product_attention(q, q, q)
+            return True, ""
+        except RuntimeError as error:
+            messages = (str(warning.message).split(" (Triggered internally")[0] for warning in caught)
+            reasons = [m for m in messages if "not used because" not in m and "runtime disabled" not in m]
+            return False, reasons[0] if reasons else str(error).splitlines()[0]
 
 
 def probe_flash(device: torch.device, dtype: torch.dtype) -> tuple[bool, str]:

@@ -109,8 +109,11 @@ def auto_settings_cache(tmp_path_factory):
 SMALL_POLICY = {"features_extractor_kwargs": {"embed_dim": 16, "num_heads": 2, "features_dim": 32}}
 
 
-def small_dqn(settings, board_size: int = 5, transitions: int = 128, policy_kwargs=None, **dqn_kwargs):
-    """A small SnakeDQN on 8 games whose replay buffer already holds ``transitions`` of random play."""
+def small_dqn(
+    settings, board_size: int = 5, transitions: int = 128, policy_kwargs=None, device: str = "cpu", **dqn_kwargs
+):
+    """A small SnakeDQN on 8 games whose replay buffer already holds ``transitions`` of random play,
+    on the CPU unless ``device`` says otherwise (SB3's ``auto`` would take a GPU where one is)."""
     from stable_baselines3.common.logger import Logger
 
     from sb3_snake import SnakeDQN
@@ -126,11 +129,19 @@ def small_dqn(settings, board_size: int = 5, transitions: int = 128, policy_kwar
         batch_size=32,
         seed=0,
         policy_kwargs={**SMALL_POLICY, **(policy_kwargs or {})},
+        device=device,
         **dqn_kwargs,
     )
     model.set_logger(Logger(folder=None, output_formats=[]))
     fill_replay_buffer(model, env, transitions)
     return model
+
+
+def fixed_batch(model, monkeypatch):
+    """One sampled batch of 32, which ``model``'s replay buffer then returns for every sample."""
+    batch = model.replay_buffer.sample(32)
+    monkeypatch.setattr(model.replay_buffer, "sample", lambda *args, **kwargs: batch)
+    return batch
 
 
 class FakeWandb(types.ModuleType):

@@ -11,19 +11,13 @@ from stable_baselines3 import DQN
 from sb3_snake import SnakeDQN
 from sb3_snake.algorithm import TrainingDiverged
 from sb3_snake.settings import OptimizationSettings
-from tests.conftest import small_dqn
+from tests.conftest import fixed_batch, small_dqn
 
 PLAIN = OptimizationSettings(use_bf16=False, use_flash_attention=False, use_torch_compile=False, num_threads=1)
 
 
 def filled_model(**kwargs):
     return small_dqn(PLAIN, board_size=5, transitions=128, **kwargs)
-
-
-def fixed_batch(model, monkeypatch):
-    batch = model.replay_buffer.sample(32)
-    monkeypatch.setattr(model.replay_buffer, "sample", lambda *args, **kwargs: batch)
-    return batch
 
 
 @pytest.mark.parametrize("n_steps", [1, 3])

@@ -124,7 +124,7 @@ def test_flops_are_counted_per_sample_and_cover_both_passes_and_the_backward():
 
     eager = OptimizationSettings(use_bf16=False, use_flash_attention=False)  # FlopCounterMode sees math SDPA
     env = BatchedSnakeVecEnv(1, board_size=6)
-    model = SnakeDQN("AttentionPolicy", env, optimizations=eager, learning_starts=0, buffer_size=64)
+    model = SnakeDQN("AttentionPolicy", env, optimizations=eager, learning_starts=0, buffer_size=64, device="cpu")
     with FlopCounterMode(display=False) as counter, torch.no_grad():
         model.q_net(torch.zeros(16, *model.observation_space.shape))
     forward = counter.get_total_flops() / 16
@@ -208,7 +208,7 @@ def test_plain_sb3_is_measured_at_its_default_replay_ratio_for_each_thread_count
 
 def test_our_loop_runs_at_the_requested_replay_ratio_and_restores_threads():
     threads = torch.get_num_threads()
-    config = TrainConfig(n_envs=4, board_size=5, learning_starts=32, buffer_size=2_000)
+    config = TrainConfig(n_envs=4, board_size=5, learning_starts=32, buffer_size=2_000, device="cpu")
     settings = OptimizationSettings(batch_size=16, use_torch_compile=False, use_bf16=False, num_threads=1)
     result = measure_sb3_snake(settings, 8.0, warmup_steps=64, steps_per_repeat=64, repeats=2, config=config)
     setup = result.setup

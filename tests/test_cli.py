@@ -26,6 +26,8 @@ def test_benchmark_env_writes_json(tmp_path):
         app,
         [
             "benchmark-env",
+            "--device",
+            "cpu",
             "--num-envs",
             "4",
             "--repeats",
@@ -75,6 +77,8 @@ def test_installed_program_shows_help():
 # ---------------------------------------------------------------- train, eval, play
 
 TINY = [
+    "--device",
+    "cpu",
     "--n-envs",
     "4",
     "--board-size",
@@ -154,6 +158,18 @@ def test_eval_json(trained_run):
     report = json.loads(result.output)
     assert report["episodes"] == 6 and report["board_size"] == 5
     assert 0 <= report["mean_score"] <= report["max_score"] and 0 <= report["win_rate"] <= 1
+
+
+@pytest.mark.parametrize("command", [["eval", "--episodes", "2"], ["play", "--fps", "0"]])
+def test_eval_and_play_never_compile_even_when_the_env_file_says_so(trained_run, tmp_path, monkeypatch, command):
+    compiled = []
+    monkeypatch.setattr("sb3_snake.optimizations._compile_networks", lambda model, mode: compiled.append(mode) or "")
+    env_file = tmp_path / "compile.env"
+    env_file.write_text("USE_TORCH_COMPILE=true\n")
+    model = str(trained_run[0] / "model.zip")
+    result = runner.invoke(app, [command[0], model, *command[1:], "--env-file", str(env_file)])
+    assert result.exit_code == 0, result.output
+    assert compiled == []
 
 
 def test_play_text_and_gif(trained_run, tmp_path):

@@ -188,6 +188,7 @@ def test_mlp_policy_keeps_working_with_the_forward_context():
         learning_starts=0,
         buffer_size=64,
         batch_size=8,
+        device="cpu",
     )
     model.learn(40)
     assert model.q_net(torch.as_tensor(env.reset())).dtype == torch.float32

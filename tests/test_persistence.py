@@ -133,7 +133,7 @@ def test_not_a_zip_and_missing_file(tmp_path):
 def test_replay_buffer_round_trip_keeps_every_transition(saved, tmp_path):
     model, path = saved
     assert replay_buffer_path(path).is_file()
-    resumed = load_model(path, FAST, env=BatchedSnakeVecEnv(8, board_size=5), for_training=True)
+    resumed = load_model(path, FAST, env=BatchedSnakeVecEnv(8, board_size=5), for_training=True, device="cpu")
     assert load_replay_buffer(resumed, replay_buffer_path(path)) == 128
     original, loaded = model.replay_buffer, resumed.replay_buffer
     for name in ("observations", "next_observations", "actions", "rewards", "dones"):
@@ -178,7 +178,7 @@ def test_a_truncated_replay_buffer_is_one_line(saved):
     model, path = saved
     buffer = replay_buffer_path(path)
     buffer.write_bytes(buffer.read_bytes()[:3000])
-    resumed = load_model(path, FAST, env=BatchedSnakeVecEnv(8, board_size=5), for_training=True)
+    resumed = load_model(path, FAST, env=BatchedSnakeVecEnv(8, board_size=5), for_training=True, device="cpu")
     with pytest.raises(ValueError, match=r"replay buffer .*model.replay.npz cannot be read"):
         load_replay_buffer(resumed, buffer)
 

@@ -120,7 +120,9 @@ def test_training_and_saving_with_it(tmp_path, kwargs):
 def test_a_cpu_model_keeps_sb3s_buffer():
     env = BatchedSnakeVecEnv(2, board_size=5, seed=0)
     for n_steps, kind in ((1, ReplayBuffer), (3, NStepReplayBuffer)):
-        model = SnakeDQN("AttentionPolicy", env, optimizations=FAST, n_steps=n_steps, policy_kwargs=SMALL_POLICY)
+        model = SnakeDQN(
+            "AttentionPolicy", env, optimizations=FAST, n_steps=n_steps, policy_kwargs=SMALL_POLICY, device="cpu"
+        )
         assert type(model.replay_buffer) is kind
 
 
@@ -148,6 +150,7 @@ def greedy_model(replay_buffer_class):
         exploration_final_eps=0.0,
         buffer_size=4_000,
         replay_buffer_class=replay_buffer_class,
+        device="cpu",
         policy_kwargs=SMALL_POLICY,
         seed=0,
     )

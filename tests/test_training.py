@@ -44,6 +44,7 @@ def tiny_config(**changes):
         "learning_starts": 16,
         "exploration_steps": 50,
         "buffer_size": 2_000,
+        "device": "cpu",
     }
     values.update(changes)
     return TrainConfig(**values)
@@ -354,7 +355,9 @@ class RandomPolicy:
 @pytest.mark.slow
 def test_training_beats_a_random_policy_by_a_clear_margin(tmp_path):
     settings = OptimizationSettings(batch_size=256, use_torch_compile=False, use_bf16=False, num_threads=1)
-    config = TrainConfig(episodes=None, timesteps=15_000, n_envs=16, board_size=6, seed=0, exploration_steps=8_000)
+    config = TrainConfig(
+        episodes=None, timesteps=15_000, n_envs=16, board_size=6, seed=0, exploration_steps=8_000, device="cpu"
+    )
     train(config, settings, tmp_path)
     trained = evaluate(load_model(tmp_path / "model.zip", settings), episodes=100)
     random = evaluate(RandomPolicy(BatchedSnakeVecEnv(1, board_size=6).observation_space), episodes=100)

@@ -21,7 +21,9 @@ from sb3_snake.training import TrainConfig, split_hyperparameters
 from sb3_snake.tuning import TuneConfig, finish, load_study, sample_hyperparameters, tune, write_report
 
 FAST = OptimizationSettings(use_torch_compile=False, use_bf16=False, num_threads=1)
-TINY_TRIAL = TrainConfig(episodes=None, timesteps=48, board_size=4, n_envs=4, learning_starts=16, buffer_size=2048)
+TINY_TRIAL = TrainConfig(
+    episodes=None, timesteps=48, board_size=4, n_envs=4, learning_starts=16, buffer_size=2048, device="cpu"
+)
 #: The same tiny trial, as tune's options.
 TINY_OPTIONS = ["--timesteps", "48", "--board-size", "4", "--n-envs", "4", "--eval-episodes", "2"]
 TINY_OPTIONS += ["--n-evaluations", "2", "--no-compile", "--no-bf16", "--threads", "1"]

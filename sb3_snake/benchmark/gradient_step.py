@@ -66,15 +66,17 @@ class GradientStepResult:
     out_of_memory_at: tuple[int, ...] = ()  #: batch sizes that ran out of memory, in order
 
 
-#: Side of the square matrices whose product measures the matmul peak.
-PEAK_MATRIX_SIZE = 2048
+#: Side of the square matrices whose product measures the matmul peak, per device type: on a GPU
+#: a 2048 product takes tens of microseconds, too close to the cost of timing it.
+PEAK_MATRIX_SIZE = {"cpu": 2048, "cuda": 8192}
 
 
 def matmul_peak(
-    device: str = "cpu", dtype: torch.dtype = torch.float32, size: int = PEAK_MATRIX_SIZE, repeats: int = 5
+    device: str = "cpu", dtype: torch.dtype = torch.float32, size: int | None = None, repeats: int = 5
 ) -> float:
     """GFLOP/s of one ``size`` x ``size`` matrix product in ``dtype`` (median of ``repeats``,
     after one untimed product): the peak a dense gradient step could approach."""
+    size = size or PEAK_MATRIX_SIZE[torch.device(device).type]
     generator = torch.Generator(device=device).manual_seed(0)
     a = torch.randn(size, size, device=device, dtype=dtype, generator=generator)
     b = torch.randn(size, size, device=device, dtype=dtype, generator=generator)
@@ -91,7 +93,7 @@ def matmul_peak(
     return 2 * size**3 / statistics.median(durations) / 1e9
 
 
-def matmul_peaks(device: str = "cpu", size: int = PEAK_MATRIX_SIZE) -> dict[str, float]:
+def matmul_peaks(device: str = "cpu", size: int | None = None) -> dict[str, float]:
     """:func:`matmul_peak` in fp32 and bf16, GFLOP/s."""
     return {"fp32": matmul_peak(device, torch.float32, size), "bf16": matmul_peak(device, torch.bfloat16, size)}
 
@@ -297,6 +299,7 @@ def gradient_settings(device: str, gradient_steps: int, repeats: int) -> dict[st
         "device": device,
         "gradient_steps_per_repeat": gradient_steps,
         "repeats": repeats,
+        "matmul_peak_matrix_size": PEAK_MATRIX_SIZE[torch.device(device).type],
         "policy": "AttentionPolicy (default sizes)",
         "statistic": "median over repeats",
         "peak_memory": (

@@ -109,7 +109,10 @@ class BatchedSnakeVecEnv(VecEnv):
     :param board_size: side of the square board, at least 4.
     :param device: where the games live, e.g. ``"cpu"`` or ``"cuda"``.
     :param seed: seed of the env's own random generator; ``None`` draws one. SB3's
-        ``VecEnv.seed`` reseeds at the next ``reset()``.
+        ``VecEnv.seed`` reseeds at the next ``reset()``. One seed gives the same games on one
+        device; the generator lives on ``device``, and PyTorch's CPU and CUDA generators draw
+        different numbers, so the same seed gives other (equally distributed) food and starts
+        on a GPU than on the CPU. The rules are the same.
     :param start_length: cells of the snake at the start.
     :param dist_to_border: minimum distance of the starting head from every wall.
     :param max_steps_without_food: steps without eating before truncation

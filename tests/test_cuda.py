@@ -1,0 +1,167 @@
+"""The CUDA paths, run for real on a GPU: training, kernels, compile, ``auto``, the CLI.
+
+CI has no GPU, so every test here is skipped there; the rules behind them (what is active on
+CUDA and why) are tested as logic on the CPU in test_optimizations.py and test_autotune.py.
+On a GPU machine, plain ``pytest`` runs them.
+"""
+
+import copy
+import json
+
+import numpy as np
+import pytest
+import torch
+from stable_baselines3 import DQN
+from torch.profiler import ProfilerActivity, profile
+from typer.testing import CliRunner
+
+from sb3_snake.autotune import Machine, resolve_auto
+from sb3_snake.benchmark.gradient_step import measure_halving_on_oom
+from sb3_snake.cli import app
+from sb3_snake.optimizations import probe_sdpa
+from sb3_snake.replay import DeviceReplayBuffer
+from sb3_snake.settings import OptimizationSettings
+from tests.conftest import SMALL_POLICY, cuda, fixed_batch, small_dqn
+
+pytestmark = cuda
+
+EAGER = {"use_bf16": False, "use_flash_attention": False, "use_torch_compile": False, "num_threads": 1}
+
+
+def gpu_model(n_steps=1, **settings):
+    settings = OptimizationSettings(**{**EAGER, **settings})
+    return small_dqn(settings, board_size=6, transitions=128, device="cuda", n_steps=n_steps)
+
+
+@pytest.mark.parametrize("n_steps", [1, 3])
+def test_update_on_the_gpu_matches_sb3_dqn_train(monkeypatch, n_steps):
+    """The parity test of test_algorithm.py, on the device-resident replay buffer.
+
+    One step, compared by loss and gradients: CUDA's attention and gather backward passes add
+    in no fixed order, and Adam turns that last-bit noise of a near-zero gradient into a step
+    of the full learning rate, so parameters after several steps are no fair comparison here.
+    """
+    ours = gpu_model(n_steps=n_steps, sdpa_backend="math")
+    assert isinstance(ours.replay_buffer, DeviceReplayBuffer)
+    theirs = copy.deepcopy(ours)
+    batch = fixed_batch(ours, monkeypatch)
+    assert batch.observations.device.type == "cuda" and (batch.discounts is not None) == (n_steps > 1)
+    monkeypatch.setattr(theirs.replay_buffer, "sample", ours.replay_buffer.sample)
+    ours.train(gradient_steps=1, batch_size=32)
+    DQN.train(theirs, gradient_steps=1, batch_size=32)
+    assert ours.logger.name_to_value["train/loss"] == pytest.approx(theirs.logger.name_to_value["train/loss"])
+    for (name, mine), reference in zip(ours.q_net.named_parameters(), theirs.q_net.parameters(), strict=True):
+        assert mine.device.type == "cuda"
+        torch.testing.assert_close(mine.grad, reference.grad, rtol=1e-4, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}")
+
+
+def cuda_kernel_names(model):
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        model.train(gradient_steps=2, batch_size=32)
+        torch.cuda.synchronize()
+    return {event.name for event in prof.events()}
+
+
+def test_bf16_and_flash_are_active_and_the_flash_kernel_runs():
+    model = gpu_model(use_bf16=True, use_flash_attention=True)
+    active = model.active_optimizations
+    assert active.bf16.active and active.flash.active, (active.bf16, active.flash)
+    names = cuda_kernel_names(model)
+    assert "aten::_scaled_dot_product_flash_attention" in names
+    assert not any("scaled_dot_product_attention_math" in name for name in names)
+    q_values = model.q_net(torch.as_tensor(model.observation_space.sample()[None], device="cuda"))
+    assert q_values.dtype == torch.float32
+
+
+def test_flash_without_bf16_is_reported_off_and_attention_still_runs():
+    model = gpu_model(use_bf16=False, use_flash_attention=True)
+    assert not model.active_optimizations.flash.active
+    assert "bf16" in model.active_optimizations.flash.reason
+    model.train(gradient_steps=2, batch_size=32)
+
+
+@pytest.mark.parametrize("backend", ["flash", "efficient", "cudnn"])
+def test_each_sdpa_backend_gives_the_q_values_of_the_math_kernel(backend):
+    """Under bf16 autocast, where every kernel runs; one that cannot run here says why."""
+    reference = gpu_model(use_bf16=True, sdpa_backend="math")
+    model = gpu_model(use_bf16=True, sdpa_backend=backend)
+    model.q_net.load_state_dict(reference.q_net.state_dict())
+    decision = model.active_optimizations.flash if backend == "flash" else model.active_optimizations.sdpa
+    if not decision.active:
+        assert decision.reason, f"{backend} is off without a reason"
+        pytest.skip(f"{backend} does not run on this GPU: {decision.reason}")
+    observations = torch.as_tensor(np.stack([model.observation_space.sample() for _ in range(64)]), device="cuda")
+    with torch.no_grad():
+        expected, got = reference.q_net(observations), model.q_net(observations)
+    torch.testing.assert_close(got, expected, atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_compiled_training_on_the_gpu_follows_eager(mode):
+    eager = gpu_model()
+    compiled = gpu_model(use_torch_compile=True, compile_mode=mode)
+    compiled.q_net.load_state_dict(eager.q_net.state_dict())
+    compiled.q_net_target.load_state_dict(eager.q_net_target.state_dict())
+    assert compiled.active_optimizations.compile.active, compiled.active_optimizations.compile.reason
+    for model in (eager, compiled):
+        torch.manual_seed(0)
+        model.train(gradient_steps=3, batch_size=32)
+    loss = compiled.logger.name_to_value["train/loss"]
+    assert loss == pytest.approx(eager.logger.name_to_value["train/loss"], rel=1e-3, abs=1e-5)
+
+
+def test_auto_measures_this_gpu_and_caches_what_it_chose(tmp_path, monkeypatch):
+    monkeypatch.setenv("SB3_SNAKE_CACHE_DIR", str(tmp_path))
+    asked = OptimizationSettings(
+        use_bf16="auto", use_flash_attention="auto", use_torch_compile=False, batch_size="auto", num_threads=1
+    )
+    resolved = resolve_auto(asked, "cuda", SMALL_POLICY, 6)
+    assert resolved.auto_fields == ()
+    for field in ("use_bf16", "use_flash_attention", "batch_size"):
+        assert resolved.source(field).startswith("auto: chose "), resolved.source(field)
+    (cached,) = tmp_path.glob("*.json")
+    assert torch.cuda.get_device_name() in cached.read_text()
+    # What auto chose is what runs: a named kernel is active, not a fallback under its name.
+    active = small_dqn(resolved, board_size=6, transitions=64, device="cuda").active_optimizations
+    if resolved.sdpa_backend not in ("auto", "flash"):
+        assert active.sdpa.active, active.sdpa.reason
+    assert active.flash.active == resolved.use_flash_attention, active.flash.reason
+    assert active.bf16.active == resolved.use_bf16
+
+
+def test_a_kernel_that_cannot_run_says_why_without_printing_warnings(recwarn):
+    runs, reason = probe_sdpa(torch.device("cuda"), torch.float32, "flash")
+    assert not runs and "dtype" in reason, reason
+    assert len(recwarn) == 0
+
+
+def test_the_probe_finds_the_kernels_that_need_bf16():
+    machine = Machine.probe(torch.device("cuda"))
+    assert "flash" in machine.kernels and "flash" in machine.bf16_only and "efficient" not in machine.bf16_only
+
+
+def test_out_of_memory_halves_the_batch_on_the_gpu():
+    """A real CUDA out-of-memory error: the process may use 512 MiB of this GPU."""
+    torch.cuda.empty_cache()
+    torch.cuda.set_per_process_memory_fraction(2**29 / torch.cuda.get_device_properties(0).total_memory)
+    try:
+        result = measure_halving_on_oom("fp32", 2**19, "cuda", gradient_steps=1, repeats=1, buffer_size=1024)
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+        torch.cuda.empty_cache()
+    assert result.requested_batch_size == 2**19 and result.batch_size < 2**19
+    assert result.out_of_memory_at[0] == 2**19 and result.samples_per_second > 0
+
+
+def test_train_on_cuda_from_the_command_line(tmp_path):
+    args = ["--n-envs", "4", "--board-size", "5", "--seed", "1", "--learning-starts", "16"]
+    args += ["--exploration-steps", "50", "--buffer-size", "2000", "--no-compile", "--batch-size", "16"]
+    result = CliRunner().invoke(
+        app, ["train", "--episodes", "6", *args, "--device", "cuda", "--bf16", "--output", str(tmp_path)]
+    )
+    assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["episodes"] == 6
+    assert summary["active"]["device"].startswith("cuda")
+    assert summary["active"]["bf16_active"] is True

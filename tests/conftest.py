@@ -78,7 +78,17 @@ def random_state(rng: np.random.Generator, board_size: int, max_length: int | No
     return body, direction, food
 
 
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+#: Marks a test that needs a CUDA GPU: ``pytest -m cuda`` selects these, and without a GPU they
+#: are skipped (:func:`pytest_collection_modifyitems`).
+cuda = pytest.mark.cuda
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    for item in items:
+        if item.get_closest_marker("cuda"):
+            item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU"))
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -117,13 +117,10 @@ class Machine:
     def probe(cls, device: torch.device) -> Machine:
         hardware_bf16 = system.cuda_supports_bf16() if device.type == "cuda" else system.cpu_has_native_bf16()
         names = ("flash", "efficient", "cudnn") if device.type == "cuda" else ("flash",)
-        runs = {
-            (name, dtype): probe_sdpa(device, dtype, name)[0]
-            for name in names
-            for dtype in ((torch.float32, torch.bfloat16) if hardware_bf16 else (torch.float32,))
-        }
-        kernels = tuple(name for name in names if runs.get((name, torch.float32)) or runs.get((name, torch.bfloat16)))
-        bf16_only = tuple(name for name in kernels if not runs[name, torch.float32])
+        dtypes = (torch.float32, torch.bfloat16) if hardware_bf16 else (torch.float32,)
+        runs = {name: [probe_sdpa(device, dtype, name)[0] for dtype in dtypes] for name in names}  # fp32 first
+        kernels = tuple(name for name in names if any(runs[name]))
+        bf16_only = tuple(name for name in kernels if not runs[name][0])
         return cls(device.type, hardware_bf16, system.compile_unavailable_reason(), (*kernels, "auto"), bf16_only)
 
 

@@ -354,13 +354,10 @@ EnvFileOption = Annotated[Path | None, typer.Option(help="The .env to read (defa
 
 
 def _load_for_acting(model: Path, env_file: Path | None, trusted: bool) -> Any:
-    """A saved model with the .env's settings, never compiled: ``eval`` and ``play`` are over
-    before a compilation would pay for itself (a warm-cache eval of 20 games took 12 s with it,
-    6 s without, on a 2-core CPU; a cold compile takes a minute or more)."""
     from sb3_snake.persistence import load_model
 
     with user_errors():
-        return load_model(model, load_settings(env_file, {"use_torch_compile": False}), trusted=trusted)
+        return load_model(model, load_settings(env_file, {}), trusted=trusted)
 
 
 @app.command("eval")

@@ -454,9 +454,8 @@ def _evaluate_with_plan_settings(plan: LearningPlan) -> Callable[[dict[str, Any]
     def evaluate_run(run: dict[str, Any], episodes: int) -> list[dict[str, Any]]:
         from sb3_snake.settings import OptimizationSettings
 
-        # The run's settings without compilation: a compile per checkpoint would only cost time.
-        settings = replace(OptimizationSettings.load(plan.env_file), use_torch_compile=False)
-        return evaluate_checkpoints(run, episodes, settings)
+        # The run's settings; load_model does not compile a model loaded for acting.
+        return evaluate_checkpoints(run, episodes, OptimizationSettings.load(plan.env_file))
 
     return evaluate_run
 

@@ -41,6 +41,7 @@ from sb3_snake.extractor import SnakeAttentionExtractor
 from sb3_snake.optimizations import ActiveOptimizations, Decision, apply_optimizations, compile_networks
 from sb3_snake.replay import DeviceReplayBuffer, use_device_replay_buffer
 from sb3_snake.settings import OptimizationSettings
+from sb3_snake.shaping import shaping_rewards
 from sb3_snake.symmetry import SymmetryAugmentation
 
 #: The zip entry of a saved model that describes it in plain JSON.
@@ -69,6 +70,7 @@ HYPERPARAMETERS = (
     "symmetry_augmentation",
     "early_steps",
     "early_update_fraction",
+    "food_shaping",
 )
 #: Counters that a resumed run continues from.
 COUNTERS = ("num_timesteps", "_n_updates", "_n_calls", "_episode_num", "exploration_rate")
@@ -236,6 +238,10 @@ class SnakeDQN(DQN):
     :param early_update_fraction: the fraction of ``gradient_steps`` trained before
         ``early_steps``, kept exact over calls (0.5 with one gradient step per update trains on
         every other update).
+    :param food_shaping: scale of potential-based reward shaping towards the food
+        (:mod:`sb3_snake.shaping`; 0: off): replayed rewards gain ``scale * (gamma * phi(s') -
+        phi(s))``, which leaves the optimal policy as it is. The env's own rewards, and so episode
+        returns and scores, are unchanged.
     :param kwargs: any other ``DQN`` argument (``n_steps`` gives n-step returns; a dueling
         head is ``policy_kwargs={"dueling": True}``).
 
@@ -266,11 +272,13 @@ class SnakeDQN(DQN):
         compile_after: int = 0,
         early_steps: int = 0,
         early_update_fraction: float = 1.0,
+        food_shaping: float = 0.0,
         **kwargs: Any,
     ):
         self.exploration_steps = exploration_steps
         self.early_steps = early_steps
         self.early_update_fraction = early_update_fraction
+        self.food_shaping = food_shaping
         self._early_credit = 0.0
         self.compile_after = compile_after
         self._compile_pending = False
@@ -283,6 +291,8 @@ class SnakeDQN(DQN):
         super().__init__(policy, env, **kwargs)
 
     def _setup_model(self) -> None:
+        if self.food_shaping and self._vec_normalize_env is not None:
+            raise ValueError("food_shaping needs the env's own observations and rewards; remove VecNormalize")
         if self.replay_buffer_class is None and use_device_replay_buffer(self.device.type)[0]:
             self.replay_buffer_class = DeviceReplayBuffer
             self.replay_buffer_kwargs = {**self.replay_buffer_kwargs, "n_steps": self.n_steps, "gamma": self.gamma}
@@ -399,9 +409,10 @@ class SnakeDQN(DQN):
                 )
             self._update_info_buffer(infos, dones)
             next_obs = step.observations.index_copy(0, step.final_indices, step.final_observations)
-            replay_buffer.add_tensors(
-                obs, next_obs, actions, step.rewards, step.terminated | step.truncated, step.truncated
-            )
+            rewards = step.rewards
+            if self.food_shaping:
+                rewards = rewards + shaping_rewards(self.food_shaping, self.gamma, obs, next_obs, step.terminated)
+            replay_buffer.add_tensors(obs, next_obs, actions, rewards, step.terminated | step.truncated, step.truncated)
             obs = step.observations
             self._update_current_progress_remaining(self.num_timesteps, self._total_timesteps)
             self._on_step()
@@ -413,6 +424,33 @@ class SnakeDQN(DQN):
         self._last_obs = obs
         callback.on_rollout_end()
         return RolloutReturn(num_collected_steps * env.num_envs, num_collected_episodes, continue_training=True)
+
+    def _store_transition(
+        self,
+        replay_buffer: ReplayBuffer,
+        buffer_action: np.ndarray,
+        new_obs: Any,
+        reward: np.ndarray,
+        dones: np.ndarray,
+        infos: list[dict[str, Any]],
+    ) -> None:
+        """SB3's, with :mod:`~sb3_snake.shaping`'s term added to the stored rewards when
+        ``food_shaping`` is on (the tensor loop of :meth:`collect_rollouts` adds it there)."""
+        if self.food_shaping:
+            next_obs = np.array(new_obs)
+            terminated = np.zeros(len(dones), dtype=bool)
+            for i in np.flatnonzero(dones):
+                next_obs[i] = infos[i]["terminal_observation"]
+                terminated[i] = not infos[i].get("TimeLimit.truncated", False)
+            shaping = shaping_rewards(
+                self.food_shaping,
+                self.gamma,
+                torch.as_tensor(self._last_obs),
+                torch.as_tensor(next_obs),
+                torch.as_tensor(terminated),
+            )
+            reward = reward + shaping.numpy().astype(reward.dtype)
+        super()._store_transition(replay_buffer, buffer_action, new_obs, reward, dones, infos)
 
     def _act_on_tensors(self, obs: torch.Tensor, learning_starts: int, num_envs: int) -> torch.Tensor:
         """SB3's DQN action choice on tensors: random before ``learning_starts``; afterwards one

@@ -107,6 +107,9 @@ class TrainConfig:
     embed_dim: int = option(32, "Width of the extractor's transformer (a multiple of its 2 heads).", DQN)
     n_steps: int = option(1, "n-step returns (SB3's NStepReplayBuffer).", DQN)
     symmetry_augmentation: bool = option(False, "Replay each transition under a random board symmetry.", DQN)
+    food_shaping: float = option(
+        1.0, "Potential-based reward shaping towards the food, its scale (0: off; scores are unchanged).", DQN
+    )
     compile_after: int = option(
         50_000, "With torch.compile on: gradient steps trained eagerly before compiling (0: compile at once).", RUN
     )
@@ -175,6 +178,10 @@ class TrainConfig:
             ],
             (self.exploration_steps >= 1, f"exploration_steps must be at least 1, got {self.exploration_steps}"),
             (self.n_steps >= 1, f"n_steps must be at least 1, got {self.n_steps}"),
+            (
+                finite(self.food_shaping) and self.food_shaping >= 0,
+                f"food_shaping must be a finite number of at least 0, got {self.food_shaping}",
+            ),
             (self.compile_after >= 0, f"compile_after must be at least 0, got {self.compile_after}"),
             (self.head_view_dim >= 1, f"head_view_dim must be at least 1, got {self.head_view_dim}"),
             (
@@ -291,6 +298,7 @@ _MODEL_FIELDS = (
     "double_dqn",
     "n_steps",
     "symmetry_augmentation",
+    "food_shaping",
 )
 
 

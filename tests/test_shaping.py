@@ -62,11 +62,11 @@ def test_shaping_telescopes_over_a_whole_game(seed):
     assert total == pytest.approx(scale * (discount * last - food_potential(first).item()), abs=1e-5)
 
 
-def replay_after_random_play(food_shaping, env, replay_buffer_class=None, steps=400):
-    """A model's replay buffer after ``steps`` env steps of its (seeded, random) play."""
+def after_random_play(food_shaping, replay_buffer_class=None, steps=400):
+    """A model after ``steps`` env steps of seeded random play on 8 games (it never learns)."""
     model = SnakeDQN(
         "AttentionPolicy",
-        env,
+        BatchedSnakeVecEnv(8, board_size=5, seed=0),
         optimizations=PLAIN,
         policy_kwargs=SMALL_POLICY,
         learning_starts=10**6,
@@ -77,10 +77,13 @@ def replay_after_random_play(food_shaping, env, replay_buffer_class=None, steps=
         food_shaping=food_shaping,
         replay_buffer_class=replay_buffer_class,
     )
-    model.learn(total_timesteps=steps)
-    buffer = model.replay_buffer
+    return model.learn(total_timesteps=steps)
+
+
+def stored(model):
+    """The transitions in ``model``'s replay buffer, as flat tensors."""
+    buffer, as_tensor = model.replay_buffer, torch.as_tensor
     rows = buffer.pos
-    as_tensor = torch.as_tensor
     return {
         "obs": as_tensor(buffer.observations[:rows]).flatten(0, 1),
         "next_obs": as_tensor(buffer.next_observations[:rows]).flatten(0, 1),
@@ -95,8 +98,7 @@ def test_model_stores_the_rules_reward_plus_the_shaping(path):
     the shaping term of each stored transition (SB3's loop, and the tensor loop that a
     DeviceReplayBuffer takes), and games that died or ate are among them."""
     buffer_class = DeviceReplayBuffer if path == "tensors" else None
-    plain = replay_after_random_play(0.0, BatchedSnakeVecEnv(8, board_size=5, seed=0), buffer_class)
-    shaped = replay_after_random_play(0.5, BatchedSnakeVecEnv(8, board_size=5, seed=0), buffer_class)
+    plain, shaped = stored(after_random_play(0.0, buffer_class)), stored(after_random_play(0.5, buffer_class))
     torch.testing.assert_close(shaped["obs"], plain["obs"])
     assert plain["terminated"].any() and (plain["rewards"] > 0).any()
     expected = shaping_rewards(0.5, 0.99, plain["obs"], plain["next_obs"], plain["terminated"])
@@ -105,20 +107,7 @@ def test_model_stores_the_rules_reward_plus_the_shaping(path):
 
 def test_episode_returns_keep_the_rules_rewards():
     """What the env reports (and so the scores and SB3's ep_rew_mean) is not shaped."""
-    env = BatchedSnakeVecEnv(8, board_size=5, seed=0)
-    model = SnakeDQN(
-        "AttentionPolicy",
-        env,
-        optimizations=PLAIN,
-        policy_kwargs=SMALL_POLICY,
-        learning_starts=10**6,
-        buffer_size=1024,
-        seed=0,
-        device="cpu",
-        food_shaping=1.0,
-    )
-    model.learn(total_timesteps=400)
-    returns = [info["r"] for info in model.ep_info_buffer]
+    returns = [info["r"] for info in after_random_play(1.0).ep_info_buffer]
     assert returns
     # the rules pay +1 a food and -1 a death: every return is a whole number
     assert all(float(r) == round(float(r)) for r in returns)

@@ -412,6 +412,7 @@ def resume_config(path: Path, trusted: bool = False, **changes: Any) -> TrainCon
         seed=saved.get("seed") or 0,
         replay_ratio=replay_ratio,
         early_steps=saved.get("early_steps", 0),
+        food_shaping=saved.get("food_shaping", 0.0),  # models saved before shaping trained without it
         early_replay_ratio=saved.get("early_update_fraction", 1.0) * replay_ratio,
     )
     schedule = (saved["train_freq"], saved["gradient_steps"])

@@ -184,3 +184,20 @@ def fake_wandb(monkeypatch):
     monkeypatch.setitem(sys.modules, "wandb", fake)
     monkeypatch.delenv("WANDB_MODE", raising=False)
     return fake
+
+
+def rewrite_metadata(path, target, edit):
+    """Copy the saved model at ``path`` to ``target`` with its ``sb3_snake.json`` passed through
+    ``edit`` (a function from the metadata dict to the new one)."""
+    import json
+    import zipfile
+
+    from sb3_snake.algorithm import METADATA_ENTRY
+
+    with zipfile.ZipFile(path) as archive:
+        entries = {name: archive.read(name) for name in archive.namelist()}
+    entries[METADATA_ENTRY] = json.dumps(edit(json.loads(entries[METADATA_ENTRY]))).encode()
+    with zipfile.ZipFile(target, "w") as archive:
+        for name, content in entries.items():
+            archive.writestr(name, content)
+    return target

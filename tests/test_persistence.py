@@ -21,7 +21,7 @@ from sb3_snake.persistence import (
     save_replay_buffer,
 )
 from sb3_snake.settings import OptimizationSettings
-from tests.conftest import small_dqn
+from tests.conftest import rewrite_metadata, small_dqn
 
 FAST = OptimizationSettings(batch_size=16, use_torch_compile=False, use_bf16=False, num_threads=1)
 
@@ -110,14 +110,7 @@ def test_models_without_our_description_need_trust(tmp_path):
 )
 def test_malformed_descriptions_are_one_line(saved, tmp_path, change, message):
     _, path = saved
-    with zipfile.ZipFile(path) as archive:
-        metadata = json.loads(archive.read(METADATA_ENTRY))
-        entries = {name: archive.read(name) for name in archive.namelist()}
-    entries[METADATA_ENTRY] = json.dumps({**metadata, **change}).encode()
-    target = tmp_path / "bad.zip"
-    with zipfile.ZipFile(target, "w") as archive:
-        for name, content in entries.items():
-            archive.writestr(name, content)
+    target = rewrite_metadata(path, tmp_path / "bad.zip", lambda metadata: {**metadata, **change})
     with pytest.raises(ValueError, match=message):
         load_model(target, FAST)
 

@@ -31,6 +31,7 @@ from sb3_snake.training import (
     resume_config,
     train,
 )
+from tests.conftest import rewrite_metadata
 
 FAST = OptimizationSettings(batch_size=16, use_torch_compile=False, use_bf16=False, num_threads=1)
 
@@ -236,6 +237,25 @@ def test_resume_keeps_the_early_replay_ratio(tmp_path):
     assert (config.early_replay_ratio, config.early_steps) == (pytest.approx(8), 123)
     model = build_model(config, FAST, resume=tmp_path / "a" / "model.zip")
     assert model.early_steps == 123 and model.early_update_fraction == pytest.approx(8 / 32)
+
+
+@pytest.mark.parametrize("shaping", [0.0, 0.5])
+def test_resume_keeps_the_food_shaping(tmp_path, shaping):
+    train(tiny_config(episodes=2, food_shaping=shaping), FAST, tmp_path / "a")
+    assert resume_config(tmp_path / "a" / "model.zip", episodes=2).food_shaping == shaping
+
+
+def test_resume_of_a_model_saved_before_shaping_trains_without_it(tmp_path):
+    """Metadata without ``food_shaping`` (sb3-snake before it) means a model that trained without it."""
+    train(tiny_config(episodes=2), FAST, tmp_path / "a")
+
+    def without_shaping(metadata):
+        del metadata["hyperparameters"]["food_shaping"]
+        return metadata
+
+    path = rewrite_metadata(tmp_path / "a" / "model.zip", tmp_path / "old.zip", without_shaping)
+    assert TrainConfig().food_shaping == 1.0
+    assert resume_config(path, episodes=2).food_shaping == 0.0
 
 
 def test_resume_keeps_the_model_batch_size_unless_overridden(tmp_path):

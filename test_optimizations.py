@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
             settings,
             args.device,
             probe_compile_now=args.probe_compile,
-            policy=(config.policy_kwargs(), config.board_size),
+            policy=(config.policy_kwargs(), config.board_size, config.countdown),
             measure_auto=args.measure_auto,
         )
     print(json.dumps(report, indent=2) if args.json else format_capability_report(report))

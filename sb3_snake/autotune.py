@@ -254,10 +254,11 @@ def filled_model(
     transitions: int,
     policy_kwargs: dict[str, Any] | None = None,
     n_envs: int = 256,
+    countdown: bool = False,
 ) -> SnakeDQN:
     """A fresh SnakeDQN for timing gradient steps: ``transitions`` of random play in its
     buffer, learning from the first step, no logging."""
-    env = BatchedSnakeVecEnv(n_envs, board_size=board_size, device=device, seed=0)
+    env = BatchedSnakeVecEnv(n_envs, board_size=board_size, device=device, seed=0, countdown=countdown)
     model = SnakeDQN(
         "AttentionPolicy",
         env,
@@ -279,12 +280,13 @@ def gradient_step_rate(
     policy_kwargs: dict[str, Any],
     board_size: int,
     seconds: float = MEASURE_SECONDS,
+    countdown: bool = False,
 ) -> float:
     """Samples/s of ``SnakeDQN.train`` for ``candidate``: two untimed warm-up steps (compilation
     included), then the median of three timed runs of at least ``seconds / 3`` each."""
     transitions = max(2048, 2 * candidate.batch_size)
     settings = candidate.settings(torch.get_num_threads())
-    model = filled_model(settings, device, board_size, transitions, policy_kwargs, n_envs=64)
+    model = filled_model(settings, device, board_size, transitions, policy_kwargs, n_envs=64, countdown=countdown)
     model.train(gradient_steps=2, batch_size=candidate.batch_size)
     rates = []
     for _ in range(3):
@@ -324,8 +326,10 @@ def cache_key(
     policy_kwargs: dict[str, Any],
     board_size: int,
     max_batch_size: int | None = None,
+    countdown: bool = False,
 ) -> dict[str, Any]:
-    """What a measurement depends on: machine, software, threads, policy and the settings asked for."""
+    """What a measurement depends on: machine, software, threads, policy (and the boards it
+    reads) and the settings asked for."""
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else system.cpu_model()
     asked = {
         key: getattr(settings, key)
@@ -346,6 +350,7 @@ def cache_key(
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "board_size": board_size,
+        "countdown": countdown,
         "policy_kwargs": json.loads(json.dumps(policy_kwargs, sort_keys=True, default=str)),
         "asked": asked,
         "batch_candidates": list(batch_candidates(max_batch_size)) if settings.batch_size == AUTO else None,
@@ -395,6 +400,7 @@ def resolve_auto(
     machine: Machine | None = None,
     allow_measure: bool = True,
     max_batch_size: int | None = None,
+    countdown: bool = False,
     progress: Callable[[str], None] = lambda line: None,
     today: Callable[[], str] = lambda: date.today().isoformat(),
 ) -> OptimizationSettings:
@@ -404,12 +410,13 @@ def resolve_auto(
     (``measure``, by default :func:`gradient_step_rate` on ``device`` with the policy of
     ``policy_kwargs``) and the choice cached; with ``allow_measure=False`` (acting, or a report
     that must not spend the time) the built-in defaults stand in, and the sources say so.
-    ``max_batch_size`` (the replay buffer's size) bounds the batch sizes tried.
+    ``max_batch_size`` (the replay buffer's size) bounds the batch sizes tried; ``countdown``
+    says whether the boards carry the countdown channel.
     """
     if not settings.auto_fields:
         return settings
     device = torch.device(device)
-    key = cache_key(settings, device, policy_kwargs, board_size, max_batch_size)
+    key = cache_key(settings, device, policy_kwargs, board_size, max_batch_size, countdown)
     path = cache_path(key)
     entry = read_cache(path, key)
     if entry is None and not allow_measure:
@@ -423,7 +430,9 @@ def resolve_auto(
             f"on this machine; cached in {path}"
         )
         machine = machine or Machine.probe(device)
-        measure = measure or (lambda candidate: gradient_step_rate(candidate, device, policy_kwargs, board_size))
+        measure = measure or (
+            lambda candidate: gradient_step_rate(candidate, device, policy_kwargs, board_size, countdown=countdown)
+        )
         started = time.perf_counter()
         result = search(settings, machine, measure, batch_candidates(max_batch_size))
         result["seconds"] = time.perf_counter() - started

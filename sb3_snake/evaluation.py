@@ -18,6 +18,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from sb3_snake.envs import BatchedSnakeVecEnv, SnakeEnv
+from sb3_snake.envs.rules import has_countdown
 
 #: Evaluation seeds start here; training seeds are small integers.
 EVAL_SEED_OFFSET = 1_000_000_007
@@ -45,11 +46,11 @@ def evaluate(
     sample towards quick deaths).
     """
     check_evaluation(episodes, seed)
-    board_size = model.observation_space.shape[-1]
+    board_size, countdown = model.observation_space.shape[-1], has_countdown(model.observation_space.shape)
     n_envs = min(episodes, max_envs)
     quota = np.full(n_envs, episodes // n_envs)
     quota[: episodes % n_envs] += 1
-    env = BatchedSnakeVecEnv(n_envs, board_size=board_size, seed=seed_offset + seed)
+    env = BatchedSnakeVecEnv(n_envs, board_size=board_size, seed=seed_offset + seed, countdown=countdown)
     obs = env.reset()
     scores: list[int] = []
     lengths: list[int] = []
@@ -85,8 +86,8 @@ def play(
     max_steps: int = 10_000,
 ) -> dict[str, Any]:
     """Play one greedy game: animated as text on ``out``, or recorded to ``gif``."""
-    board_size = model.observation_space.shape[-1]
-    env = SnakeEnv(board_size=board_size, render_mode="rgb_array" if gif else "ansi")
+    board_size, countdown = model.observation_space.shape[-1], has_countdown(model.observation_space.shape)
+    env = SnakeEnv(board_size=board_size, render_mode="rgb_array" if gif else "ansi", countdown=countdown)
     obs, info = env.reset(seed=EVAL_SEED_OFFSET + seed)
     frames = [env.render()]
     steps, done = 0, False

@@ -18,6 +18,10 @@ left" are relations it must learn between two tokens for every head position; in
 view they are fixed inputs, which one layer reads from the start. The transformer is left with
 what needs the whole board (where the body will be free, which region the head may be walled in).
 
+Inputs are divided, channel by channel, by the observation space's upper bound where it is
+finite and above 1 (the countdown channel counts moves up to ``board_size ** 2 - 1``), so every
+channel reaches the first linear layers in [0, 1]; binary boards pass as they are.
+
 Patches are cut with ``permute``/``reshape`` channels-last (:func:`cut_patches`), not
 ``F.unfold``: on CPU ``unfold`` loops over the batch and took most of the forward pass.
 """
@@ -27,6 +31,7 @@ from __future__ import annotations
 import math
 
 import gymnasium as gym
+import numpy as np
 import torch
 import torch.nn.functional as F
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
@@ -218,6 +223,10 @@ class SnakeAttentionExtractor(BaseFeaturesExtractor):
         self.pool = AttentionPool(embed_dim, num_heads)
         self.head_view = HeadView(observation_space.shape, head_view_dim) if head_view_dim else None
         self.head = nn.Sequential(nn.Linear(embed_dim + head_view_dim, features_dim), nn.ReLU())
+        high = np.asarray(observation_space.high, dtype=np.float32).reshape(channels, -1).max(axis=1)
+        scaled = np.isfinite(high) & (high > 1)
+        scale = torch.as_tensor(np.where(scaled, 1.0 / high, 1.0)).view(-1, 1, 1) if scaled.any() else None
+        self.register_buffer("input_scale", scale, persistent=False)
 
     def channels_last_embedding(self) -> torch.Tensor:
         """``embed``'s weight for :func:`cut_patches`' order. ``embed`` keeps the channel-first
@@ -227,6 +236,8 @@ class SnakeAttentionExtractor(BaseFeaturesExtractor):
         return weight.view(-1, channels, self.patch_size, self.patch_size).permute(0, 2, 3, 1).reshape(weight.shape)
 
     def forward(self, observations: torch.Tensor) -> torch.Tensor:
+        if self.input_scale is not None:
+            observations = observations * self.input_scale.to(observations.dtype)
         board = F.pad(observations, self.padding) if any(self.padding) else observations
         patches = cut_patches(board, self.patch_size)
         positions = (self.row_embedding + self.col_embedding).reshape(1, -1, self.row_embedding.shape[-1])

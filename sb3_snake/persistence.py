@@ -23,6 +23,7 @@ from __future__ import annotations
 import io
 import json
 import zipfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ from gymnasium import spaces
 from stable_baselines3.common.buffers import ReplayBuffer
 
 from sb3_snake.algorithm import METADATA_ENTRY, METADATA_FORMAT, PORTABLE_CLASSES, SnakeDQN
-from sb3_snake.envs.rules import MIN_BOARD_SIZE, NUM_CHANNELS
+from sb3_snake.envs.rules import BASE_CHANNELS, MIN_BOARD_SIZE, NUM_CHANNELS, board_space, has_countdown
 from sb3_snake.paths import atomic_write, write_text_atomically
 from sb3_snake.settings import OptimizationSettings
 
@@ -41,6 +42,9 @@ from sb3_snake.settings import OptimizationSettings
 REPLAY_ARRAYS = ("observations", "actions", "rewards", "dones", "timeouts")
 #: The largest board a model file may describe (the head view alone grows with its square).
 MAX_BOARD_SIZE = 256
+#: Channels of a model's boards: without and with the countdown.
+CHANNEL_COUNTS = (BASE_CHANNELS, NUM_CHANNELS)
+BOARD_SHAPES = f"({BASE_CHANNELS}, n, n) or ({NUM_CHANNELS}, n, n)"
 
 TRUST_HINT = "if you trust where it came from, pass --trust-model (Python: load_model(path, trusted=True))"
 
@@ -175,8 +179,8 @@ def _metadata_problem(metadata: Any) -> str:
     shape = metadata.get("observation_shape")
     if not (isinstance(shape, list) and len(shape) == 3 and all(type(n) is int for n in shape)):
         return f"observation_shape {shape!r} is not three integers"
-    if shape[0] != NUM_CHANNELS or shape[1] != shape[2] or not MIN_BOARD_SIZE <= shape[1] <= MAX_BOARD_SIZE:
-        return f"observation_shape {shape} is not that of a Snake board ({NUM_CHANNELS}, n, n), 4 <= n <= 256"
+    if shape[0] not in CHANNEL_COUNTS or shape[1] != shape[2] or not MIN_BOARD_SIZE <= shape[1] <= MAX_BOARD_SIZE:
+        return f"observation_shape {shape} is not that of a Snake board ({BOARD_SHAPES}), 4 <= n <= 256"
     if metadata.get("n_actions") != 4:
         return f"n_actions is {metadata.get('n_actions')!r}, not 4"
     if metadata.get("policy") not in SnakeDQN.policy_aliases:
@@ -240,12 +244,22 @@ def load_model(
     else:
         model = _load_safely(path, read_metadata(path), optimizations, env, device, for_training)
     _check_snake_model(model, path)
-    if env is not None and model.observation_space.shape != env.observation_space.shape:
-        trained, given = model.observation_space.shape[-1], env.observation_space.shape[-1]
-        raise ValueError(
-            f"model {path} was trained on a {trained}x{trained} board, not {given}x{given}; pass --board-size {trained}"
-        )
+    if env is not None:
+        _check_board(path, model.observation_space.shape, env.observation_space.shape)
     return model
+
+
+def _check_board(path: Path, trained: Sequence[int], given: Sequence[int]) -> None:
+    """One line when ``env``'s boards are not those the model was trained on."""
+    if trained[-1] != given[-1]:
+        n, m = trained[-1], given[-1]
+        raise ValueError(f"model {path} was trained on a {n}x{n} board, not {m}x{m}; pass --board-size {n}")
+    if tuple(trained) != tuple(given):
+        flag = "--countdown" if has_countdown(trained) else "--no-countdown"
+        raise ValueError(
+            f"model {path} was trained {'with' if has_countdown(trained) else 'without'} the countdown "
+            f"channel; pass {flag}"
+        )
 
 
 def _load_trusted(path: Path, optimizations: OptimizationSettings | None, env: Any, device: Any) -> SnakeDQN:
@@ -262,11 +276,11 @@ def _check_snake_model(model: SnakeDQN, path: Path) -> None:
         or model.action_space.n != 4
         or shape is None
         or len(shape) != 3
-        or shape[0] != NUM_CHANNELS
+        or shape[0] not in CHANNEL_COUNTS
     ):
         raise ValueError(
             f"model file {path} is not a Snake model: it acts on {model.observation_space} with "
-            f"{model.action_space}, not on ({NUM_CHANNELS}, n, n) boards with 4 actions"
+            f"{model.action_space}, not on ({BOARD_SHAPES}) boards with 4 actions"
         )
 
 
@@ -296,14 +310,12 @@ def _load_safely(
     except TypeError as error:
         raise ValueError(f"model file {path} has a malformed {METADATA_ENTRY}: {error}") from None
     if env is None:
-        model.observation_space = spaces.Box(0, 1, tuple(metadata["observation_shape"]), np.uint8)
+        shape = metadata["observation_shape"]
+        model.observation_space = board_space(shape[-1], has_countdown(shape))
         model.action_space = spaces.Discrete(4)
         model.n_envs = metadata["n_envs"]
-    elif tuple(env.observation_space.shape) != tuple(metadata["observation_shape"]):
-        trained, given = metadata["observation_shape"][-1], env.observation_space.shape[-1]
-        raise ValueError(
-            f"model {path} was trained on a {trained}x{trained} board, not {given}x{given}; pass --board-size {trained}"
-        )
+    else:
+        _check_board(path, metadata["observation_shape"], env.observation_space.shape)
     model._setup_model()
     for name, value in metadata["counters"].items():
         setattr(model, name, value)

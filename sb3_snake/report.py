@@ -22,12 +22,12 @@ def capability_report(
     settings: OptimizationSettings,
     device: str = "auto",
     probe_compile_now: bool = False,
-    policy: tuple[dict[str, Any], int] | None = None,
+    policy: tuple[dict[str, Any], int, bool] | None = None,
     measure_auto: bool = False,
 ) -> dict[str, Any]:
     """What the machine supports and what will be active with ``settings`` on ``device``.
 
-    :param policy: ``(policy_kwargs, board_size)`` of the network trained; with it, ``auto``
+    :param policy: ``(policy_kwargs, board_size, countdown)`` of the network trained; with it, ``auto``
         settings show what was measured for it on this machine (from the cache), or are
         measured now with ``measure_auto``; without it, or with nothing cached, the built-in
         defaults stand in and the report says so.
@@ -46,7 +46,10 @@ def capability_report(
         compile_note = compile_error or "torch.compile is present (not probed; --probe-compile runs it)"
     resolved = settings
     if policy is not None:
-        resolved = resolve_auto(settings, target, policy[0], policy[1], allow_measure=measure_auto)
+        policy_kwargs, board_size, countdown = policy
+        resolved = resolve_auto(
+            settings, target, policy_kwargs, board_size, countdown=countdown, allow_measure=measure_auto
+        )
     active = ActiveOptimizations.decide(resolved, target)
     return {
         "torch": torch.__version__,

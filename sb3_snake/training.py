@@ -20,9 +20,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
-from gymnasium import spaces
 from rich.console import Console
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 from stable_baselines3.common.logger import HumanOutputFormat, KVWriter, Logger, TensorBoardOutputFormat
@@ -41,7 +39,7 @@ from sb3_snake.callbacks import (
     StopRequest,
 )
 from sb3_snake.envs import BatchedSnakeVecEnv
-from sb3_snake.envs.rules import NUM_CHANNELS, SnakeRules
+from sb3_snake.envs.rules import SnakeRules, board_space, has_countdown
 from sb3_snake.evaluation import MAX_SEED
 from sb3_snake.extractor import SnakeAttentionExtractor
 from sb3_snake.persistence import (
@@ -87,6 +85,9 @@ class TrainConfig:
     board_size: int = option(10, f"Side of the board (4 to {MAX_BOARD_SIZE}).", ENVIRONMENT)
     seed: int = option(0, "Seed of envs, networks and exploration.", ENVIRONMENT)
     device: str = option("auto", "auto, cpu or cuda.", ENVIRONMENT)
+    countdown: bool = option(
+        False, "Observe a countdown channel: on each body cell, the moves until it is free.", ENVIRONMENT
+    )
     learning_rate: float = option(5e-4, "Adam step size.", DQN)
     buffer_size: int = option(100_000, "Replay capacity (transitions).", DQN)
     learning_starts: int = option(1_000, "Env steps of random play before learning.", DQN)
@@ -202,7 +203,7 @@ class TrainConfig:
         problem = next((message for ok, message in checks if not ok), "")
         if problem:
             return problem
-        SnakeRules(self.board_size)  # raises a ValueError naming a bad board size
+        SnakeRules(self.board_size, countdown=self.countdown)  # raises a ValueError naming a bad board size
         try:
             check_device(self.device, option="device")
         except ValueError as error:
@@ -245,6 +246,7 @@ class TrainConfig:
         """What shapes the network and the replay buffer: fixed once a model is built."""
         return {
             "board_size": self.board_size,
+            "countdown": self.countdown,
             "dueling": self.dueling,
             "embed_dim": self.embed_dim,
             "head_view_dim": self.head_view_dim if self.head_view else 0,
@@ -269,13 +271,13 @@ class TrainConfig:
 
     def memory_estimate(self, batch_size: int) -> dict[str, int]:
         """Bytes a run of this config will hold, by part (an estimate, stated before training)."""
-        cells = self.board_size**2
-        observation = NUM_CHANNELS * cells
-        space = spaces.Box(0, 1, (NUM_CHANNELS, self.board_size, self.board_size), np.uint8)
+        space = board_space(self.board_size, self.countdown)
+        channels, cells = space.shape[0], self.board_size**2
+        observation = channels * cells
         with torch.device("meta"):
             extractor = SnakeAttentionExtractor(space, **self.policy_kwargs()["features_extractor_kwargs"])
         parameters = sum(parameter.numel() for parameter in extractor.parameters())
-        head_view_inputs = NUM_CHANNELS * (2 * self.board_size - 1) ** 2 if self.head_view else 0
+        head_view_inputs = channels * (2 * self.board_size - 1) ** 2 if self.head_view else 0
         return {
             "replay buffer": self.buffer_size * (2 * observation + 24),
             "games": self.n_envs * (4 * observation + cells + 128) + 8 * cells * cells,
@@ -405,6 +407,7 @@ def resume_config(path: Path, trusted: bool = False, **changes: Any) -> TrainCon
     values.update(
         n_envs=metadata["n_envs"],
         board_size=metadata["observation_shape"][-1],
+        countdown=has_countdown(metadata["observation_shape"]),
         dueling=bool(policy_kwargs.get("dueling", False)),
         head_view=head_view_dim != 0,
         head_view_dim=head_view_dim or TrainConfig.head_view_dim,
@@ -426,6 +429,7 @@ def apply_config(model: SnakeDQN, config: TrainConfig, batch_size: int) -> None:
     extractor = model.policy_kwargs.get("features_extractor_kwargs") or {}
     trained = {
         "board_size": model.observation_space.shape[-1],
+        "countdown": has_countdown(model.observation_space.shape),
         "dueling": bool(model.policy_kwargs.get("dueling", False)),
         "embed_dim": extractor.get("embed_dim", TrainConfig.embed_dim),
         "head_view_dim": extractor.get("head_view_dim", TrainConfig.head_view_dim),
@@ -458,7 +462,9 @@ def build_model(
     replay buffer, and the config applied)."""
     device = resolve_device(config.device)
     settings = resolve_settings(config, settings)
-    env = BatchedSnakeVecEnv(config.n_envs, board_size=config.board_size, device="cpu", seed=config.seed)
+    env = BatchedSnakeVecEnv(
+        config.n_envs, board_size=config.board_size, device="cpu", seed=config.seed, countdown=config.countdown
+    )
     if resume is None:
         kwargs = config.dqn_kwargs(settings.batch_size)
         return SnakeDQN("AttentionPolicy", env, optimizations=settings, device=device, **kwargs)
@@ -499,6 +505,7 @@ def resolve_settings(
         config.policy_kwargs(),
         config.board_size,
         max_batch_size=config.buffer_size,
+        countdown=config.countdown,
         progress=notify,
     )
 

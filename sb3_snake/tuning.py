@@ -85,6 +85,7 @@ def sample_hyperparameters(trial: optuna.Trial) -> dict[str, Any]:
         "dueling": trial.suggest_categorical("dueling", [False, True]),
         "symmetry_augmentation": trial.suggest_categorical("symmetry_augmentation", [False, True]),
         "food_shaping": trial.suggest_categorical("food_shaping", [0.0, 0.5, 1.0, 2.0]),
+        "countdown": trial.suggest_categorical("countdown", [False, True]),
         "embed_dim": trial.suggest_categorical("embed_dim", [16, 32, 64]),
         "head_view_dim": trial.suggest_categorical("head_view_dim", [32, 64, 128]),
     }

@@ -120,7 +120,13 @@ SMALL_POLICY = {"features_extractor_kwargs": {"embed_dim": 16, "num_heads": 2, "
 
 
 def small_dqn(
-    settings, board_size: int = 5, transitions: int = 128, policy_kwargs=None, device: str = "cpu", **dqn_kwargs
+    settings,
+    board_size: int = 5,
+    transitions: int = 128,
+    policy_kwargs=None,
+    device: str = "cpu",
+    countdown: bool = False,
+    **dqn_kwargs,
 ):
     """A small SnakeDQN on 8 games whose replay buffer already holds ``transitions`` of random play,
     on the CPU unless ``device`` says otherwise (SB3's ``auto`` would take a GPU where one is)."""
@@ -129,7 +135,7 @@ def small_dqn(
     from sb3_snake import SnakeDQN
     from sb3_snake.autotune import fill_replay_buffer
 
-    env = BatchedSnakeVecEnv(8, board_size=board_size, seed=0)
+    env = BatchedSnakeVecEnv(8, board_size=board_size, seed=0, countdown=countdown)
     model = SnakeDQN(
         "AttentionPolicy",
         env,

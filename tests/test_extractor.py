@@ -7,7 +7,7 @@ import torch
 from stable_baselines3 import DQN
 
 from sb3_snake import BatchedSnakeVecEnv
-from sb3_snake.envs.rules import HEAD
+from sb3_snake.envs.rules import COUNTDOWN, HEAD, board_space
 from sb3_snake.extractor import HeadView, SnakeAttentionExtractor, cut_patches, default_patch_size
 
 
@@ -139,3 +139,22 @@ def test_head_view_can_be_left_out():
     with_view, without = SnakeAttentionExtractor(space), SnakeAttentionExtractor(space, head_view_dim=0)
     assert isinstance(with_view.head_view, HeadView) and without.head_view is None
     assert without(torch.zeros(2, 5, 8, 8)).shape == with_view(torch.zeros(2, 5, 8, 8)).shape
+
+
+def test_channels_bounded_above_one_are_scaled_to_one_by_the_space():
+    """The countdown's moves reach the network divided by the channel's bound; binary boards as they are."""
+    counted = board_space(6, countdown=True)
+    torch.manual_seed(0)
+    scaled = SnakeAttentionExtractor(counted, embed_dim=16)
+    unscaled = SnakeAttentionExtractor(gym.spaces.Box(0, 1, counted.shape, np.uint8), embed_dim=16)
+    unscaled.load_state_dict(scaled.state_dict())
+    assert unscaled.input_scale is None and SnakeAttentionExtractor(board_space(6)).input_scale is None
+    env = BatchedSnakeVecEnv(8, board_size=6, seed=0, countdown=True)
+    obs = torch.as_tensor(env.reset()).float()
+    for _ in range(5):
+        obs = torch.as_tensor(env.step(np.random.default_rng(0).integers(4, size=8))[0]).float()
+    assert obs[:, COUNTDOWN].max() > 1
+    divided = obs.clone()
+    divided[:, COUNTDOWN] /= counted.high[COUNTDOWN, 0, 0]
+    torch.testing.assert_close(scaled(obs), unscaled(divided))
+    assert not torch.allclose(scaled(obs), unscaled(obs))

@@ -12,6 +12,7 @@ from stable_baselines3 import DQN
 
 from sb3_snake import BatchedSnakeVecEnv, SnakeDQN
 from sb3_snake.algorithm import METADATA_ENTRY
+from sb3_snake.evaluation import evaluate
 from sb3_snake.persistence import (
     load_model,
     load_replay_buffer,
@@ -48,6 +49,19 @@ def test_safe_load_acts_as_the_saved_model(saved):
     np.testing.assert_array_equal(greedy(trusted, observations), greedy(model, observations))
     assert safe.q_net.dueling and safe.num_timesteps == model.num_timesteps
     assert safe.hyperparameters() | {"buffer_size": 0} == model.hyperparameters() | {"buffer_size": 0}
+
+
+def test_a_model_with_the_countdown_loads_safely_with_its_bounds_and_plays(tmp_path):
+    model = small_dqn(FAST, countdown=True)
+    model.train(gradient_steps=3, batch_size=32)
+    save_model(model, tmp_path / "model.zip")
+    safe = load_model(tmp_path / "model.zip", FAST)
+    assert read_metadata(tmp_path / "model.zip")["observation_shape"] == [6, 5, 5]
+    assert safe.observation_space == model.observation_space  # the countdown's bound scales its input
+    observations = torch.as_tensor(np.stack([model.observation_space.sample() for _ in range(64)])).float()
+    with torch.no_grad():
+        torch.testing.assert_close(safe.q_net(observations), model.q_net(observations))
+    assert evaluate(safe, episodes=4)["episodes"] == 4  # on boards with the countdown
 
 
 def test_metadata_is_plain_json(saved):

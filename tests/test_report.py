@@ -96,13 +96,13 @@ def test_auto_settings_show_the_cached_measurement_or_say_they_were_not_measured
 
     monkeypatch.setenv("SB3_SNAKE_CACHE_DIR", str(tmp_path))
     settings = OptimizationSettings(use_flash_attention="auto", use_bf16=False, num_threads=1)
-    policy = (SMALL_POLICY, 5)
+    policy = (SMALL_POLICY, 5, False)
     before = capability_report(settings, "cpu", policy=policy)
     assert "not measured on this machine yet" in before["auto"]["settings"]["use_flash_attention"]
     assert before["auto"]["cache_dir"] == str(tmp_path)
     machine = Machine("cpu", False, "", ("flash", "auto"))
     rates = {"flash": 100.0, "auto": 200.0}
-    resolve_auto(settings, "cpu", *policy, measure=lambda c: rates[c.sdpa_backend], machine=machine)
+    resolve_auto(settings, "cpu", SMALL_POLICY, 5, measure=lambda c: rates[c.sdpa_backend], machine=machine)
     after = capability_report(settings, "cpu", policy=policy)
     text = format_capability_report(after)
     assert f"auto settings (measured once per machine and policy; cache {tmp_path})" in text

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from sb3_snake.envs.rules import BODY, DOWN, FOOD, HEAD, LEFT, NECK, RIGHT, TAIL, UP, SnakeRules
+from sb3_snake.envs.rules import BODY, COUNTDOWN, DOWN, FOOD, HEAD, LEFT, NECK, RIGHT, TAIL, UP, SnakeRules
 from tests.conftest import SingleGame
 
 
@@ -20,6 +20,33 @@ def test_observation_channels(game_kind):
     assert cells(obs, FOOD) == [(0, 0)]
     assert cells(obs, TAIL) == [(4, 3)]
     assert cells(obs, NECK) == [(5, 4)]
+
+
+def countdown_cells(obs):
+    return {cell: int(obs[COUNTDOWN][cell]) for cell in zip(*np.nonzero(obs[COUNTDOWN]), strict=True)}
+
+
+def test_countdown_counts_the_moves_until_each_body_cell_is_free(game_kind):
+    game = SingleGame(game_kind, countdown=True)
+    obs = game.set_state([(5, 5), (5, 4), (5, 3), (4, 3)], RIGHT, (5, 7))
+    assert obs.shape == (6, 10, 10) and obs[:5].max() == 1
+    assert countdown_cells(obs) == {(4, 3): 1, (5, 3): 2, (5, 4): 3}  # the head's cell is 0
+    obs, *_ = game.step(RIGHT)
+    assert countdown_cells(obs) == {(5, 3): 1, (5, 4): 2, (5, 5): 3}
+    obs, reward, *_ = game.step(RIGHT)  # eats: the tail stays, and every cell waits one move longer
+    assert reward == 1.0
+    assert countdown_cells(obs) == {(5, 3): 1, (5, 4): 2, (5, 5): 3, (5, 6): 4}
+    obs, *_ = game.step(DOWN)
+    assert countdown_cells(obs) == {(5, 4): 1, (5, 5): 2, (5, 6): 3, (5, 7): 4}
+    assert (obs[COUNTDOWN] > 0).sum() == obs[BODY].sum()
+
+
+def test_countdown_on_a_dying_move_shows_the_board_before_it(game_kind):
+    game = SingleGame(game_kind, countdown=True)
+    game.set_state([(0, 5), (1, 5), (2, 5)], UP, (9, 9))
+    obs, reward, terminated, *_ = game.step(UP)
+    assert (reward, terminated) == (-1.0, True)
+    assert countdown_cells(obs) == {(2, 5): 1, (1, 5): 2}
 
 
 def test_moving_forward_frees_the_tail(game_kind):

@@ -7,7 +7,7 @@ import torch
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
 from sb3_snake import BatchedSnakeVecEnv, SnakeDQN, SnakeEnv
-from sb3_snake.envs.rules import FOOD, HEAD, NUM_CHANNELS
+from sb3_snake.envs.rules import BASE_CHANNELS, FOOD, HEAD
 from sb3_snake.replay import DeviceReplayBuffer
 from sb3_snake.settings import OptimizationSettings
 from sb3_snake.shaping import food_potential, shaping_rewards
@@ -18,7 +18,7 @@ PLAIN = OptimizationSettings(use_bf16=False, use_flash_attention=False, use_torc
 
 
 def board(size, head, food):
-    obs = torch.zeros(1, NUM_CHANNELS, size, size, dtype=torch.uint8)
+    obs = torch.zeros(1, BASE_CHANNELS, size, size, dtype=torch.uint8)
     obs[0, HEAD, head[0], head[1]] = 1
     if food is not None:
         obs[0, FOOD, food[0], food[1]] = 1
@@ -31,7 +31,7 @@ def test_potential_falls_with_the_manhattan_distance_to_the_food():
     assert food_potential(board(5, (2, 2), (2, 1))).item() == pytest.approx(1 - 1 / 8)
     assert food_potential(board(5, (4, 4), (0, 0))).item() == pytest.approx(0.0)
     # rectangular boards: distance over (H + W - 2)
-    obs = torch.zeros(1, NUM_CHANNELS, 4, 6, dtype=torch.uint8)
+    obs = torch.zeros(1, BASE_CHANNELS, 4, 6, dtype=torch.uint8)
     obs[0, HEAD, 3, 0], obs[0, FOOD, 0, 5] = 1, 1
     assert food_potential(obs).item() == pytest.approx(0.0)
 

@@ -14,7 +14,7 @@ from rich.console import Console
 from sb3_snake.envs import BatchedSnakeVecEnv
 from sb3_snake.evaluation import evaluate
 from sb3_snake.extractor import HeadView
-from sb3_snake.persistence import load_model
+from sb3_snake.persistence import load_model, read_metadata
 from sb3_snake.settings import OptimizationSettings
 from sb3_snake.tracking import WandbRun
 from sb3_snake.training import (
@@ -110,6 +110,18 @@ def test_resume_rejects_another_board_size(tmp_path):
     train(tiny_config(episodes=4), FAST, tmp_path)
     with pytest.raises(ValueError, match=r"trained on a 5x5 board, not 6x6; pass --board-size 5"):
         build_model(tiny_config(board_size=6), FAST, resume=tmp_path / "model.zip")
+    with pytest.raises(ValueError, match=r"trained without the countdown channel; pass --no-countdown$"):
+        build_model(tiny_config(countdown=True), FAST, resume=tmp_path / "model.zip")
+
+
+@pytest.mark.parametrize("countdown", [True, False])
+def test_countdown_option_shapes_the_boards_and_resume_keeps_it(tmp_path, countdown):
+    train(tiny_config(episodes=2, countdown=countdown), FAST, tmp_path / "a")
+    path = tmp_path / "a" / "model.zip"
+    assert read_metadata(path)["observation_shape"] == [6 if countdown else 5, 5, 5]
+    assert resume_config(path, episodes=2).countdown is countdown
+    summary = train(resume_config(path, episodes=2), FAST, tmp_path / "b", resume=path)
+    assert summary["episodes"] == 2
 
 
 def test_resume_continues_with_the_replay_buffer(tmp_path):

@@ -20,7 +20,7 @@ import torch
 from gymnasium import spaces
 from stable_baselines3.common.buffers import NStepReplayBuffer, ReplayBuffer
 
-from sb3_snake.envs.rules import NUM_CHANNELS
+from sb3_snake.envs.rules import BASE_CHANNELS
 from sb3_snake.replay import DeviceReplayBuffer
 from sb3_snake.system import system_info
 
@@ -38,7 +38,7 @@ class ReplaySamplingResult:
 
 def _fill(buffers: list[ReplayBuffer], transitions: int, n_envs: int, board_size: int) -> None:
     rng = np.random.default_rng(0)
-    shape = (n_envs, NUM_CHANNELS, board_size, board_size)
+    shape = (n_envs, BASE_CHANNELS, board_size, board_size)
     for _ in range(transitions // n_envs):
         obs = rng.integers(0, 2, shape, dtype=np.uint8)
         actions, rewards = rng.integers(0, 4, n_envs), rng.random(n_envs).astype(np.float32)
@@ -69,7 +69,7 @@ def run_replay_benchmark(
     progress: Callable[[ReplaySamplingResult], None] = lambda result: None,
 ) -> dict[str, Any]:
     """Median milliseconds per sampled batch of each buffer, for each n-step setting; JSON-ready."""
-    observation_space = spaces.Box(0, 1, (NUM_CHANNELS, board_size, board_size), np.uint8)
+    observation_space = spaces.Box(0, 1, (BASE_CHANNELS, board_size, board_size), np.uint8)
     action_space = spaces.Discrete(4)
     results = []
     for n_steps in n_steps_values:

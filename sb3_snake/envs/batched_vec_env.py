@@ -25,6 +25,11 @@ is the link plane capped at one, and head, neck, tail and food are one scattered
 of ones. So nothing returned is ever written again, and the state a step reads and writes
 (about 100 bytes per game on a 10x10 board) stays in the CPU's caches for thousands of games.
 
+The countdown channel (``countdown=True``) comes from a second plane per game, the episode
+step at which the head entered each cell: a body cell entered at step ``t`` is free after
+``t + length - now`` more moves (the tail after one), so the channel is that difference on the
+body cells, with no walk along the body. A step writes one value of it.
+
 A game that dies keeps its board as it was before the fatal move (its writes go to a scratch
 row), which is the ``terminal_observation`` that :class:`~sb3_snake.SnakeEnv` returns too.
 
@@ -62,7 +67,18 @@ from stable_baselines3.common.vec_env import VecEnv
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvObs, VecEnvStepReturn, tile_images
 
 from sb3_snake.envs.render import render_ansi, render_rgb
-from sb3_snake.envs.rules import BODY, FOOD, HEAD, NECK, NUM_CHANNELS, TAIL, TURNS, SnakeRules, check_actions
+from sb3_snake.envs.rules import (
+    BODY,
+    COUNTDOWN,
+    FOOD,
+    HEAD,
+    MAX_COUNTDOWN,
+    NECK,
+    TAIL,
+    TURNS,
+    SnakeRules,
+    check_actions,
+)
 from sb3_snake.system import check_torch_device
 
 #: How many games ``render("rgb_array")`` tiles into one image.
@@ -118,6 +134,7 @@ class BatchedSnakeVecEnv(VecEnv):
     :param max_steps_without_food: steps without eating before truncation
         (default ``board_size ** 2``).
     :param render_mode: ``"ansi"`` or ``"rgb_array"``.
+    :param countdown: observe the countdown channel too (see :class:`~sb3_snake.SnakeEnv`).
     """
 
     metadata = {"render_modes": ["ansi", "rgb_array"]}
@@ -132,20 +149,18 @@ class BatchedSnakeVecEnv(VecEnv):
         dist_to_border: int = 3,
         max_steps_without_food: int | None = None,
         render_mode: str | None = None,
+        countdown: bool = False,
     ):
         if isinstance(num_envs, (bool, np.bool_)) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
             raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
         num_envs = int(num_envs)
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None, got {render_mode!r}")
-        self.rules = SnakeRules(board_size, start_length, dist_to_border, max_steps_without_food)
+        self.rules = SnakeRules(board_size, start_length, dist_to_border, max_steps_without_food, countdown)
         self.device = check_torch_device(device)
         self.render_mode = render_mode
-        super().__init__(
-            num_envs,
-            spaces.Box(0, 1, (NUM_CHANNELS, board_size, board_size), np.uint8),
-            spaces.Discrete(4),
-        )
+        super().__init__(num_envs, self.rules.observation_space, spaces.Discrete(4))
+        self._channels = self.observation_space.shape[0]
 
         cells, dev = self.rules.num_cells, self.device
         self._cells = cells
@@ -154,6 +169,8 @@ class BatchedSnakeVecEnv(VecEnv):
         self._links = torch.zeros((num_envs + 1, cells), dtype=torch.uint8, device=dev)
         self._links_flat = self._links.view(-1)
         self._link_offsets = torch.arange(num_envs, device=dev) * cells
+        # With the countdown: the episode step at which the head entered each cell, laid out as the links.
+        self._entered = torch.zeros((num_envs + 1, cells), dtype=torch.int64, device=dev) if countdown else None
         self._scratch_offset = torch.tensor(num_envs * cells, device=dev)
         # Per-game scalars, one row each (see the _HEAD ... _EPISODE_LENGTH constants).
         self._state = torch.zeros((_STATE_ROWS, num_envs), dtype=torch.int64, device=dev)
@@ -167,13 +184,13 @@ class BatchedSnakeVecEnv(VecEnv):
         neighbors = torch.as_tensor(self.rules.neighbor_table(), device=dev)
         self._move_table = neighbors[:, turns].reshape(-1)
         self._neighbor_table = neighbors.reshape(-1)
-        self._start_states, self._start_links, self._start_free = self._start_tables()
+        self._start_states, self._start_links, self._start_entered, self._start_free = self._start_tables()
         # Drawing observations: the state rows of the one-hot channels, and where each game's
         # one-hot channel starts in a flat (N, C, cells) tensor, (4, N).
         self._one = torch.ones((), dtype=torch.uint8, device=dev)
         self._one_hot_rows = torch.tensor([row for _, row in _ONE_HOT_CHANNELS], device=dev)
         channel_starts = torch.tensor([channel for channel, _ in _ONE_HOT_CHANNELS], device=dev).unsqueeze(1) * cells
-        self._one_hot_offsets = channel_starts + torch.arange(num_envs, device=dev) * (NUM_CHANNELS * cells)
+        self._one_hot_offsets = channel_starts + torch.arange(num_envs, device=dev) * (self._channels * cells)
 
         self._generator = torch.Generator(device=dev)
         self._generator.manual_seed(secrets.randbits(63) if seed is None else seed)
@@ -225,6 +242,8 @@ class BatchedSnakeVecEnv(VecEnv):
         rows = torch.where(dies, self._scratch_offset, self._link_offsets)
         head_link = self._link_table.index_select(0, turn)
         links.scatter_(0, torch.cat((rows + tail, rows + head)), torch.cat((tail_link * eats, head_link)))
+        if self._entered is not None:
+            self._entered.view(-1).scatter_(0, rows + target, episode_length + 1)
         length = length + eats
         wins = eats & (length == cells)
         self._state = torch.stack(
@@ -251,7 +270,7 @@ class BatchedSnakeVecEnv(VecEnv):
         final_dies = dies.index_select(0, finished)
         # A game that died is shown as it was before the fatal move; the others as they are now.
         final_state = torch.where(final_dies, previous.index_select(1, finished), self._state.index_select(1, finished))
-        final_observations = self._observe(final_state, self._links.index_select(0, finished))
+        final_observations = self._observe(final_state, *self._planes(finished))
         final_episode_lengths = self._state[_EPISODE_LENGTH].index_select(0, finished)
         self._restart(finished)
         return BatchedStep(
@@ -347,12 +366,15 @@ class BatchedSnakeVecEnv(VecEnv):
             raise ValueError(f"index must be in [0, {self.num_envs}), got {index!r}")
         cells, direction, food = self.rules.validate_state(body, direction, food)
         n = self.rules.board_size
-        state, links = self._snake_tables((cells[:, 0] * n + cells[:, 1])[None], np.array([direction]))
+        state, links, entered = self._snake_tables((cells[:, 0] * n + cells[:, 1])[None], np.array([direction]))
         if food is not None:
             state[0, _FOOD] = food[0] * n + food[1]
         self._state[:, index] = state[0]
         self._links[index] = links[0]
-        return self._observe(self._state[:, index : index + 1], self._links[index : index + 1])[0].cpu().numpy()
+        if self._entered is not None:
+            self._entered[index] = entered[0]
+        game = torch.tensor([index], device=self.device)
+        return self._observe(self._state[:, index : index + 1], *self._planes(game))[0].cpu().numpy()
 
     def close(self) -> None:
         pass
@@ -390,17 +412,28 @@ class BatchedSnakeVecEnv(VecEnv):
 
     # ------------------------------------------------------------------ game mechanics
 
-    def _observe(self, state: torch.Tensor, links: torch.Tensor, in_play: bool = False) -> torch.Tensor:
-        """Fresh observations ``(M, C, H, W)`` of the games with these state columns and link planes.
+    def _planes(self, games: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The link planes of ``games`` and, with the countdown, their entry-step planes."""
+        entered = self._entered.index_select(0, games) if self._entered is not None else None
+        return self._links.index_select(0, games), entered
+
+    def _observe(
+        self, state: torch.Tensor, links: torch.Tensor, entered: torch.Tensor | None, in_play: bool = False
+    ) -> torch.Tensor:
+        """Fresh observations ``(M, C, H, W)`` of the games with these state columns and planes.
 
         :param state: ``(rows, M)`` columns of per-game state.
         :param links: ``(M, cells)`` link planes.
+        :param entered: ``(M, cells)`` entry-step planes with the countdown, else None.
         :param in_play: these are all ``N`` games, ready for their next move: every game has food
             then (only a finished game may have filled the board).
         """
         count, n = len(links), self.rules.board_size
-        observations = torch.zeros((count, NUM_CHANNELS, self._cells), dtype=torch.uint8, device=self.device)
+        observations = torch.zeros((count, self._channels, self._cells), dtype=torch.uint8, device=self.device)
         torch.minimum(links, self._one, out=observations[:, BODY])  # links are 0 or 1 + direction
+        if entered is not None:  # moves until free: entered + length - now, on the body cells
+            moves = entered + (state[_LENGTH] - state[_EPISODE_LENGTH]).unsqueeze(1)
+            observations[:, COUNTDOWN] = moves.clamp_(0, MAX_COUNTDOWN).to(torch.uint8) * observations[:, BODY]
         cells = state.index_select(0, self._one_hot_rows)  # head, neck, tail and food
         if in_play:
             offsets, values = self._one_hot_offsets, self._one.expand(cells.numel())
@@ -409,16 +442,19 @@ class BatchedSnakeVecEnv(VecEnv):
             offsets, values = self._one_hot_offsets[:, :count], (cells >= 0).view(-1).byte()  # food -1: none
             cells = cells.clamp(min=0)
         observations.view(-1).scatter_(0, (offsets + cells).view(-1), values)
-        return observations.view(count, NUM_CHANNELS, n, n)
+        return observations.view(count, self._channels, n, n)
 
     def _observe_in_play(self) -> torch.Tensor:
         """Fresh observations of all games as they are now, ``(N, C, H, W)``."""
-        return self._observe(self._state, self._links[: self.num_envs], in_play=True)
+        entered = self._entered[: self.num_envs] if self._entered is not None else None
+        return self._observe(self._state, self._links[: self.num_envs], entered, in_play=True)
 
     def _current_observations(self, count: int) -> np.ndarray:
         """The first ``count`` games as they are now, as NumPy observations."""
         count = min(count, self.num_envs)
-        return self._observe(self._state[:, :count], self._links[:count]).cpu().numpy()
+        return (
+            self._observe(self._state[:, :count], *self._planes(torch.arange(count, device=self.device))).cpu().numpy()
+        )
 
     def _restart(self, games: torch.Tensor) -> None:
         """Start a new game in each of ``games``, an index tensor from ``nonzero()`` or ``arange``."""
@@ -431,25 +467,29 @@ class BatchedSnakeVecEnv(VecEnv):
         state[_FOOD] = self._start_free[start, free_choice]
         self._state.index_copy_(1, games, state)
         _copy_rows(self._links, games, self._start_links.index_select(0, start))
+        if self._entered is not None:
+            self._entered.index_copy_(0, games, self._start_entered.index_select(0, start))
 
     def _start_tables(self) -> tuple[torch.Tensor, ...]:
-        """Every possible starting game: rows of state (no food yet), link planes and free cells.
+        """Every possible starting game: rows of state (no food yet), link planes, entry-step
+        planes and free cells.
 
         All starts leave the same number of cells free, so food is a uniform pick from a row of
         the free-cell table: together with a uniform start, the same distribution as
         ``SnakeEnv.reset``.
         """
         bodies, directions = self.rules.start_states()
-        states, links = self._snake_tables(bodies, directions)
+        states, links, entered = self._snake_tables(bodies, directions)
         occupied = links.bool()
         occupied[torch.arange(len(bodies), device=self.device), states[:, _HEAD]] = True
         free = torch.arange(self.rules.num_cells, device=self.device).expand(len(bodies), -1)[~occupied]
-        return states, links, free.view(len(bodies), -1)
+        return states, links, entered, free.view(len(bodies), -1)
 
-    def _snake_tables(self, bodies: np.ndarray, directions: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    def _snake_tables(self, bodies: np.ndarray, directions: np.ndarray) -> tuple[torch.Tensor, ...]:
         """Games holding the given snakes (flat cells, head first, ``(count, L)``) and no food.
 
-        :return: rows of state ``(count, _STATE_ROWS)`` and link planes ``(count, cells)``.
+        :return: rows of state ``(count, _STATE_ROWS)``, link planes and entry-step planes
+            ``(count, cells)``; the head entered its cell at step 0, the cell ``k`` behind it at ``-k``.
         """
         count, length = bodies.shape
         states = np.zeros((count, _STATE_ROWS), dtype=np.int64)
@@ -459,7 +499,9 @@ class BatchedSnakeVecEnv(VecEnv):
         toward_head = np.argmax(self.rules.neighbor_table()[bodies[:, 1:]] == bodies[:, :-1, None], axis=2)
         links = np.zeros((count, self.rules.num_cells), dtype=np.uint8)
         links[np.arange(count)[:, None], bodies[:, 1:]] = 1 + toward_head
-        return torch.as_tensor(states, device=self.device), torch.as_tensor(links, device=self.device)
+        entered = np.zeros((count, self.rules.num_cells), dtype=np.int64)
+        entered[np.arange(count)[:, None], bodies] = -np.arange(length)
+        return tuple(torch.as_tensor(table, device=self.device) for table in (states, links, entered))
 
     def _place_food(self, games: torch.Tensor) -> None:
         """Put food on a uniformly random free cell of each of ``games``; each must have one."""

@@ -14,16 +14,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from gymnasium import spaces
 
 UP, RIGHT, DOWN, LEFT = 0, 1, 2, 3
 #: (row, col) displacement of the head for each absolute action.
 DIRECTION_DELTAS = np.array([(-1, 0), (0, 1), (1, 0), (0, -1)], dtype=np.int64)
 ACTION_NAMES = ("up", "right", "down", "left")
 
-#: Observation channels, in order.
-HEAD, BODY, FOOD, TAIL, NECK = 0, 1, 2, 3, 4
-CHANNEL_NAMES = ("head", "body", "food", "tail", "neck")
-NUM_CHANNELS = len(CHANNEL_NAMES)
+#: Observation channels, in order. COUNTDOWN is there only with ``countdown=True``.
+HEAD, BODY, FOOD, TAIL, NECK, COUNTDOWN = 0, 1, 2, 3, 4, 5
+CHANNEL_NAMES = ("head", "body", "food", "tail", "neck", "countdown")
+#: Channels of the board without and with the countdown.
+BASE_CHANNELS, NUM_CHANNELS = 5, 6
+#: The countdown's largest value: it counts moves up to this and stays there on boards of more cells.
+MAX_COUNTDOWN = 255
 
 MIN_BOARD_SIZE = 4
 MIN_START_LENGTH = 2
@@ -82,12 +86,18 @@ class SnakeRules:
         ``(board_size - 1) // 2`` on boards too small for it.
     :param max_steps_without_food: consecutive steps without eating after which the episode
         is truncated; ``None`` means ``board_size ** 2``.
+    :param countdown: observe a sixth channel, :data:`COUNTDOWN`: on each body cell (not the
+        head), the moves until it is free if the snake does not eat, from 1 on the tail to
+        ``length - 1`` on the neck (at most :data:`MAX_COUNTDOWN`). The binary body channel says
+        where the snake is, not in which order it leaves; with the countdown the network can tell
+        whether a pocket the head enters opens before the head needs the room.
     """
 
     board_size: int = 10
     start_length: int = 3
     dist_to_border: int = 3
     max_steps_without_food: int | None = None
+    countdown: bool = False
 
     def __post_init__(self) -> None:
         n = self.board_size
@@ -115,6 +125,11 @@ class SnakeRules:
     @property
     def num_cells(self) -> int:
         return self.board_size**2
+
+    @property
+    def observation_space(self) -> spaces.Box:
+        """``(C, n, n)`` uint8 boards: 0 or 1 in each channel, up to the countdown's largest value in it."""
+        return board_space(self.board_size, self.countdown)
 
     def head_bounds(self) -> np.ndarray:
         """Inclusive start ranges of the head for each direction, shape ``(4, 2, 2)``.
@@ -195,3 +210,17 @@ class SnakeRules:
         counts = np.bincount(directions, minlength=4)
         assert (counts == counts[0]).all(), f"start positions per direction differ: {counts}"
         return np.array(bodies, dtype=np.int64), np.array(directions, dtype=np.int64)
+
+
+def board_space(board_size: int, countdown: bool = False) -> spaces.Box:
+    """The observation space of ``board_size`` boards, with or without the countdown channel."""
+    channels = NUM_CHANNELS if countdown else BASE_CHANNELS
+    high = np.ones((channels, board_size, board_size), dtype=np.uint8)
+    if countdown:
+        high[COUNTDOWN] = min(board_size * board_size - 1, MAX_COUNTDOWN)
+    return spaces.Box(np.zeros_like(high), high, dtype=np.uint8)
+
+
+def has_countdown(observation_shape: Sequence[int]) -> bool:
+    """Whether boards of this ``(C, n, n)`` shape carry the countdown channel."""
+    return observation_shape[0] == NUM_CHANNELS

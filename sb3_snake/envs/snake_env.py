@@ -13,11 +13,12 @@ from gymnasium import spaces
 from sb3_snake.envs.render import render_ansi, render_rgb
 from sb3_snake.envs.rules import (
     BODY,
+    COUNTDOWN,
     DIRECTION_DELTAS,
     FOOD,
     HEAD,
+    MAX_COUNTDOWN,
     NECK,
-    NUM_CHANNELS,
     TAIL,
     SnakeRules,
     check_action,
@@ -42,7 +43,8 @@ class SnakeEnv(gym.Env[np.ndarray, np.int64]):
 
     ## Observation Space
 
-    ``Box(0, 1, (5, board_size, board_size), uint8)``, channel-first binary planes:
+    ``Box(0, 1, (5, board_size, board_size), uint8)``, channel-first binary planes (six
+    channels with ``countdown=True``, the last up to ``board_size ** 2 - 1``):
 
     | channel | meaning |
     |---------|---------|
@@ -51,6 +53,10 @@ class SnakeEnv(gym.Env[np.ndarray, np.int64]):
     | 2 | food (empty once the board is full) |
     | 3 | tail: the cell freed next step unless the snake eats |
     | 4 | neck: the cell behind the head, so head and neck give the direction of travel |
+    | 5 | countdown (``countdown=True`` only): moves until each body cell is free |
+
+    The countdown is 1 on the tail and ``length - 1`` on the neck (at most 255), counted as if
+    the snake does not eat; the head's cell and empty cells are 0.
 
     ## Rewards
 
@@ -75,6 +81,7 @@ class SnakeEnv(gym.Env[np.ndarray, np.int64]):
 
     - ``board_size`` (default 10, minimum 4), ``start_length`` (default 3),
       ``dist_to_border`` (default 3), ``max_steps_without_food`` (default ``board_size ** 2``).
+    - ``countdown`` (default False): the sixth observation channel above.
     - ``render_mode``: ``"ansi"`` (a text board) or ``"rgb_array"``.
 
     ``info`` always holds ``score`` (food eaten this episode) and ``length``; at the end of an
@@ -97,12 +104,13 @@ class SnakeEnv(gym.Env[np.ndarray, np.int64]):
         dist_to_border: int = 3,
         max_steps_without_food: int | None = None,
         render_mode: str | None = None,
+        countdown: bool = False,
     ):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None, got {render_mode!r}")
-        self.rules = SnakeRules(board_size, start_length, dist_to_border, max_steps_without_food)
+        self.rules = SnakeRules(board_size, start_length, dist_to_border, max_steps_without_food, countdown)
         self.render_mode = render_mode
-        self.observation_space = spaces.Box(0, 1, (NUM_CHANNELS, board_size, board_size), np.uint8)
+        self.observation_space = self.rules.observation_space
         self.action_space = spaces.Discrete(4)
         self._body: deque[tuple[int, int]] = deque()
         self._occupied = np.zeros((board_size, board_size), dtype=bool)
@@ -208,6 +216,10 @@ class SnakeEnv(gym.Env[np.ndarray, np.int64]):
         obs[NECK][self._body[1]] = 1
         if self._food is not None:
             obs[FOOD][self._food] = 1
+        if self.rules.countdown:
+            behind_head = list(self._body)[1:]
+            for moves, cell in enumerate(reversed(behind_head), start=1):
+                obs[COUNTDOWN][cell] = min(moves, MAX_COUNTDOWN)
         return obs
 
     def _info(self) -> dict[str, Any]:

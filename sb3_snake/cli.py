@@ -369,7 +369,8 @@ def evaluate_command(
     env_file: EnvFileOption = None,
     trust_model: TrustModelOption = False,
 ) -> None:
-    """Greedy evaluation on fresh seeds: mean, median and max score, mean length, win rate."""
+    """Greedy evaluation on fresh seeds: mean, median and max score, mean length, win rate, and how
+    the games ended (walled in, died with a way out, truncated, won)."""
     from sb3_snake.evaluation import check_evaluation, evaluate
 
     with user_errors():
@@ -383,6 +384,11 @@ def evaluate_command(
             f"{result['episodes']} games on {result['board_size']}x{result['board_size']}: mean score "
             f"{result['mean_score']:.2f}, median {result['median_score']:g}, max {result['max_score']}, "
             f"mean length {result['mean_length']:.1f}, win rate {result['win_rate']:.0%}"
+        )
+        ends = result["ends"]
+        typer.echo(
+            f"ends: {ends['walled_in']} walled in, {ends['died_with_a_way_out']} died with a way out, "
+            f"{ends['truncated']} truncated, {ends['won']} won"
         )
 
 

@@ -18,7 +18,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from sb3_snake.envs import BatchedSnakeVecEnv, SnakeEnv
-from sb3_snake.envs.rules import has_countdown
+from sb3_snake.envs.rules import can_survive, has_countdown
 
 #: Evaluation seeds start here; training seeds are small integers.
 EVAL_SEED_OFFSET = 1_000_000_007
@@ -26,6 +26,19 @@ EVAL_SEED_OFFSET = 1_000_000_007
 SELECTION_SEED_OFFSET = 2_000_000_011
 #: The largest seed a user may give (seeds reach NumPy's 32-bit legacy seeding through SB3).
 MAX_SEED = 2**32 - 1
+
+
+#: How a game can end, as :func:`evaluate` counts them.
+GAME_ENDS = ("won", "truncated", "walled_in", "died_with_a_way_out")
+
+
+def game_end(info: dict[str, Any]) -> str:
+    """Which of :data:`GAME_ENDS` a finished game's VecEnv ``info`` says."""
+    if info["is_success"]:
+        return "won"
+    if info["TimeLimit.truncated"]:
+        return "truncated"
+    return "died_with_a_way_out" if can_survive(info["terminal_observation"]) else "walled_in"
 
 
 def check_evaluation(episodes: int, seed: int) -> None:
@@ -44,6 +57,11 @@ def evaluate(
     Games run in parallel; each game slot plays a fixed quota of episodes, so short games are
     not over-represented (stopping at the first ``episodes`` finished games would bias the
     sample towards quick deaths).
+
+    ``ends`` counts how the games ended: ``won`` (the board filled), ``truncated`` (too long
+    without food), ``walled_in`` (died with no move left that survives a step) and
+    ``died_with_a_way_out`` (died although such a move existed; :func:`~sb3_snake.envs.rules.can_survive`
+    on the board before the fatal move).
     """
     check_evaluation(episodes, seed)
     board_size, countdown = model.observation_space.shape[-1], has_countdown(model.observation_space.shape)
@@ -54,7 +72,7 @@ def evaluate(
     obs = env.reset()
     scores: list[int] = []
     lengths: list[int] = []
-    wins = 0
+    ends = dict.fromkeys(GAME_ENDS, 0)
     played = np.zeros(n_envs, dtype=int)
     while (played < quota).any():
         actions, _ = model.predict(obs, deterministic=True)
@@ -64,14 +82,15 @@ def evaluate(
                 played[index] += 1
                 scores.append(int(infos[index]["score"]))
                 lengths.append(int(infos[index]["length"]))
-                wins += bool(infos[index]["is_success"])
+                ends[game_end(infos[index])] += 1
     return {
         "episodes": len(scores),
         "mean_score": float(np.mean(scores)),
         "median_score": float(statistics.median(scores)),
         "max_score": int(max(scores)),
         "mean_length": float(np.mean(lengths)),
-        "win_rate": wins / len(scores),
+        "win_rate": ends["won"] / len(scores),
+        "ends": ends,
         "board_size": board_size,
         "seed": seed_offset + seed,
     }

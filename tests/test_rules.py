@@ -3,8 +3,24 @@
 import numpy as np
 import pytest
 
-from sb3_snake.envs.rules import BODY, COUNTDOWN, DOWN, FOOD, HEAD, LEFT, NECK, RIGHT, TAIL, UP, SnakeRules
-from tests.conftest import SingleGame
+from sb3_snake import SnakeEnv
+from sb3_snake.envs.rules import (
+    BODY,
+    COUNTDOWN,
+    DIRECTION_DELTAS,
+    DOWN,
+    FOOD,
+    HEAD,
+    LEFT,
+    NECK,
+    RIGHT,
+    TAIL,
+    UP,
+    SnakeRules,
+    can_survive,
+    opposite,
+)
+from tests.conftest import SingleGame, random_state
 
 
 def cells(obs, channel):
@@ -236,3 +252,37 @@ def test_both_envs_take_integer_actions_of_any_integer_type(game_kind, action):
     game = SingleGame(game_kind)
     game.set_state([(2, 3), (2, 2), (2, 1)], direction=1, food=(0, 0))
     assert not game.step(action)[2]
+
+
+def test_can_survive_on_hand_made_boards():
+    env = SnakeEnv(board_size=5)
+    env.reset(seed=0)
+    assert can_survive(env.set_state([(2, 2), (3, 2), (4, 2)], UP, (0, 0)))
+    # Head in the corner: the wall above and left, the body to the right, the neck below.
+    assert not can_survive(env.set_state([(0, 0), (1, 0), (1, 1), (0, 1), (0, 2)], UP, (4, 4)))
+    # The same corner with the tail to the right: the tail leaves as the head arrives.
+    assert can_survive(env.set_state([(0, 0), (1, 0), (1, 1), (0, 1)], UP, (4, 4)))
+
+
+@pytest.mark.parametrize("board_size", [4, 5, 6])
+def test_can_survive_is_whether_some_action_survives_a_step(board_size):
+    """On random snakes: true exactly when one of the four actions does not end the game in a death."""
+    rng, env = np.random.default_rng(board_size), SnakeEnv(board_size=board_size)
+    env.reset(seed=0)
+    outcomes = set()
+    for _ in range(300):
+        body, _, food = random_state(rng, board_size)
+        neck = next(
+            d
+            for d, delta in enumerate(DIRECTION_DELTAS.tolist())
+            if (body[0][0] + delta[0], body[0][1] + delta[1]) == body[1]
+        )
+        direction = opposite(neck)  # a snake in play moves away from its neck
+        survives = []
+        for action in range(4):
+            obs = env.set_state(body, direction, food)
+            _, _, terminated, _, info = env.step(action)
+            survives.append(not terminated or info["is_success"])
+        assert can_survive(obs) == any(survives), (body, direction, food)
+        outcomes.add(any(survives))
+    assert outcomes == {True, False}

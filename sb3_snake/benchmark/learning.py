@@ -370,7 +370,7 @@ def evaluate_checkpoints(run: dict[str, Any], episodes: int, settings: Any = Non
                 "seconds": checkpoint["seconds"],
                 "minutes": checkpoint["seconds"] / 60,
                 "env_steps": checkpoint["env_steps"],
-                **{key: result[key] for key in ("mean_score", "median_score", "max_score")},
+                **{key: result[key] for key in ("mean_score", "median_score", "max_score", "ends")},
             }
         )
     return curve

@@ -224,3 +224,22 @@ def board_space(board_size: int, countdown: bool = False) -> spaces.Box:
 def has_countdown(observation_shape: Sequence[int]) -> bool:
     """Whether boards of this ``(C, n, n)`` shape carry the countdown channel."""
     return observation_shape[0] == NUM_CHANNELS
+
+
+def can_survive(observation: np.ndarray) -> bool:
+    """Whether the snake on this ``(C, n, n)`` board has a move that survives one step: onto a
+    free cell, or onto the tail's, which the tail leaves as the head arrives (food never lies on
+    it). The neck needs no exception: it is body, or on a two-cell snake the tail, beside which
+    the head always has another free cell (no cell has walls on three sides).
+
+    On a dead game's terminal observation (the board before the fatal move) it tells a snake
+    that was walled in from one that died with a way out.
+    """
+    n = observation.shape[-1]
+    head_row, head_col = divmod(int(observation[HEAD].argmax()), n)
+    blocked = observation[BODY].astype(bool) & ~observation[TAIL].astype(bool)
+    for d_row, d_col in DIRECTION_DELTAS.tolist():
+        row, col = head_row + d_row, head_col + d_col
+        if 0 <= row < n and 0 <= col < n and not blocked[row, col]:
+            return True
+    return False

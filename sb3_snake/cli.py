@@ -598,6 +598,9 @@ def benchmark_replay(
 def benchmark_learning(
     minutes: Annotated[float | None, typer.Option(help="Wall-clock budget of each run (default 15; quick: 2).")] = None,
     seeds: Annotated[int, typer.Option(min=1, help="Seeds per system (0, 1, ...).")] = 3,
+    first_seed: Annotated[
+        int, typer.Option(min=0, help="The first seed (so several machines or sessions can split the seeds).")
+    ] = 0,
     every: Annotated[
         float | None, typer.Option(help="Seconds between checkpoints, not counted (default 15; quick: 10).")
     ] = None,
@@ -639,7 +642,7 @@ def benchmark_learning(
     with user_errors():
         load_settings(env_file, {})  # a bad .env is reported now, not by the first run's process
         changes: dict[str, Any] = {
-            "seeds": tuple(range(seeds)),
+            "seeds": tuple(range(first_seed, first_seed + seeds)),
             "episodes": episodes,
             "systems": SYSTEMS if baseline else ("sb3_snake",),
             "cold_cache": cold_cache,

@@ -266,6 +266,7 @@ def test_resume_from_checkpoint(trained_run, tmp_path):
         (["benchmark-learning", "--minutes", "inf"], "--minutes must be a positive number, got inf"),
         (["benchmark-learning", "--every", "-5"], "--every must be a positive number of seconds"),
         (["benchmark-learning", "--seeds", "0"], "Invalid value for '--seeds'"),
+        (["benchmark-learning", "--first-seed", "-1"], "Invalid value for '--first-seed'"),
         (["benchmark-learning", "--hyperparams", "missing.json"], "hyperparameter file missing.json cannot be read"),
     ],
 )
@@ -531,6 +532,8 @@ def test_benchmark_learning_writes_json_and_picture_from_its_plan(tmp_path, monk
             "--quick",
             "--seeds",
             "2",
+            "--first-seed",
+            "3",
             "--no-baseline",
             "--hyperparams",
             "hp.json",
@@ -540,7 +543,7 @@ def test_benchmark_learning_writes_json_and_picture_from_its_plan(tmp_path, monk
     )
     assert result.exit_code == 0, result.output
     plan, work_dir = plans[0]
-    assert (plan.minutes, plan.every_seconds, plan.seeds, plan.systems) == (2.0, 10.0, (0, 1), ("sb3_snake",))
+    assert (plan.minutes, plan.every_seconds, plan.seeds, plan.systems) == (2.0, 10.0, (3, 4), ("sb3_snake",))
     assert plan.hyperparameters == {"dueling": True} and plan.cold_cache
     assert work_dir.is_dir() and work_dir.parent.as_posix() == "runs/benchmark-learning"
     written = sorted(p.suffix for p in (tmp_path / "out").iterdir())

@@ -51,6 +51,15 @@ def game_kind(request) -> str:
     return request.param
 
 
+def neck_direction(body) -> int:
+    """The direction (0 up, 1 right, 2 down, 3 left) from the head ``body[0]`` to the neck ``body[1]``."""
+    return next(
+        d
+        for d, delta in enumerate(DIRECTION_DELTAS.tolist())
+        if (body[0][0] + delta[0], body[0][1] + delta[1]) == tuple(body[1])
+    )
+
+
 def random_state(rng: np.random.Generator, board_size: int, max_length: int | None = None):
     """A random valid ``(body, direction, food)``: a self-avoiding walk from a random head."""
     n = board_size
@@ -67,12 +76,7 @@ def random_state(rng: np.random.Generator, board_size: int, max_length: int | No
             body.append(options[int(rng.integers(len(options)))])
         if len(body) >= 2:
             break
-    neck_direction = next(
-        d
-        for d, delta in enumerate(DIRECTION_DELTAS.tolist())
-        if (body[0][0] + delta[0], body[0][1] + delta[1]) == body[1]
-    )
-    direction = int(rng.choice([d for d in range(4) if d != neck_direction]))
+    direction = int(rng.choice([d for d in range(4) if d != neck_direction(body)]))
     free = [(r, c) for r in range(n) for c in range(n) if (r, c) not in body]
     food = free[int(rng.integers(len(free)))] if free else None
     return body, direction, food

@@ -7,7 +7,6 @@ from sb3_snake import SnakeEnv
 from sb3_snake.envs.rules import (
     BODY,
     COUNTDOWN,
-    DIRECTION_DELTAS,
     DOWN,
     FOOD,
     HEAD,
@@ -20,7 +19,7 @@ from sb3_snake.envs.rules import (
     can_survive,
     opposite,
 )
-from tests.conftest import SingleGame, random_state
+from tests.conftest import SingleGame, neck_direction, random_state
 
 
 def cells(obs, channel):
@@ -272,12 +271,7 @@ def test_can_survive_is_whether_some_action_survives_a_step(board_size):
     outcomes = set()
     for _ in range(300):
         body, _, food = random_state(rng, board_size)
-        neck = next(
-            d
-            for d, delta in enumerate(DIRECTION_DELTAS.tolist())
-            if (body[0][0] + delta[0], body[0][1] + delta[1]) == body[1]
-        )
-        direction = opposite(neck)  # a snake in play moves away from its neck
+        direction = opposite(neck_direction(body))  # a snake in play moves away from its neck
         survives = []
         for action in range(4):
             obs = env.set_state(body, direction, food)

@@ -20,7 +20,7 @@ import torch
 from gymnasium import spaces
 from stable_baselines3.common.buffers import NStepReplayBuffer, ReplayBuffer
 
-from sb3_snake.envs.rules import BASE_CHANNELS
+from sb3_snake.envs.rules import BASE_CHANNELS, board_space
 from sb3_snake.replay import DeviceReplayBuffer
 from sb3_snake.system import system_info
 
@@ -69,7 +69,7 @@ def run_replay_benchmark(
     progress: Callable[[ReplaySamplingResult], None] = lambda result: None,
 ) -> dict[str, Any]:
     """Median milliseconds per sampled batch of each buffer, for each n-step setting; JSON-ready."""
-    observation_space = spaces.Box(0, 1, (BASE_CHANNELS, board_size, board_size), np.uint8)
+    observation_space = board_space(board_size)
     action_space = spaces.Discrete(4)
     results = []
     for n_steps in n_steps_values:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import os
 import warnings
@@ -31,11 +32,12 @@ from stable_baselines3 import DQN
 from stable_baselines3.common.buffers import ReplayBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.torch_layers import create_mlp
-from stable_baselines3.common.type_aliases import RolloutReturn, TrainFreq
+from stable_baselines3.common.type_aliases import ReplayBufferSamples, RolloutReturn, TrainFreq
 from stable_baselines3.common.utils import LinearSchedule, should_collect_more_steps
 from stable_baselines3.dqn.policies import CnnPolicy, DQNPolicy, MlpPolicy, QNetwork
 from torch import nn
 
+from sb3_snake.cuda_graph import CapturedUpdate
 from sb3_snake.envs import BatchedSnakeVecEnv
 from sb3_snake.extractor import SnakeAttentionExtractor
 from sb3_snake.optimizations import ActiveOptimizations, Decision, apply_optimizations, compile_networks
@@ -43,6 +45,8 @@ from sb3_snake.replay import DeviceReplayBuffer, use_device_replay_buffer
 from sb3_snake.settings import OptimizationSettings
 from sb3_snake.shaping import shaping_rewards
 from sb3_snake.symmetry import SymmetryAugmentation
+
+logger = logging.getLogger(__name__)
 
 #: The zip entry of a saved model that describes it in plain JSON.
 METADATA_ENTRY = "sb3_snake.json"
@@ -285,6 +289,7 @@ class SnakeDQN(DQN):
         self.double_dqn = double_dqn
         self.symmetry_augmentation = symmetry_augmentation
         self._augmentation: SymmetryAugmentation | None = None
+        self._captured: CapturedUpdate | None = None
         self.optimizations = optimizations if optimizations is not None else OptimizationSettings()
         kwargs.setdefault("batch_size", self.optimizations.batch_size)
         self.active_optimizations: ActiveOptimizations | None = None
@@ -329,6 +334,7 @@ class SnakeDQN(DQN):
         time; here the losses stay on the device and are read once per call. That one read
         also checks them: a NaN or infinite loss raises :class:`TrainingDiverged`.
         Before ``early_steps`` it trains ``early_update_fraction`` of ``gradient_steps``.
+        With the CUDA graph active, the steps replay one captured graph (:mod:`sb3_snake.cuda_graph`).
         """
         if self.num_timesteps < self.early_steps:
             self._early_credit += gradient_steps * self.early_update_fraction
@@ -339,31 +345,24 @@ class SnakeDQN(DQN):
         if self._compile_pending and self._n_updates >= self.compile_after:
             self._compile_pending = False
             self.active_optimizations = compile_networks(self, self.active_optimizations)
+            self._captured = None  # the graph holds the eager networks' kernels
         self.policy.set_training_mode(True)
         self._update_learning_rate(self.policy.optimizer)
-        losses = []
-        for _ in range(gradient_steps):
-            replay_data = self.replay_buffer.sample(batch_size, env=self._vec_normalize_env)
-            if self._augmentation is not None:
-                replay_data = self._augmentation(replay_data)
-            discounts = replay_data.discounts if replay_data.discounts is not None else self.gamma
-            with torch.no_grad():
-                next_q_values = self.q_net_target(replay_data.next_observations)
-                if self.double_dqn:
-                    next_actions = self.q_net(replay_data.next_observations).argmax(dim=1, keepdim=True)
-                    next_q_values = next_q_values.gather(1, next_actions)
-                else:
-                    next_q_values = next_q_values.max(dim=1, keepdim=True).values
-                target_q_values = replay_data.rewards + (1 - replay_data.dones) * discounts * next_q_values
-            current_q_values = self.q_net(replay_data.observations).gather(1, replay_data.actions.long())
-            loss = F.smooth_l1_loss(current_q_values, target_q_values)
-            self.policy.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
-            self.policy.optimizer.step()
-            losses.append(loss.detach())
+        captured = self._captured_update(batch_size)
+        if captured is not None:
+            mean_loss = captured.run(gradient_steps)
+            if captured.failure:
+                logger.warning("CUDA graph requested but not active: %s; training eagerly", captured.failure)
+                graph = Decision(True, False, captured.failure)
+                self.active_optimizations, self._captured = replace(self.active_optimizations, cuda_graph=graph), None
+        else:
+            losses = [
+                self.gradient_step(self.replay_buffer.sample(batch_size, env=self._vec_normalize_env))
+                for _ in range(gradient_steps)
+            ]
+            mean_loss = torch.stack(losses).mean()
         self._n_updates += gradient_steps
-        loss = torch.stack(losses).mean().item()
+        loss = mean_loss.item()
         if not math.isfinite(loss):
             raise TrainingDiverged(
                 f"the TD loss became {loss} by update {self._n_updates} (learning rate {self.learning_rate}); "
@@ -371,6 +370,37 @@ class SnakeDQN(DQN):
             )
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
         self.logger.record("train/loss", loss)
+
+    def gradient_step(self, replay_data: ReplayBufferSamples) -> torch.Tensor:
+        """One update from one sampled batch: augmentation, TD targets (Double DQN when on), the
+        Huber loss, backward, gradient clipping and the optimizer step; the loss, detached."""
+        if self._augmentation is not None:
+            replay_data = self._augmentation(replay_data)
+        discounts = replay_data.discounts if replay_data.discounts is not None else self.gamma
+        with torch.no_grad():
+            next_q_values = self.q_net_target(replay_data.next_observations)
+            if self.double_dqn:
+                next_actions = self.q_net(replay_data.next_observations).argmax(dim=1, keepdim=True)
+                next_q_values = next_q_values.gather(1, next_actions)
+            else:
+                next_q_values = next_q_values.max(dim=1, keepdim=True).values
+            target_q_values = replay_data.rewards + (1 - replay_data.dones) * discounts * next_q_values
+        current_q_values = self.q_net(replay_data.observations).gather(1, replay_data.actions.long())
+        loss = F.smooth_l1_loss(current_q_values, target_q_values)
+        self.policy.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
+        self.policy.optimizer.step()
+        return loss.detach()
+
+    def _captured_update(self, batch_size: int) -> CapturedUpdate | None:
+        """The captured update at ``batch_size`` when the CUDA graph is active, else ``None``;
+        a failed capture turns it off, with the error as the reason, and returns ``None``."""
+        if not self.active_optimizations.cuda_graph.active or self._vec_normalize_env is not None:
+            return None
+        if self._captured is None or self._captured.batch_size != batch_size:
+            self._captured = CapturedUpdate(self, batch_size)
+        return self._captured
 
     def collect_rollouts(
         self,
@@ -471,7 +501,7 @@ class SnakeDQN(DQN):
 
     def _excluded_save_params(self) -> list[str]:
         # _last_obs may be a device tensor (the tensor rollout loop); a loaded model resets its env anyway.
-        excluded = ["optimizations", "active_optimizations", "_compile_pending", "_augmentation"]
+        excluded = ["optimizations", "active_optimizations", "_compile_pending", "_augmentation", "_captured"]
         excluded += ["_last_obs", "_last_original_obs"]
         return [*super()._excluded_save_params(), *excluded]
 

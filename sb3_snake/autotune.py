@@ -52,6 +52,7 @@ from stable_baselines3.common.logger import Logger
 
 from sb3_snake import system
 from sb3_snake.algorithm import SnakeDQN
+from sb3_snake.cuda_graph import WARMUP_STEPS
 from sb3_snake.envs import BatchedSnakeVecEnv
 from sb3_snake.optimizations import probe_sdpa
 from sb3_snake.paths import write_text_atomically
@@ -281,13 +282,15 @@ def gradient_step_rate(
     board_size: int,
     seconds: float = MEASURE_SECONDS,
     countdown: bool = False,
+    use_cuda_graph: bool = True,
 ) -> float:
-    """Samples/s of ``SnakeDQN.train`` for ``candidate``: two untimed warm-up steps (compilation
-    included), then the median of three timed runs of at least ``seconds / 3`` each."""
+    """Samples/s of ``SnakeDQN.train`` for ``candidate`` (with the CUDA graph as the run asks):
+    untimed warm-up steps (compilation and the graph's capture included), then the median of
+    three timed runs of at least ``seconds / 3`` each."""
     transitions = max(2048, 2 * candidate.batch_size)
-    settings = candidate.settings(torch.get_num_threads())
+    settings = replace(candidate.settings(torch.get_num_threads()), use_cuda_graph=use_cuda_graph)
     model = filled_model(settings, device, board_size, transitions, policy_kwargs, n_envs=64, countdown=countdown)
-    model.train(gradient_steps=2, batch_size=candidate.batch_size)
+    model.train(gradient_steps=WARMUP_STEPS + 1, batch_size=candidate.batch_size)
     rates = []
     for _ in range(3):
         if device.type == "cuda":
@@ -340,6 +343,7 @@ def cache_key(
             "sdpa_backend",
             "use_torch_compile",
             "compile_mode",
+            "use_cuda_graph",
         )
     }
     return {
@@ -430,8 +434,11 @@ def resolve_auto(
             f"on this machine; cached in {path}"
         )
         machine = machine or Machine.probe(device)
+        graph = settings.use_cuda_graph
         measure = measure or (
-            lambda candidate: gradient_step_rate(candidate, device, policy_kwargs, board_size, countdown=countdown)
+            lambda candidate: gradient_step_rate(
+                candidate, device, policy_kwargs, board_size, countdown=countdown, use_cuda_graph=graph
+            )
         )
         started = time.perf_counter()
         result = search(settings, machine, measure, batch_candidates(max_batch_size))

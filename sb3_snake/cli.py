@@ -453,11 +453,13 @@ def _parse_combinations(text: str) -> tuple[str, ...]:
     from sb3_snake.benchmark import gradient_step
 
     names = tuple(name.strip() for name in text.split(",") if name.strip())
-    unknown = [name for name in names if name not in gradient_step.COMBINATIONS]
+    known = gradient_step.combination_names("cuda")
+    unknown = [name for name in names if name not in known]
     if unknown or not names:
         raise ValueError(
             f"--combinations: unknown {', '.join(unknown) or '(none given)'}; "
-            f"choose from {', '.join(gradient_step.COMBINATIONS)}"
+            f"choose from {', '.join(gradient_step.COMBINATIONS)}, each optionally with "
+            f"{gradient_step.GRAPH_SUFFIX} (CUDA)"
         )
     return names
 
@@ -541,7 +543,9 @@ def benchmark_grad(
     batch_sizes: Annotated[str, typer.Option(help="Comma-separated batch sizes.")] = ",".join(
         map(str, DEFAULT_BATCH_SIZES)
     ),
-    combinations: Annotated[str | None, typer.Option(help="Comma-separated combinations (default: all).")] = None,
+    combinations: Annotated[
+        str | None, typer.Option(help="Comma-separated combinations (default: all; on CUDA each also with +graph).")
+    ] = None,
     device: DeviceOption = Device.cpu,
     gradient_steps: Annotated[int, typer.Option(min=1, help="Gradient steps per timed run.")] = 4,
     repeats: RepeatsOption = 3,
@@ -553,7 +557,8 @@ def benchmark_grad(
 
     with user_errors():
         sizes = _parse_int_list(batch_sizes, "--batch-sizes")
-        names = _parse_combinations(combinations) if combinations is not None else tuple(gradient_step.COMBINATIONS)
+        default = gradient_step.combination_names(device.value)
+        names = _parse_combinations(combinations) if combinations is not None else default
     target, count = _benchmark_target(device, threads, output)
     with _maybe_threads(count):
         report = gradient_step.run_gradient_step_benchmark(
@@ -699,6 +704,7 @@ def benchmark(
     sweep tries every combination itself. Results go to
     benchmark_results/benchmark_results_full_<UTC>.json.
     """
+    from sb3_snake.benchmark import gradient_step
     from sb3_snake.benchmark.full import BenchmarkPlan, format_report, log_to_wandb, run_benchmark
     from sb3_snake.optimizations import threads_for, torch_threads
     from sb3_snake.settings import write_env_file
@@ -714,6 +720,9 @@ def benchmark(
             changes["batch_sizes"] = tuple(_parse_int_list(batch_sizes, "--batch-sizes"))
         if combinations is not None:
             changes["combinations"] = _parse_combinations(combinations)
+        else:
+            base = (BenchmarkPlan.quick() if quick else BenchmarkPlan()).combinations
+            changes["combinations"] = gradient_step.combination_names(changes["device"], base)
         mode = resolve_mode(wandb_mode.value) if wandb else "disabled"
         check_writable_dir(output, what="--output folder", create=True)
         if write_env:
@@ -740,10 +749,11 @@ def benchmark(
                 use_bf16=best["use_bf16"],
                 use_flash_attention=best["use_flash_attention"],
                 use_torch_compile=best["use_torch_compile"],
+                use_cuda_graph=best["use_cuda_graph"],
             )
         typer.echo(
-            f"Wrote OPTIMAL_BATCH_SIZE={best['batch_size']}, USE_BF16, USE_FLASH_ATTENTION and "
-            f"USE_TORCH_COMPILE ({best['combination']}) into {target_env}"
+            f"Wrote OPTIMAL_BATCH_SIZE={best['batch_size']}, USE_BF16, USE_FLASH_ATTENTION, "
+            f"USE_TORCH_COMPILE and USE_CUDA_GRAPH ({best['combination']}) into {target_env}"
         )
     if wandb:
         config = {key: report[key] for key in ("system", "plan", "settings")}

@@ -19,6 +19,9 @@ the one context that wraps the networks' forward passes:
   (``nn.Module.compile``), which keeps their state_dict keys, so models save and load the same
   with and without it. A compile error found by the warm-up forward pass turns it off, with
   the error as the reason.
+- **CUDA graph**: on CUDA the whole gradient step (sampling, both networks, loss, backward,
+  clipping, Adam) is captured once and replayed as one graph (:mod:`sb3_snake.cuda_graph`),
+  when the replay buffer is on the device and no compile mode captures graphs of its own.
 - **Threads**: the number is decided here (:func:`choose_num_threads`), but set only by the
   entry point that owns the process, through :func:`torch_threads` (the CLI wraps each command
   in it). Building or loading a model never changes the process's thread count.
@@ -37,6 +40,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from sb3_snake import system
+from sb3_snake.replay import DeviceReplayBuffer, use_device_replay_buffer
 from sb3_snake.settings import OptimizationSettings
 
 if TYPE_CHECKING:
@@ -122,6 +126,27 @@ def decide_compile(requested: bool, unavailable_reason: str = "") -> Decision:
         return Decision(False, False)
     if unavailable_reason:
         return Decision(True, False, unavailable_reason)
+    return Decision(True, True)
+
+
+#: ``torch.compile`` modes that capture CUDA graphs of their own (CUDA graph trees), which a
+#: captured gradient step cannot hold.
+GRAPHING_COMPILE_MODES = ("reduce-overhead", "max-autotune")
+
+
+def decide_cuda_graph(requested: bool, device_type: str, device_buffer: bool, compile_mode: str = "") -> Decision:
+    """The gradient step is captured as one CUDA graph when requested, on CUDA, with the replay
+    buffer on the device (a host buffer copies every batch from host memory, which a graph
+    cannot redo), unless the active compile mode (``compile_mode``; empty when compile is off)
+    captures graphs itself."""
+    if not requested:
+        return Decision(False, False)
+    if device_type != "cuda":
+        return Decision(True, False, f"CUDA graphs need a CUDA device, not {device_type}")
+    if not device_buffer:
+        return Decision(True, False, "the replay buffer is in host memory; a graph needs it on the device")
+    if compile_mode in GRAPHING_COMPILE_MODES:
+        return Decision(True, False, f"torch.compile mode {compile_mode} captures CUDA graphs of its own")
     return Decision(True, True)
 
 
@@ -213,6 +238,7 @@ class ActiveOptimizations:
     num_threads: int
     num_threads_reason: str
     sdpa: Decision = Decision(False, False)  #: a named non-flash SDPA kernel
+    cuda_graph: Decision = Decision(False, False)  #: the gradient step replayed as one CUDA graph
 
     @classmethod
     def decide(cls, settings: OptimizationSettings, device: torch.device | str) -> ActiveOptimizations:
@@ -230,7 +256,14 @@ class ActiveOptimizations:
         sdpa = decide_sdpa_backend(backend, device.type, backend_runs)
         compile_decision = decide_compile(settings.use_torch_compile, system.compile_unavailable_reason())
         threads, why = choose_num_threads(settings.num_threads, device.type, system.cpu_cores())
-        return cls(settings, str(device), bf16, flash, compile_decision, threads, why, sdpa)
+        # A model's own replay buffer decides again (apply_optimizations); here, the default one.
+        graph = decide_cuda_graph(
+            settings.use_cuda_graph,
+            device.type,
+            use_device_replay_buffer(device.type)[0],
+            settings.compile_mode if compile_decision.active else "",
+        )
+        return cls(settings, str(device), bf16, flash, compile_decision, threads, why, sdpa, graph)
 
     @property
     def sdpa_backends(self) -> list[SDPBackend]:
@@ -274,14 +307,19 @@ class ActiveOptimizations:
             "sdpa_backend": self.sdpa_description,
             **{
                 f"{name}_{key}": value
-                for name in ("bf16", "flash_attention", "torch_compile")
+                for name in ("bf16", "flash_attention", "torch_compile", "cuda_graph")
                 for key, value in asdict(self._decision(name)).items()
             },
             "sources": dict(self.settings.sources),
         }
 
     def _decision(self, name: str) -> Decision:
-        return {"bf16": self.bf16, "flash_attention": self.flash, "torch_compile": self.compile}[name]
+        return {
+            "bf16": self.bf16,
+            "flash_attention": self.flash,
+            "torch_compile": self.compile,
+            "cuda_graph": self.cuda_graph,
+        }[name]
 
 
 @contextlib.contextmanager
@@ -312,6 +350,10 @@ def apply_optimizations(model: DQN, settings: OptimizationSettings, compile_afte
             ", ".join(OptimizationSettings.env_key(name) for name in settings.auto_fields),
         )
     active = ActiveOptimizations.decide(settings, model.device)
+    compile_mode = active.settings.compile_mode if active.compile.active else ""
+    device_buffer = isinstance(getattr(model, "replay_buffer", None), DeviceReplayBuffer)
+    graph = decide_cuda_graph(active.settings.use_cuda_graph, active.device_type, device_buffer, compile_mode)
+    active = replace(active, cuda_graph=graph)
     for network in (model.q_net, model.q_net_target):
         network.forward_context = active.forward_context
     for decision, field in ((active.bf16, "use_bf16"), (active.flash, "use_flash_attention")):

@@ -136,10 +136,18 @@ class DeviceReplayBuffer(ReplayBuffer):
         env_indices = torch.randint(self.n_envs, (batch_size,), device=self.device)
         return self.samples_at(batch_indices, env_indices)
 
-    def samples_at(self, batch_indices: torch.Tensor, env_indices: torch.Tensor) -> ReplayBufferSamples:
-        """The transitions at rows ``batch_indices`` of envs ``env_indices`` (n-step when ``n_steps > 1``)."""
+    def samples_at(
+        self, batch_indices: torch.Tensor, env_indices: torch.Tensor, last_row: int | torch.Tensor | None = None
+    ) -> ReplayBufferSamples:
+        """The transitions at rows ``batch_indices`` of envs ``env_indices`` (n-step when ``n_steps > 1``).
+
+        ``last_row``: the row written last (default: the one before ``pos``); n-step sequences
+        stop there unless it ended an episode. A 0-dim device tensor keeps the whole gather free
+        of host values, as a CUDA graph that replays it needs (:mod:`sb3_snake.cuda_graph`).
+        """
         if self.n_steps > 1:
-            return self._n_step_samples(batch_indices, env_indices)
+            last = (self.pos - 1) % self.buffer_size if last_row is None else last_row
+            return self._n_step_samples(batch_indices, env_indices, last)
         flat = batch_indices * self.n_envs + env_indices
         return ReplayBufferSamples(
             observations=self._gather(self.observations, flat),
@@ -155,35 +163,33 @@ class DeviceReplayBuffer(ReplayBuffer):
         faster than indexing with two index tensors, on the CPU)."""
         return array.flatten(0, 1).index_select(0, flat_indices)
 
-    def _n_step_samples(self, batch_indices: torch.Tensor, env_indices: torch.Tensor) -> ReplayBufferSamples:
-        # As SB3's NStepReplayBuffer: the row before ``pos`` is treated as truncated while sampling
-        # (unless it ended an episode), so no n-step sequence runs into older transitions.
-        last_valid = self.pos - 1
-        original_timeouts = self.timeouts[last_valid].clone()
-        self.timeouts[last_valid] = torch.maximum(original_timeouts, 1.0 - self.dones[last_valid])
+    def _n_step_samples(
+        self, batch_indices: torch.Tensor, env_indices: torch.Tensor, last_row: int | torch.Tensor
+    ) -> ReplayBufferSamples:
+        # As SB3's NStepReplayBuffer, which marks the row before ``pos`` truncated while it samples
+        # (unless it ended an episode) so that no sequence runs on into older transitions; here
+        # that row ends a sequence by comparison, and the buffer is never written while sampling.
         steps = torch.arange(self.n_steps, device=self.device)
-        sequence = (
-            ((batch_indices[:, None] + steps) % self.buffer_size) * self.n_envs + env_indices[:, None]
-        ).flatten()
+        rows = (batch_indices[:, None] + steps) % self.buffer_size
+        sequence = (rows * self.n_envs + env_indices[:, None]).flatten()
 
         def along(array: torch.Tensor) -> torch.Tensor:
             return self._gather(array, sequence).view(-1, self.n_steps)
 
-        ended = (along(self.dones) + along(self.timeouts)) > 0
+        ended = ((along(self.dones) + along(self.timeouts)) > 0) | (rows == last_row)
         first_end = torch.where(ended.any(dim=1), ended.to(torch.uint8).argmax(dim=1), self.n_steps - 1)
         mask = steps[None, :] <= first_end[:, None]
         target_q_discounts = self.gamma ** mask.sum(dim=1, keepdim=True).to(torch.float32)
         discounts = self.gamma ** steps.to(torch.float32)
         returns = (along(self.rewards) * discounts * mask).sum(dim=1, keepdim=True)
         last = ((batch_indices + first_end) % self.buffer_size) * self.n_envs + env_indices
+        # Where the sequence was cut at ``last_row`` without an episode's end, its done is 0 anyway.
         final_dones = (self._gather(self.dones, last) * (1.0 - self._gather(self.timeouts, last)))[:, None]
-        next_observations = self._gather(self.next_observations, last)
-        self.timeouts[last_valid] = original_timeouts
         flat = batch_indices * self.n_envs + env_indices
         return ReplayBufferSamples(
             observations=self._gather(self.observations, flat),
             actions=self._gather(self.actions, flat),
-            next_observations=next_observations,
+            next_observations=self._gather(self.next_observations, last),
             dones=final_dones,
             rewards=returns,
             discounts=target_q_discounts,

@@ -95,6 +95,7 @@ def summary_lines(active: ActiveOptimizations, extra: dict[str, Any] | None = No
         f"SDPA backend:     {active.sdpa_description} (from {source('sdpa_backend')})",
         f"BF16 autocast:    {active.bf16.describe()} (from {source('use_bf16')})",
         f"compile mode:     {settings.compile_mode} (from {source('compile_mode')})",
+        f"CUDA graph:       {active.cuda_graph.describe()} (from {source('use_cuda_graph')})",
         f"device:           {active.device}",
         f"threads:          {active.num_threads} ({active.num_threads_reason}; from {source('num_threads')})",
     ]

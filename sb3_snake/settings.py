@@ -19,6 +19,7 @@ TORCH_COMPILE_MODE     compile_mode           --compile-mode            default,
                                                                         max-autotune,
                                                                         max-autotune-no-cudagraphs
 TORCH_NUM_THREADS      num_threads            --threads                 auto, or 1 to 4x the CPU cores
+USE_CUDA_GRAPH         use_cuda_graph         --cuda-graph/...          true/false (and the other spellings)
 =====================  =====================  ========================  ==================================
 
 ``auto`` for the batch size and the three switches means "measured on this machine": see
@@ -166,6 +167,12 @@ _KEYS: dict[str, _Key] = {
         "TORCH_COMPILE_MODE", _parse_compile_mode, "--compile-mode", f"torch.compile mode: {', '.join(COMPILE_MODES)}."
     ),
     "num_threads": _Key("TORCH_NUM_THREADS", _parse_threads, "--threads", "torch intra-op threads, or auto."),
+    "use_cuda_graph": _Key(
+        "USE_CUDA_GRAPH",
+        _parse_bool,
+        "--cuda-graph/--no-cuda-graph",
+        "On CUDA, replay each gradient step as one captured CUDA graph.",
+    ),
 }
 
 
@@ -193,6 +200,9 @@ class OptimizationSettings:
     compile_mode: str = "default"
     #: torch intra-op threads; ``auto`` chooses by the rule in ``optimizations.choose_num_threads``.
     num_threads: int | str = "auto"
+    #: On CUDA, capture the whole gradient step in one CUDA graph and replay it
+    #: (:mod:`sb3_snake.cuda_graph`); nothing to capture on a CPU.
+    use_cuda_graph: bool = True
     #: Where each field's value came from: override, environment, .env or default (a resumed
     #: run's batch size: resumed model).
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
@@ -205,6 +215,8 @@ class OptimizationSettings:
         for name in ("use_torch_compile", "use_flash_attention", "use_bf16"):
             if not isinstance(getattr(self, name), bool) and getattr(self, name) != AUTO:
                 problems.append(f"{name}={getattr(self, name)!r}: expected True, False or 'auto'")
+        if not isinstance(self.use_cuda_graph, bool):
+            problems.append(f"use_cuda_graph={self.use_cuda_graph!r}: expected True or False")
         if self.sdpa_backend not in SDPA_BACKENDS:
             problems.append(f"sdpa_backend={self.sdpa_backend!r}: expected one of {', '.join(SDPA_BACKENDS)}")
         if self.compile_mode not in COMPILE_MODES:

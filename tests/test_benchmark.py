@@ -15,12 +15,14 @@ from sb3_snake.benchmark.gradient_step import (
     COMBINATIONS,
     GradientStepResult,
     choose_configuration,
+    combination_names,
     count_flops_per_sample,
     efficiency,
     format_table,
     is_out_of_memory,
     matmul_peak,
     measure_gradient_step,
+    parse_combination,
     sweep,
 )
 from sb3_snake.benchmark.results import peak_memory_mib, reset_peak_memory, save_results
@@ -158,13 +160,36 @@ def test_out_of_memory_is_recognised(error, expected):
 
 
 def row(combination, batch_size, samples, active=True):
-    use_bf16, use_flash, use_compile = COMBINATIONS[combination]
+    use_bf16, use_flash, use_compile, use_graph = parse_combination(combination)
     return {
         "combination": combination,
         "batch_size": batch_size,
         "samples_per_second": samples,
-        "active": {"bf16": use_bf16 and active, "flash_attention": use_flash, "torch_compile": use_compile},
+        "active": {
+            "bf16": use_bf16 and active,
+            "flash_attention": use_flash,
+            "torch_compile": use_compile,
+            "cuda_graph": use_graph and active,
+        },
     }
+
+
+def test_graph_combinations_are_the_others_with_the_graph_and_only_on_cuda():
+    assert combination_names("cpu") == tuple(COMBINATIONS)
+    cuda = combination_names("cuda")
+    assert cuda[: len(COMBINATIONS)] == tuple(COMBINATIONS) and "bf16+flash+graph" in cuda and len(cuda) == 16
+    assert combination_names("cuda", ("fp32", "bf16")) == ("fp32", "bf16", "fp32+graph", "bf16+graph")
+    assert combination_names("cpu", ("fp32", "bf16")) == ("fp32", "bf16")
+    assert parse_combination("bf16+flash+graph") == (True, True, False, True)
+    assert parse_combination("compile") == (False, False, True, False)
+    with pytest.raises(KeyError):
+        parse_combination("turbo+graph")
+
+
+def test_a_graph_row_whose_graph_was_not_active_is_no_candidate():
+    rows = [row("fp32", 512, 80), row("fp32+graph", 512, 120, active=False), row("bf16+graph", 512, 90)]
+    best = choose_configuration(rows)
+    assert best["combination"] == "bf16+graph" and best["use_cuda_graph"] and best["use_bf16"]
 
 
 def test_the_chosen_batch_is_the_smallest_within_tolerance_of_the_fastest_combination():

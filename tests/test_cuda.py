@@ -6,6 +6,7 @@ On a GPU machine, plain ``pytest`` runs them.
 """
 
 import copy
+import gc
 import json
 
 import numpy as np
@@ -18,6 +19,7 @@ from typer.testing import CliRunner
 from sb3_snake.autotune import Machine, resolve_auto
 from sb3_snake.benchmark.gradient_step import measure_halving_on_oom
 from sb3_snake.cli import app
+from sb3_snake.cuda_graph import WARMUP_STEPS, CapturedUpdate
 from sb3_snake.optimizations import probe_sdpa
 from sb3_snake.replay import DeviceReplayBuffer
 from sb3_snake.settings import OptimizationSettings
@@ -25,12 +27,18 @@ from tests.conftest import SMALL_POLICY, cuda, fixed_batch, small_dqn
 
 pytestmark = cuda
 
-EAGER = {"use_bf16": False, "use_flash_attention": False, "use_torch_compile": False, "num_threads": 1}
+EAGER = {
+    "use_bf16": False,
+    "use_flash_attention": False,
+    "use_torch_compile": False,
+    "num_threads": 1,
+    "use_cuda_graph": False,
+}
 
 
-def gpu_model(n_steps=1, **settings):
+def gpu_model(n_steps=1, dqn_kwargs=None, **settings):
     settings = OptimizationSettings(**{**EAGER, **settings})
-    return small_dqn(settings, board_size=6, transitions=128, device="cuda", n_steps=n_steps)
+    return small_dqn(settings, board_size=6, transitions=128, device="cuda", n_steps=n_steps, **(dqn_kwargs or {}))
 
 
 @pytest.mark.parametrize("n_steps", [1, 3])
@@ -142,9 +150,11 @@ def test_the_probe_finds_the_kernels_that_need_bf16():
 
 
 def test_out_of_memory_halves_the_batch_on_the_gpu():
-    """A real CUDA out-of-memory error: the process may use 512 MiB of this GPU."""
+    """A real CUDA out-of-memory error: the process may use 512 MiB of this GPU beyond what it holds."""
+    gc.collect()  # models of earlier tests, CUDA graphs' pools among them
     torch.cuda.empty_cache()
-    torch.cuda.set_per_process_memory_fraction(2**29 / torch.cuda.get_device_properties(0).total_memory)
+    allowed = torch.cuda.memory_reserved() + 2**29
+    torch.cuda.set_per_process_memory_fraction(allowed / torch.cuda.get_device_properties(0).total_memory)
     try:
         result = measure_halving_on_oom("fp32", 2**19, "cuda", gradient_steps=1, repeats=1, buffer_size=1024)
     finally:
@@ -165,3 +175,84 @@ def test_train_on_cuda_from_the_command_line(tmp_path):
     assert summary["episodes"] == 6
     assert summary["active"]["device"].startswith("cuda")
     assert summary["active"]["bf16_active"] is True
+    assert summary["active"]["cuda_graph_active"] is True, summary["active"]["cuda_graph_reason"]
+
+
+def test_the_captured_step_replays_what_eager_steps_do():
+    """Eight updates: the warm-up's eager ones, a capture, replays; the same eight run eagerly
+    from the same seed draw the same batches (the generator's offset advances alike) and end
+    with the same losses and weights, up to the GPU's unordered additions."""
+    graphed = gpu_model(use_cuda_graph=True)
+    assert graphed.active_optimizations.cuda_graph.active, graphed.active_optimizations.cuda_graph.reason
+    eager = copy.deepcopy(graphed)
+    torch.cuda.manual_seed(1)
+    graphed.train(gradient_steps=8, batch_size=32)
+    captured = graphed._captured
+    assert (captured.eager_steps, captured.replays, captured.failure) == (WARMUP_STEPS, 8 - WARMUP_STEPS, "")
+    reference = CapturedUpdate(eager, batch_size=32)
+    reference.refresh()
+    torch.cuda.manual_seed(1)
+    for _ in range(8):
+        reference.step()
+    expected = float(reference.loss_sum) / 8
+    assert graphed.logger.name_to_value["train/loss"] == pytest.approx(expected, rel=1e-3)
+    learning_rate = graphed.policy.optimizer.param_groups[0]["lr"]
+    for mine, theirs in zip(graphed.q_net.parameters(), eager.q_net.parameters(), strict=True):
+        # Adam moves a weight at most about one learning rate per step.
+        torch.testing.assert_close(mine, theirs, rtol=0, atol=2 * 8 * learning_rate)
+    # A graph that replayed one frozen batch would give other losses than fresh draws: it trains on.
+    graphed.train(gradient_steps=4, batch_size=32)
+    assert captured.replays == 8 - WARMUP_STEPS + 4 and graphed._n_updates == 12
+
+
+@pytest.mark.parametrize(
+    "settings, dqn_kwargs",
+    [
+        ({"use_bf16": True, "use_flash_attention": True}, {}),
+        ({"use_torch_compile": True}, {}),
+        ({}, {"double_dqn": True, "symmetry_augmentation": True}),
+        ({}, {"n_steps": 3}),
+    ],
+    ids=["bf16+flash", "compile", "double+symmetry", "n-step"],
+)
+def test_the_graph_captures_each_optimization_and_option(settings, dqn_kwargs):
+    n_steps = dqn_kwargs.pop("n_steps", 1)
+    model = gpu_model(use_cuda_graph=True, n_steps=n_steps, dqn_kwargs=dqn_kwargs, **settings)
+    model.train(gradient_steps=WARMUP_STEPS + 3, batch_size=32)
+    assert model.active_optimizations.cuda_graph.active, model.active_optimizations.cuda_graph.reason
+    assert model._captured.replays == 3 and np.isfinite(model.logger.name_to_value["train/loss"])
+
+
+def test_a_new_learning_rate_is_captured_again_and_a_new_batch_size_too():
+    model = gpu_model(use_cuda_graph=True)
+    model.train(gradient_steps=WARMUP_STEPS + 1, batch_size=32)
+    first = model._captured
+    model.set_hyperparameters(learning_rate=1e-3)
+    model.train(gradient_steps=2, batch_size=32)
+    assert model._captured is first and first.learning_rates == (1e-3,) and first.replays == 3
+    model.train(gradient_steps=WARMUP_STEPS + 1, batch_size=64)
+    assert model._captured is not first and model._captured.replays == 1
+
+
+def test_a_failed_capture_trains_on_eagerly_and_says_why(monkeypatch):
+    def refuse(graph, *args, **kwargs):
+        raise RuntimeError("capture refused here\nsecond line")
+
+    monkeypatch.setattr(torch.cuda, "graph", refuse)
+    model = gpu_model(use_cuda_graph=True)
+    model.train(gradient_steps=WARMUP_STEPS + 3, batch_size=32)
+    decision = model.active_optimizations.cuda_graph
+    assert not decision.active and decision.reason == "the capture failed: capture refused here"
+    assert model._n_updates == WARMUP_STEPS + 3 and model._captured is None
+    model.train(gradient_steps=2, batch_size=32)
+    assert model._n_updates == WARMUP_STEPS + 5
+
+
+def test_compiling_later_captures_the_compiled_networks():
+    model = gpu_model(use_cuda_graph=True, use_torch_compile=True, dqn_kwargs={"compile_after": WARMUP_STEPS + 1})
+    model.train(gradient_steps=WARMUP_STEPS + 1, batch_size=32)
+    eager_graph = model._captured
+    assert eager_graph.replays == 1 and model.q_net._compiled_call_impl is None
+    model.train(gradient_steps=WARMUP_STEPS + 2, batch_size=32)
+    assert model._captured is not eager_graph and model._captured.replays == 2
+    assert model.q_net._compiled_call_impl is not None

@@ -16,6 +16,7 @@ from sb3_snake.optimizations import (
     choose_num_threads,
     decide_bf16,
     decide_compile,
+    decide_cuda_graph,
     decide_flash,
     decide_sdpa_backend,
     probe_bf16,
@@ -233,6 +234,28 @@ def test_compile_unavailable_is_reported():
         True, False, "torch 1.13 has no torch.compile"
     )
     assert decide_compile(True).active and not decide_compile(False).active
+
+
+def test_the_cuda_graph_needs_cuda_a_device_buffer_and_no_graphing_compile_mode():
+    assert decide_cuda_graph(True, "cuda", device_buffer=True) == Decision(True, True)
+    assert decide_cuda_graph(True, "cuda", device_buffer=True, compile_mode="default") == Decision(True, True)
+    assert decide_cuda_graph(False, "cuda", device_buffer=True) == Decision(False, False)
+    assert decide_cuda_graph(True, "cpu", device_buffer=True).reason == "CUDA graphs need a CUDA device, not cpu"
+    assert "host memory" in decide_cuda_graph(True, "cuda", device_buffer=False).reason
+    for mode in ("reduce-overhead", "max-autotune"):
+        off = decide_cuda_graph(True, "cuda", device_buffer=True, compile_mode=mode)
+        assert not off.active and f"mode {mode} captures CUDA graphs of its own" in off.reason
+
+
+def test_the_cuda_graph_is_reported_with_its_reason():
+    active = make_model().active_optimizations
+    report = active.as_dict()
+    assert report["cuda_graph_requested"] is True and report["cuda_graph_active"] is False
+    assert report["cuda_graph_reason"] == "CUDA graphs need a CUDA device, not cpu"
+    line = "CUDA graph:       disabled (CUDA graphs need a CUDA device, not cpu) (from default)"
+    assert line in summary_lines(active)
+    off = make_model(use_cuda_graph=False).active_optimizations
+    assert off.as_dict()["cuda_graph_requested"] is False and off.cuda_graph.describe() == "disabled"
 
 
 def test_thread_rule():

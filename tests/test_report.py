@@ -84,6 +84,7 @@ def test_summary_lines_cover_every_setting():
         "SDPA backend",
         "BF16 autocast",
         "compile mode",
+        "CUDA graph",
         "device",
         "threads",
         "envs",

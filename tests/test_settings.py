@@ -41,7 +41,7 @@ def test_env_file_values_and_spellings(tmp_path):
     path = write_env(
         tmp_path,
         "# comment\nOPTIMAL_BATCH_SIZE=1024\nUSE_TORCH_COMPILE=Yes\nUSE_FLASH_ATTENTION=off\n"
-        "USE_BF16=0\nTORCH_COMPILE_MODE=max-autotune\nTORCH_NUM_THREADS=2\n",
+        "USE_BF16=0\nTORCH_COMPILE_MODE=max-autotune\nTORCH_NUM_THREADS=2\nUSE_CUDA_GRAPH=no\n",
     )
     settings = OptimizationSettings.load(path)
     assert settings.as_dict() == {
@@ -52,6 +52,7 @@ def test_env_file_values_and_spellings(tmp_path):
         "compile_mode": "max-autotune",
         "num_threads": 2,
         "sdpa_backend": "auto",
+        "use_cuda_graph": False,
     }
     assert settings.source("batch_size") == ".env"
 

@@ -50,6 +50,24 @@ COMBINATIONS: dict[str, tuple[bool, bool, bool]] = {
     "flash+compile": (False, True, True),
     "all": (True, True, True),
 }
+#: A combination named with this suffix also replays the step as one CUDA graph (CUDA only);
+#: one without it never does, whatever ``USE_CUDA_GRAPH`` says.
+GRAPH_SUFFIX = "+graph"
+
+
+def combination_names(device: str = "cpu", names: Sequence[str] = tuple(COMBINATIONS)) -> tuple[str, ...]:
+    """The combinations ``names`` worth measuring on ``device``: on CUDA each also with the graph."""
+    names = tuple(names)
+    return names + tuple(name + GRAPH_SUFFIX for name in names) if device == "cuda" else names
+
+
+def parse_combination(name: str) -> tuple[bool, bool, bool, bool]:
+    """``(use_bf16, use_flash_attention, use_torch_compile, use_cuda_graph)`` of a combination name."""
+    graph = name.endswith(GRAPH_SUFFIX)
+    base = name.removesuffix(GRAPH_SUFFIX)
+    if base not in COMBINATIONS:
+        raise KeyError(name)
+    return (*COMBINATIONS[base], graph)
 
 
 @dataclass(frozen=True)
@@ -133,13 +151,14 @@ def measure_gradient_step(
     buffer_size: int = 16384,
 ) -> GradientStepResult:
     """Time ``DQN.train`` for one combination and batch size."""
-    use_bf16, use_flash, use_compile = COMBINATIONS[combination]
+    use_bf16, use_flash, use_compile, use_graph = parse_combination(combination)
     settings = OptimizationSettings(
         batch_size=batch_size,
         use_bf16=use_bf16,
         use_flash_attention=use_flash,
         use_torch_compile=use_compile,
         num_threads=torch.get_num_threads(),
+        use_cuda_graph=use_graph,
     )
     gc.collect()
     if device == "cuda":
@@ -165,7 +184,12 @@ def measure_gradient_step(
         statistics.median(rates) / batch_size,
         min(rates),
         max(rates),
-        {"bf16": active.bf16.active, "flash_attention": active.flash.active, "torch_compile": active.compile.active},
+        {
+            "bf16": active.bf16.active,
+            "flash_attention": active.flash.active,
+            "torch_compile": active.compile.active,
+            "cuda_graph": active.cuda_graph.active,
+        },
         peak_memory_mib(device),
     )
 
@@ -251,7 +275,7 @@ def choose_configuration(rows: Sequence[dict[str, Any]], tolerance: float = BATC
     same_combination = {row["batch_size"]: row for row in candidates if row["combination"] == fastest["combination"]}
     rates = {size: row["samples_per_second"] for size, row in same_combination.items()}
     chosen = same_combination[smallest_fast_enough(rates, tolerance)]
-    use_bf16, use_flash, use_compile = COMBINATIONS[chosen["combination"]]
+    use_bf16, use_flash, use_compile, use_graph = parse_combination(chosen["combination"])
     return {
         "combination": chosen["combination"],
         "batch_size": chosen["batch_size"],
@@ -259,14 +283,16 @@ def choose_configuration(rows: Sequence[dict[str, Any]], tolerance: float = BATC
         "use_bf16": use_bf16,
         "use_flash_attention": use_flash,
         "use_torch_compile": use_compile,
+        "use_cuda_graph": use_graph,
         "fastest": {key: fastest[key] for key in ("combination", "batch_size", "samples_per_second")},
         "rule": f"fastest combination, smallest batch within {tolerance:.0%} of its peak",
     }
 
 
 def _all_requested_active(row: dict[str, Any]) -> bool:
-    requested = dict(zip(("bf16", "flash_attention", "torch_compile"), COMBINATIONS[row["combination"]], strict=True))
-    return all(row["active"][name] for name, wanted in requested.items() if wanted)
+    names = ("bf16", "flash_attention", "torch_compile", "cuda_graph")
+    requested = dict(zip(names, parse_combination(row["combination"]), strict=True))
+    return all(row["active"].get(name, False) for name, wanted in requested.items() if wanted)
 
 
 def run_gradient_step_benchmark(

@@ -1,0 +1,138 @@
+"""``CapturedUpdate``: SnakeDQN's whole gradient step captured as one CUDA graph and replayed.
+
+On a GPU an update of this policy is bound by the host, not the GPU: sampling, two forward
+passes, the loss, backward, gradient clipping and Adam launch a few hundred small kernels, and
+an update of up to 8,192 samples took 8-10 ms whatever its size on an H100 (README, "On a
+GPU"). A CUDA graph records those launches once and replays them with one call, so an update
+costs what its kernels cost on the GPU.
+
+What a graph needs, and how this module meets it:
+
+- **No host values inside.** The replay buffer's fill level and last row change between
+  updates; they live in a small device tensor (:attr:`CapturedUpdate.extent`) written before
+  each call, and rows are drawn as ``floor(rand * filled)`` on the device
+  (:meth:`DeviceReplayBuffer.samples_at` takes the last row as a tensor). Only buffers on the
+  device qualify (:func:`sb3_snake.optimizations.decide_cuda_graph`).
+- **Fixed memory.** Batches, activations and gradients live in the graph's private pool; the
+  parameters and Adam's state are updated in place, as are the target network's copies, so
+  SB3's target updates, ``load_state_dict`` and saving see the same tensors.
+- **An optimizer that can be captured**: ``capturable=True`` (Adam's step counters stay on
+  the device). The learning rate is a number baked into the graph: when SB3's schedule changes
+  it, the step is captured again (a constant rate, as ``sb3-snake train`` uses, never does).
+- **Warm-up outside the capture**: the first :data:`WARMUP_STEPS` updates run eagerly on a
+  side stream (they are real updates and count as such), which creates Adam's state and
+  cuBLAS's workspace before the capture records anything.
+
+The random draws come from the default CUDA generator, whose offset a replay advances as the
+same eager calls would, so a captured run draws the numbers an eager run of the same steps
+draws. Compiling the networks later (``compile_after``) drops the graph, and the next update
+captures the compiled networks. A capture that fails turns the graph off for the model, with
+the error as the reason, and training goes on eagerly.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from stable_baselines3.common.type_aliases import ReplayBufferSamples
+
+from sb3_snake.replay import DeviceReplayBuffer
+
+if TYPE_CHECKING:
+    from stable_baselines3 import DQN
+
+#: Eager updates before the capture (Adam's state, cuBLAS workspaces, autocast's casts).
+WARMUP_STEPS = 3
+
+
+class CapturedUpdate:
+    """The gradient steps of ``model`` at ``batch_size``: a few eager, then one graph replayed.
+
+    :param model: a :class:`~sb3_snake.SnakeDQN` (its ``gradient_step``) whose replay buffer is a
+        :class:`DeviceReplayBuffer`.
+    :param batch_size: transitions per update; another batch size needs another capture.
+    """
+
+    def __init__(self, model: DQN, batch_size: int):
+        buffer = model.replay_buffer
+        if not isinstance(buffer, DeviceReplayBuffer):
+            raise TypeError(f"a captured update samples a DeviceReplayBuffer, not {type(buffer).__name__}")
+        self.model, self.buffer, self.batch_size = model, buffer, batch_size
+        device = buffer.device
+        #: ``[rows filled, last row written]``, written before each call, read by the graph.
+        self.extent = torch.zeros(2, dtype=torch.int64, device=device)
+        #: The sum of the losses of this call's updates.
+        self.loss_sum = torch.zeros((), device=device)
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.learning_rates: tuple[float, ...] = ()  #: the rates baked into the graph
+        self.eager_steps = 0  #: updates run eagerly so far (the warm-up)
+        self.replays = 0  #: updates run by replaying the graph
+        self.failure = ""  #: why the capture failed, if it did
+        for group in model.policy.optimizer.param_groups:
+            if "capturable" in group:
+                group["capturable"] = True
+
+    def refresh(self) -> None:
+        """Write the buffer's extent for the graph to read, and zero the loss sum."""
+        buffer = self.buffer
+        rows_filled = buffer.buffer_size if buffer.full else buffer.pos
+        self.extent.copy_(torch.tensor([rows_filled, (buffer.pos - 1) % buffer.buffer_size]))
+        self.loss_sum.zero_()
+
+    def sample(self) -> ReplayBufferSamples:
+        """A uniform batch, drawn on the device from :attr:`extent` alone."""
+        rows_filled, last_row = self.extent[0], self.extent[1]
+        draws = torch.rand(self.batch_size, device=self.extent.device)
+        rows = torch.minimum((draws * rows_filled).long(), rows_filled - 1)
+        envs = torch.randint(self.buffer.n_envs, (self.batch_size,), device=self.extent.device)
+        return self.buffer.samples_at(rows, envs, last_row=last_row)
+
+    def step(self) -> None:
+        """One update, its loss added to :attr:`loss_sum` (what the graph records)."""
+        self.loss_sum.add_(self.model.gradient_step(self.sample()))
+
+    def run(self, gradient_steps: int) -> torch.Tensor:
+        """``gradient_steps`` updates; the mean of their losses, on the device (not read here)."""
+        self.refresh()
+        rates = tuple(group["lr"] for group in self.model.policy.optimizer.param_groups)
+        if self.graph is not None and rates != self.learning_rates:
+            self.graph = None
+        left = gradient_steps
+        if self.graph is None and self.eager_steps < WARMUP_STEPS:
+            warm = min(left, WARMUP_STEPS - self.eager_steps)
+            self._warm_up(warm)
+            left -= warm
+        if self.graph is None and self.eager_steps >= WARMUP_STEPS and left and not self.failure:
+            self._capture(rates)
+        if self.graph is None:  # the capture failed: the rest of this call runs eagerly
+            for _ in range(left):
+                self.step()
+            self.eager_steps += left
+            return self.loss_sum / gradient_steps
+        for _ in range(left):
+            self.graph.replay()
+        self.replays += left
+        return self.loss_sum / gradient_steps
+
+    def _warm_up(self, steps: int) -> None:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(steps):
+                self.step()
+        torch.cuda.current_stream().wait_stream(stream)
+        self.eager_steps += steps
+
+    def _capture(self, rates: tuple[float, ...]) -> None:
+        # Gradients set to None now are allocated inside the graph, which then writes them afresh
+        # on every replay instead of adding to tensors from outside it.
+        self.model.policy.optimizer.zero_grad(set_to_none=True)
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph):
+                self.step()
+        except RuntimeError as error:
+            self.failure = f"the capture failed: {str(error).splitlines()[0] if str(error) else type(error).__name__}"
+            return
+        self.graph, self.learning_rates = graph, rates

@@ -510,12 +510,14 @@ class SnakeDQN(DQN):
 
         Takes the names of :data:`HYPERPARAMETERS` (except ``n_steps``, which fixes the replay
         buffer's kind), ``train_freq`` and ``verbose``. The learning-rate and exploration
-        schedules are rebuilt; a new ``buffer_size`` gives a new, empty replay buffer.
+        schedules are rebuilt; a new ``buffer_size`` gives a new, empty replay buffer. A captured
+        update (:mod:`sb3_snake.cuda_graph`) is dropped and captured again with the new values.
         """
         unknown = set(values) - (set(HYPERPARAMETERS) - {"n_steps"}) - {"train_freq", "verbose"}
         if unknown:
             raise ValueError(f"cannot set {', '.join(sorted(unknown))} on a built model")
         rebuild_buffer = "buffer_size" in values and values["buffer_size"] != self.buffer_size
+        self._captured = None  # gamma, clipping, Double DQN and augmentation are baked into a graph
         for name, value in values.items():
             setattr(self, name, value)
         self._setup_lr_schedule()
@@ -538,6 +540,12 @@ class SnakeDQN(DQN):
                 **kwargs,
             )
         self._setup_augmentation()
+
+    def set_parameters(self, *args: Any, **kwargs: Any) -> None:
+        """SB3's; a captured update is dropped, as loading gives the optimizer new state tensors
+        that a graph captured before would not see."""
+        self._captured = None
+        super().set_parameters(*args, **kwargs)
 
     def hyperparameters(self) -> dict[str, Any]:
         """The hyperparameters this model trains with now, as plain JSON values."""

@@ -19,6 +19,9 @@ What a graph needs, and how this module meets it:
 - **An optimizer that can be captured**: ``capturable=True`` (Adam's step counters stay on
   the device). The learning rate is a number baked into the graph: when SB3's schedule changes
   it, the step is captured again (a constant rate, as ``sb3-snake train`` uses, never does).
+  So are the other values the step reads on the host (gamma, the clipping norm, Double DQN,
+  augmentation): ``SnakeDQN.set_hyperparameters`` drops the graph, as does ``set_parameters``,
+  whose optimizer state arrives in new tensors.
 - **Warm-up outside the capture**: the first :data:`WARMUP_STEPS` updates run eagerly on a
   side stream (they are real updates and count as such), which creates Adam's state and
   cuBLAS's workspace before the capture records anything.
@@ -105,14 +108,14 @@ class CapturedUpdate:
             left -= warm
         if self.graph is None and self.eager_steps >= WARMUP_STEPS and left and not self.failure:
             self._capture(rates)
-        if self.graph is None:  # the capture failed: the rest of this call runs eagerly
+        if self.graph is None:  # the capture failed (or the warm-up took every step): eagerly
             for _ in range(left):
                 self.step()
             self.eager_steps += left
-            return self.loss_sum / gradient_steps
-        for _ in range(left):
-            self.graph.replay()
-        self.replays += left
+        else:
+            for _ in range(left):
+                self.graph.replay()
+            self.replays += left
         return self.loss_sum / gradient_steps
 
     def _warm_up(self, steps: int) -> None:

@@ -227,7 +227,7 @@ def test_a_new_learning_rate_is_captured_again_and_a_new_batch_size_too():
     model = gpu_model(use_cuda_graph=True)
     model.train(gradient_steps=WARMUP_STEPS + 1, batch_size=32)
     first = model._captured
-    model.set_hyperparameters(learning_rate=1e-3)
+    model.lr_schedule = lambda _progress_remaining: 1e-3  # a schedule that moves, as SB3 applies one
     model.train(gradient_steps=2, batch_size=32)
     assert model._captured is first and first.learning_rates == (1e-3,) and first.replays == 3
     model.train(gradient_steps=WARMUP_STEPS + 1, batch_size=64)

@@ -95,3 +95,15 @@ def test_on_the_cpu_the_graph_is_off_with_its_reason_and_training_runs_eagerly()
     assert decision.requested and not decision.active and "CUDA" in decision.reason
     model.train(gradient_steps=2, batch_size=32)
     assert model._captured is None and model._n_updates == 2
+
+
+def test_new_hyperparameters_or_parameters_drop_a_captured_update():
+    """What a graph read on the host while capturing (gamma, clipping, Double DQN) or the optimizer
+    state it points at may change; the next update then captures afresh."""
+    model = device_buffer_model()
+    model._captured = CapturedUpdate(model, batch_size=32)
+    model.set_hyperparameters(gamma=0.9)
+    assert model._captured is None and model.gamma == 0.9
+    model._captured = CapturedUpdate(model, batch_size=32)
+    model.set_parameters(model.get_parameters())
+    assert model._captured is None

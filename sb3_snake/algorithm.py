@@ -394,8 +394,8 @@ class SnakeDQN(DQN):
         return loss.detach()
 
     def _captured_update(self, batch_size: int) -> CapturedUpdate | None:
-        """The captured update at ``batch_size`` when the CUDA graph is active, else ``None``;
-        a failed capture turns it off, with the error as the reason, and returns ``None``."""
+        """The captured update at ``batch_size`` when the CUDA graph is active (and no VecNormalize
+        changes the samples), else ``None``; a new batch size gets a new capture."""
         if not self.active_optimizations.cuda_graph.active or self._vec_normalize_env is not None:
             return None
         if self._captured is None or self._captured.batch_size != batch_size:

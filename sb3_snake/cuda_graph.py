@@ -77,10 +77,10 @@ class CapturedUpdate:
                 group["capturable"] = True
 
     def refresh(self) -> None:
-        """Write the buffer's extent for the graph to read, and zero the loss sum."""
-        buffer = self.buffer
-        rows_filled = buffer.buffer_size if buffer.full else buffer.pos
-        self.extent.copy_(torch.tensor([rows_filled, (buffer.pos - 1) % buffer.buffer_size]))
+        """Write the buffer's extent for the graph to read, and zero the loss sum (fills with
+        host scalars: no copy from host memory, which would wait for the device)."""
+        self.extent[0].fill_(self.buffer.size())
+        self.extent[1].fill_(self.buffer.last_row)
         self.loss_sum.zero_()
 
     def sample(self) -> ReplayBufferSamples:

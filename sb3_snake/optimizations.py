@@ -241,9 +241,13 @@ class ActiveOptimizations:
     cuda_graph: Decision = Decision(False, False)  #: the gradient step replayed as one CUDA graph
 
     @classmethod
-    def decide(cls, settings: OptimizationSettings, device: torch.device | str) -> ActiveOptimizations:
+    def decide(
+        cls, settings: OptimizationSettings, device: torch.device | str, device_buffer: bool | None = None
+    ) -> ActiveOptimizations:
         """What is active with ``settings`` on ``device``; ``auto`` settings nobody resolved
-        (:mod:`sb3_snake.autotune`) take the built-in defaults, and their sources say so."""
+        (:mod:`sb3_snake.autotune`) take the built-in defaults, and their sources say so.
+        ``device_buffer``: whether the model's replay buffer is on the device (``None``: the
+        default buffer for ``device``, as a model built there gets)."""
         settings = settings.without_auto() if settings.auto_fields else settings
         device = torch.device(device)
         hardware_bf16 = system.cuda_supports_bf16() if device.type == "cuda" else system.cpu_has_native_bf16()
@@ -256,13 +260,10 @@ class ActiveOptimizations:
         sdpa = decide_sdpa_backend(backend, device.type, backend_runs)
         compile_decision = decide_compile(settings.use_torch_compile, system.compile_unavailable_reason())
         threads, why = choose_num_threads(settings.num_threads, device.type, system.cpu_cores())
-        # A model's own replay buffer decides again (apply_optimizations); here, the default one.
-        graph = decide_cuda_graph(
-            settings.use_cuda_graph,
-            device.type,
-            use_device_replay_buffer(device.type)[0],
-            settings.compile_mode if compile_decision.active else "",
-        )
+        if device_buffer is None:
+            device_buffer = use_device_replay_buffer(device.type)[0]
+        compile_mode = settings.compile_mode if compile_decision.active else ""
+        graph = decide_cuda_graph(settings.use_cuda_graph, device.type, device_buffer, compile_mode)
         return cls(settings, str(device), bf16, flash, compile_decision, threads, why, sdpa, graph)
 
     @property
@@ -349,11 +350,8 @@ def apply_optimizations(model: DQN, settings: OptimizationSettings, compile_afte
             "(sb3_snake.autotune.resolve_auto measures them, as sb3-snake train does)",
             ", ".join(OptimizationSettings.env_key(name) for name in settings.auto_fields),
         )
-    active = ActiveOptimizations.decide(settings, model.device)
-    compile_mode = active.settings.compile_mode if active.compile.active else ""
     device_buffer = isinstance(getattr(model, "replay_buffer", None), DeviceReplayBuffer)
-    graph = decide_cuda_graph(active.settings.use_cuda_graph, active.device_type, device_buffer, compile_mode)
-    active = replace(active, cuda_graph=graph)
+    active = ActiveOptimizations.decide(settings, model.device, device_buffer)
     for network in (model.q_net, model.q_net_target):
         network.forward_context = active.forward_context
     for decision, field in ((active.bf16, "use_bf16"), (active.flash, "use_flash_attention")):

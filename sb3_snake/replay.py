@@ -127,12 +127,16 @@ class DeviceReplayBuffer(ReplayBuffer):
         if self.pos == self.buffer_size:
             self.full, self.pos = True, 0
 
+    @property
+    def last_row(self) -> int:
+        """The row written last (the one before ``pos``, wrapping)."""
+        return (self.pos - 1) % self.buffer_size
+
     def sample(self, batch_size: int, env: Any = None) -> ReplayBufferSamples:
         """``batch_size`` transitions drawn uniformly on the device (``env`` normalisation is not supported)."""
         if env is not None:
             raise ValueError("DeviceReplayBuffer does not normalise with a VecNormalize env")
-        upper = self.buffer_size if self.full else self.pos
-        batch_indices = torch.randint(upper, (batch_size,), device=self.device)
+        batch_indices = torch.randint(self.size(), (batch_size,), device=self.device)
         env_indices = torch.randint(self.n_envs, (batch_size,), device=self.device)
         return self.samples_at(batch_indices, env_indices)
 
@@ -141,13 +145,12 @@ class DeviceReplayBuffer(ReplayBuffer):
     ) -> ReplayBufferSamples:
         """The transitions at rows ``batch_indices`` of envs ``env_indices`` (n-step when ``n_steps > 1``).
 
-        ``last_row``: the row written last (default: the one before ``pos``); n-step sequences
+        ``last_row``: the row written last (default: :attr:`last_row`); n-step sequences
         stop there unless it ended an episode. A 0-dim device tensor keeps the whole gather free
         of host values, as a CUDA graph that replays it needs (:mod:`sb3_snake.cuda_graph`).
         """
         if self.n_steps > 1:
-            last = (self.pos - 1) % self.buffer_size if last_row is None else last_row
-            return self._n_step_samples(batch_indices, env_indices, last)
+            return self._n_step_samples(batch_indices, env_indices, self.last_row if last_row is None else last_row)
         flat = batch_indices * self.n_envs + env_indices
         return ReplayBufferSamples(
             observations=self._gather(self.observations, flat),

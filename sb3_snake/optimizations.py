@@ -151,19 +151,38 @@ def decide_cuda_graph(requested: bool, device_type: str, device_buffer: bool, co
 
 
 def choose_num_threads(setting: int | str, device_type: str, cpu_cores: int | None) -> tuple[int, str]:
-    """The torch intra-op thread count for ``setting`` and why.
+    """The torch intra-op thread count a command starts with for ``setting``, and why.
 
     ``auto`` rule: when the networks train on the CPU, every core (on the 2-core CI machine
-    two threads ran the attention DQN's gradient step 1.5-1.9x faster than one; README,
-    "Measured performance"); when they train on a GPU, the CPU only feeds it, so one thread
-    per core beyond the first, at most 4 (a rule, not yet measured on a GPU machine).
+    two threads ran the attention DQN's gradient step 1.15-1.9x faster than one while it was
+    quiet; README, "Measured performance"), and a training run then measures that count against
+    one thread while it trains (:func:`adaptive_thread_counts`); when they train on a GPU, the CPU
+    only feeds it, so one thread per core beyond the first, at most 4 (a rule, not yet measured on
+    a GPU machine).
     """
     cores = max(1, cpu_cores or 1)
     if setting != "auto":
         return int(setting), "set explicitly"
     if device_type == "cuda":
         return max(1, min(4, cores - 1)), "auto: GPU training, the CPU only feeds it"
-    return cores, "auto: CPU training, one thread per core"
+    if cores > 1:
+        return cores, f"auto: CPU training, one per core to start, then {cores} or 1, measured while training"
+    return cores, "auto: CPU training, one per core"
+
+
+def adaptive_thread_counts(setting: int | str, device_type: str, cpu_cores: int | None) -> tuple[int, ...]:
+    """The thread counts a training run chooses between as it trains (:mod:`sb3_snake.threads`),
+    the starting one first; empty where the count stays as :func:`choose_num_threads` set it.
+
+    Only ``auto`` on a CPU of more than one core: one thread per core is fastest while every core
+    is free and up to 10x slower than one thread while another process holds a core (measured on
+    the 2-core CI machine), and which of the two holds can change within a run. An explicit count
+    is the user's and stays; a GPU run's CPU threads only feed the device.
+    """
+    cores = max(1, cpu_cores or 1)
+    if setting != "auto" or device_type != "cpu" or cores == 1:
+        return ()
+    return (cores, 1)
 
 
 def threads_for(settings: OptimizationSettings, device: str) -> int:
@@ -239,6 +258,7 @@ class ActiveOptimizations:
     num_threads_reason: str
     sdpa: Decision = Decision(False, False)  #: a named non-flash SDPA kernel
     cuda_graph: Decision = Decision(False, False)  #: the gradient step replayed as one CUDA graph
+    adaptive_threads: tuple[int, ...] = ()  #: counts a training run measures and chooses between
 
     @classmethod
     def decide(
@@ -260,11 +280,12 @@ class ActiveOptimizations:
         sdpa = decide_sdpa_backend(backend, device.type, backend_runs)
         compile_decision = decide_compile(settings.use_torch_compile, system.compile_unavailable_reason())
         threads, why = choose_num_threads(settings.num_threads, device.type, system.cpu_cores())
+        adaptive = adaptive_thread_counts(settings.num_threads, device.type, system.cpu_cores())
         if device_buffer is None:
             device_buffer = use_device_replay_buffer(device.type)[0]
         compile_mode = settings.compile_mode if compile_decision.active else ""
         graph = decide_cuda_graph(settings.use_cuda_graph, device.type, device_buffer, compile_mode)
-        return cls(settings, str(device), bf16, flash, compile_decision, threads, why, sdpa, graph)
+        return cls(settings, str(device), bf16, flash, compile_decision, threads, why, sdpa, graph, adaptive)
 
     @property
     def sdpa_backends(self) -> list[SDPBackend]:
@@ -305,6 +326,7 @@ class ActiveOptimizations:
             "batch_size": self.settings.batch_size,
             "compile_mode": self.settings.compile_mode,
             "num_threads": self.num_threads,
+            "adaptive_threads": list(self.adaptive_threads),
             "sdpa_backend": self.sdpa_description,
             **{
                 f"{name}_{key}": value

@@ -56,6 +56,7 @@ from sb3_snake.report import summary_lines
 from sb3_snake.run_directory import claim_run_directory
 from sb3_snake.settings import AUTO, OptimizationSettings
 from sb3_snake.system import available_memory_bytes, capabilities, check_device, resolve_device
+from sb3_snake.threads import AdaptiveThreads
 from sb3_snake.tracking import WandbOutput, WandbRun, resolve_mode
 
 #: Upper bound on env steps of a run that stops by episodes, so ``learn`` always has a total.
@@ -552,7 +553,8 @@ def train(
         print_configuration(model, config, run_dir, console)
         tracking = open_tracking(wandb_options, run_config(model, config), run_dir, console)
         model.set_logger(build_logger(config, run_dir, tracking, console, resumed=resume is not None))
-        run_callbacks = RunCallbacks.build(config, run_dir, tracking, stop, console, extra=callbacks or [])
+        threads = model.active_optimizations.adaptive_threads
+        run_callbacks = RunCallbacks.build(config, run_dir, tracking, stop, console, threads, extra=callbacks or [])
         outcome = learn(model, config, run_callbacks, stop, resumed=resume is not None)
         summary = build_summary(model, config, run_callbacks, outcome)
         summary.update(run_dir=str(run_dir), resumed_from=str(resume) if resume else None, wandb_mode=tracking.mode)
@@ -589,6 +591,8 @@ def learn(model: SnakeDQN, config: TrainConfig, callbacks: RunCallbacks, stop: S
         diverged = error
     finally:
         callbacks.progress.close()
+        if callbacks.threads is not None:
+            callbacks.threads.close()
         stop.phase = "saving"
     return Outcome(time.perf_counter() - start, model.num_timesteps - steps_before, diverged)
 
@@ -656,6 +660,7 @@ class RunCallbacks:
     budget: EpisodeBudget
     progress: ProgressReport
     selection: BestModelSelection | None
+    threads: AdaptiveThreads | None
     all: list[BaseCallback]
 
     @classmethod
@@ -666,9 +671,12 @@ class RunCallbacks:
         tracking: WandbRun,
         stop: StopRequest,
         console: Console,
+        adaptive_threads: tuple[int, ...] = (),
         extra: list[BaseCallback] = (),
     ) -> RunCallbacks:
-        """Budget and stop request, progress, W&B episodes, checkpoints, best-model selection, then ``extra``."""
+        """Budget and stop request, progress, W&B episodes, checkpoints, best-model selection, the
+        thread count measured while training (when ``adaptive_threads`` names counts to choose
+        between), then ``extra``."""
         record = EpisodeRecord()
         max_seconds = config.time_limit_minutes * 60 if config.time_limit_minutes is not None else None
         budget = EpisodeBudget(config.episodes, record, time.perf_counter(), config.timesteps, max_seconds, stop)
@@ -680,7 +688,11 @@ class RunCallbacks:
         if config.select_every:
             selection = BestModelSelection(run_dir, config.select_every, config.select_episodes, tracking.log)
             callbacks.append(selection)
-        return cls(record, budget, progress, selection, [*callbacks, *extra])
+        threads = None
+        if adaptive_threads:
+            threads = AdaptiveThreads(adaptive_threads, notify=lambda line: console.print(line, highlight=False))
+            callbacks.append(threads)
+        return cls(record, budget, progress, selection, threads, [*callbacks, *extra])
 
 
 def trained_hyperparameters(model: SnakeDQN, config: TrainConfig) -> dict[str, Any]:
@@ -723,6 +735,7 @@ def build_summary(model: SnakeDQN, config: TrainConfig, callbacks: RunCallbacks,
             name: {"value": value, "source": settings.source(name)} for name, value in settings.as_dict().items()
         },
         "active": model.optimizations_in_effect().as_dict(),
+        "threads": callbacks.threads.tuner.as_dict() if callbacks.threads else None,
         "best_model": selection.best if selection else None,
         "selection_history": selection.history if selection else None,
     }

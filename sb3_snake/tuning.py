@@ -52,7 +52,8 @@ from stable_baselines3.common.callbacks import BaseCallback
 
 from sb3_snake.algorithm import TrainingDiverged
 from sb3_snake.evaluation import evaluate
-from sb3_snake.settings import OptimizationSettings
+from sb3_snake.optimizations import threads_for
+from sb3_snake.settings import AUTO, OptimizationSettings
 from sb3_snake.training import TrainConfig, split_hyperparameters, train
 
 #: Seeds of the evaluations inside trials: apart from training's (small), ``eval``'s
@@ -308,6 +309,10 @@ def tune(
     """
     study = load_study(config)
     console = console or Console(quiet=True)
+    if config.n_jobs > 1 and settings.num_threads == AUTO:
+        # Concurrent trials share the process's thread count: none of them may change it.
+        fixed = threads_for(settings, config.trial.device)
+        settings = replace(settings, num_threads=fixed, sources={**settings.sources, "num_threads": "tune --n-jobs"})
     lock = trial_slot_lock(config, study)
     trials_left = [config.n_trials]
     guard = threading.Lock()

@@ -8,6 +8,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import optuna
@@ -87,6 +88,20 @@ def test_a_failing_trial_is_recorded_with_its_reason_and_the_study_goes_on(tmp_p
     study = tune(tiny_tune(tmp_path, pruner="none"), FAST, notify=lambda line: None)
     assert [trial.state.name for trial in study.trials] == ["FAIL", "COMPLETE", "COMPLETE"]
     assert "batch size 4096 is larger than the replay buffer" in study.trials[0].user_attrs["failure"]
+
+
+def test_concurrent_trials_keep_one_thread_count(tmp_path, monkeypatch):
+    # --n-jobs trials share the process's threads, so auto does not adapt within a trial there;
+    # a trial of its own does.
+    monkeypatch.setattr("sb3_snake.system.cpu_cores", lambda: 2)
+    scripted_evaluations(monkeypatch, [1.0] * 40)
+    auto = replace(FAST, num_threads="auto")
+    for n_jobs, expected in ((2, None), (1, [2, 1])):
+        config = tiny_tune(tmp_path, study_name=f"jobs{n_jobs}", n_trials=2, n_jobs=n_jobs, pruner="none")
+        tune(config, auto, notify=lambda line: None)
+        summaries = [json.loads(path.read_text()) for path in sorted(config.folder.glob("trial_*/summary.json"))]
+        assert len(summaries) == 2
+        assert all((summary["threads"] or {}).get("counts") == expected for summary in summaries)
 
 
 def test_ctrl_c_marks_the_running_trial_failed_and_the_study_continues(tmp_path):

@@ -26,7 +26,9 @@ over ``auto``. The result is cached per machine in :func:`cache_dir` (``~/.cache
 or ``$XDG_CACHE_HOME/sb3-snake``, or ``$SB3_SNAKE_CACHE_DIR``), keyed by the device's name, core
 count, thread count, torch version, the policy's shape and the settings that were asked for; a
 cache file that cannot be read or does not match is measured again, never fatal, and a cache
-that cannot be written only costs the next run the measurement again. Each resolved field's
+that cannot be written only costs the next run the measurement again, and so does a measurement
+during which other processes (or the host) took half a core or more: it decides that run only.
+Each resolved field's
 source tells the story, e.g. ``auto: chose true, measured 16,300 vs 12,600 samples/s (true vs
 false) on 2026-11-22; cache ~/.cache/sb3-snake/auto-....json``; the configuration summary and
 ``python test_optimizations.py`` print it.
@@ -72,6 +74,8 @@ PROBE_BATCH_SIZE = 512
 BATCH_TOLERANCE = 0.9
 #: How much faster compiled must be than eager to be chosen.
 COMPILE_MARGIN = 1.05
+#: Cores taken by other processes (or the host) during a measurement above which it is not cached.
+CONTENDED_CORES = 0.5
 #: Seconds of timed gradient steps per measured configuration (warm-up not counted).
 MEASURE_SECONDS = 0.6
 
@@ -407,6 +411,7 @@ def resolve_auto(
     countdown: bool = False,
     progress: Callable[[str], None] = lambda line: None,
     today: Callable[[], str] = lambda: date.today().isoformat(),
+    load_meter: Callable[[], Callable[[], float | None]] | None = None,
 ) -> OptimizationSettings:
     """``settings`` with every ``auto`` replaced by the value measured fastest on this machine.
 
@@ -416,6 +421,12 @@ def resolve_auto(
     that must not spend the time) the built-in defaults stand in, and the sources say so.
     ``max_batch_size`` (the replay buffer's size) bounds the batch sizes tried; ``countdown``
     says whether the boards carry the countdown channel.
+
+    A measurement during which other processes (or the host of a virtual machine) took
+    :data:`CONTENDED_CORES` or more (``load_meter``, by default
+    :func:`sb3_snake.system.other_load_meter`) decides this run but is not cached: beside a busy
+    process the gradient step ran 10x slower with every core, and a choice measured then would
+    stand for every later run on the machine.
     """
     if not settings.auto_fields:
         return settings
@@ -440,16 +451,23 @@ def resolve_auto(
                 candidate, device, policy_kwargs, board_size, countdown=countdown, use_cuda_graph=graph
             )
         )
-        started = time.perf_counter()
+        started, taken = time.perf_counter(), (load_meter or system.other_load_meter)()
         result = search(settings, machine, measure, batch_candidates(max_batch_size))
         result["seconds"] = time.perf_counter() - started
+        others = taken()
+        result["cores_taken_by_others"] = others
         entry = {"key": key, "date": today(), "result": result}
+        if others is not None and others >= CONTENDED_CORES:
+            where = f"not cached: other processes took {others:.1f} cores while it was measured"
+            progress(f"auto settings: {where}; the next run measures again")
+            return apply_choice(settings, entry, where)
         write_cache(path, key, result, entry["date"])
-    return apply_choice(settings, entry, path)
+    return apply_choice(settings, entry, f"cache {path}")
 
 
-def apply_choice(settings: OptimizationSettings, entry: dict[str, Any], path: Path) -> OptimizationSettings:
-    """``settings`` with the cached choice in place of each ``auto``, its source the evidence."""
+def apply_choice(settings: OptimizationSettings, entry: dict[str, Any], where: str) -> OptimizationSettings:
+    """``settings`` with the measured choice in place of each ``auto``, its source the evidence
+    and ``where`` it is kept."""
     chosen = Candidate(**entry["result"]["chosen"])
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
@@ -462,7 +480,7 @@ def apply_choice(settings: OptimizationSettings, entry: dict[str, Any], path: Pa
     for name in settings.auto_fields:
         values[name] = fields[name]
         evidence = entry["result"]["evidence"].get(name, f"chose {fields[name]}")
-        sources[name] = f"auto: {evidence} on {entry['date']}; cache {path}"
+        sources[name] = f"auto: {evidence} on {entry['date']}; {where}"
     if "use_flash_attention" in settings.auto_fields and settings.sdpa_backend == AUTO:
         values["sdpa_backend"] = chosen.sdpa_backend
         sources["sdpa_backend"] = sources["use_flash_attention"]

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import platform
+import time
+from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -36,6 +38,70 @@ def cpu_cores() -> int:
         return len(os.sched_getaffinity(0)) or 1
     except (AttributeError, OSError):
         return os.cpu_count() or 1
+
+
+def processes() -> dict[int, tuple[int, float]] | None:
+    """Every process's parent and the CPU seconds it has used, from ``/proc`` (Linux), or ``None``."""
+    try:
+        tick, entries = os.sysconf("SC_CLK_TCK"), os.scandir("/proc")
+    except (AttributeError, ValueError, OSError):
+        return None
+    table = {}
+    with entries:
+        for entry in entries:
+            if not entry.name.isdigit():
+                continue
+            try:
+                text = Path(entry.path, "stat").read_text()
+                fields = text[text.rindex(")") + 2 :].split()  # from field 3 (state) on; the name may hold spaces
+                table[int(entry.name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
+            except (OSError, ValueError, IndexError):
+                continue  # a process that ended while it was read
+    return table
+
+
+def _steal_seconds() -> float | None:
+    """CPU seconds the host of this virtual machine has taken from it (``steal`` in /proc/stat)."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+        return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
+def descendants(pid: int, parents: dict[int, int]) -> set[int]:
+    """``pid`` and every process below it, given each process's parent."""
+    children: dict[int, list[int]] = {}
+    for child, parent in parents.items():
+        children.setdefault(parent, []).append(child)
+    found, stack = {pid}, [pid]
+    while stack:
+        for child in children.get(stack.pop(), ()):
+            if child not in found:
+                found.add(child)
+                stack.append(child)
+    return found
+
+
+def other_load_meter() -> Callable[[], float | None]:
+    """Start measuring the CPU others take; the function returned says how many cores they took,
+    on average, since: every process outside this one and its descendants (torch.compile's
+    workers are descendants) and the vCPU time the host of a virtual machine took away. ``None``
+    where that cannot be read (not Linux)."""
+    before, steal_before, started = processes(), _steal_seconds(), time.perf_counter()
+
+    def taken() -> float | None:
+        after, steal_after, elapsed = processes(), _steal_seconds(), time.perf_counter() - started
+        if before is None or after is None or elapsed <= 0:
+            return None
+        ours = descendants(os.getpid(), {pid: parent for pid, (parent, _) in after.items()})
+        # A process that started since counts whole: all of its time is in the interval.
+        others = sum(seconds - before.get(pid, (0, 0.0))[1] for pid, (_, seconds) in after.items() if pid not in ours)
+        if steal_before is not None and steal_after is not None:
+            others += steal_after - steal_before
+        return max(0.0, others / elapsed)
+
+    return taken
 
 
 def available_memory_bytes() -> int | None:

@@ -235,3 +235,27 @@ def test_resolving_for_real_writes_a_cache_a_second_run_reads(tmp_path, monkeypa
     first = resolve_auto(asked, "cpu", SMALL_POLICY, 5)
     assert first.auto_fields == () and first.source("use_flash_attention").startswith("auto: chose ")
     assert resolve_auto(asked, "cpu", SMALL_POLICY, 5, measure=fails) == first
+
+
+def test_a_measurement_beside_other_load_decides_the_run_but_is_not_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("SB3_SNAKE_CACHE_DIR", str(tmp_path))
+    asked = settings(**ALL_AUTO)
+    lines = []
+    busy = resolve(asked, Table(), load_meter=lambda: lambda: 1.2, progress=lines.append)
+    assert (busy.use_bf16, busy.batch_size) == (True, 512) and not path_for(asked).exists()
+    assert busy.source("use_bf16").endswith("not cached: other processes took 1.2 cores while it was measured")
+    assert lines[-1] == (
+        "auto settings: not cached: other processes took 1.2 cores while it was measured; the next run measures again"
+    )
+    measured = []
+
+    def counting(candidate):
+        measured.append(candidate)
+        return Table()(candidate)
+
+    quiet = resolve(asked, counting, load_meter=lambda: lambda: 0.3)
+    assert measured and path_for(asked).exists() and quiet.source("use_bf16").endswith(f"cache {path_for(asked)}")
+    assert json.loads(path_for(asked).read_text())["result"]["cores_taken_by_others"] == 0.3
+    unknown = settings(**{**ALL_AUTO, "batch_size": 256})
+    resolve(unknown, Table(), load_meter=lambda: lambda: None)  # not Linux: nothing to judge by
+    assert path_for(unknown).exists()

@@ -1,5 +1,11 @@
 """Machine facts and the one device check."""
 
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -9,6 +15,8 @@ from sb3_snake.system import (
     check_device,
     cpu_cores,
     cpu_model,
+    descendants,
+    processes,
     resolve_device,
     system_info,
 )
@@ -36,3 +44,26 @@ def test_facts():
     info = system_info()
     assert info["torch"] == torch.__version__ and info["cpu_cores"] >= 1
     assert {"cpu_native_bf16", "cuda_bf16"} <= set(capabilities())
+
+
+def test_descendants_follow_the_parents_down():
+    parents = {10: 1, 11: 10, 12: 11, 13: 10, 20: 1, 21: 20}
+    assert descendants(10, parents) == {10, 11, 12, 13}
+    assert descendants(21, parents) == {21}
+
+
+@pytest.mark.skipif(not Path("/proc/stat").exists(), reason="reads /proc (Linux)")
+def test_the_load_meter_counts_other_processes_and_not_our_own(no_other_load):
+    busy = [sys.executable, "-c", "import time\nend = time.time() + 2\nwhile time.time() < end: pass"]
+    child = subprocess.Popen(busy)  # ours: a descendant, as torch.compile's workers are
+    try:
+        table = processes()
+        assert child.pid in descendants(os.getpid(), {pid: parent for pid, (parent, _) in table.items()})
+    finally:
+        child.wait()
+    # The shell exits at once, so the busy process it started is no descendant of ours.
+    subprocess.run(["sh", "-c", '"$0" -c "$1" &', busy[0], busy[2]], check=True)
+    time.sleep(0.3)
+    taken = no_other_load()
+    time.sleep(1.2)
+    assert taken() >= 0.5

@@ -28,10 +28,9 @@ count, thread count, torch version, the policy's shape and the settings that wer
 cache file that cannot be read or does not match is measured again, never fatal, and a cache
 that cannot be written only costs the next run the measurement again, and so does a measurement
 during which other processes (or the host) took half a core or more: it decides that run only.
-Each resolved field's
-source tells the story, e.g. ``auto: chose true, measured 16,300 vs 12,600 samples/s (true vs
-false) on 2026-11-22; cache ~/.cache/sb3-snake/auto-....json``; the configuration summary and
-``python test_optimizations.py`` print it.
+Each resolved field's source tells the story, e.g. ``auto: chose true, measured 16,300 vs 12,600
+samples/s (true vs false) on 2026-11-22; cache ~/.cache/sb3-snake/auto-....json``; the
+configuration summary and ``python test_optimizations.py`` print it.
 """
 
 from __future__ import annotations

@@ -133,14 +133,20 @@ class FakeClock:
         return self.now
 
 
-def test_the_callback_waits_for_learning_applies_the_choice_and_restores_the_count():
+def callback_on_a_model(learning_starts: int):
+    """An AdaptiveThreads choosing between 3 and 1, on a clock that moves 0.5 s a call, started on a model."""
     model = small_dqn(OptimizationSettings(batch_size=16, use_torch_compile=False, use_bf16=False, num_threads=1))
-    model.learning_starts = 100
-    before = torch.get_num_threads()
+    model.learning_starts = learning_starts
     lines = []
     callback = AdaptiveThreads((3, 1), notify=lines.append, clock=FakeClock(0.5), window=1.0, hold=100.0)
     callback.init_callback(model)
     callback.on_training_start({}, {})
+    return model, callback, lines
+
+
+def test_the_callback_waits_for_learning_applies_the_choice_and_restores_the_count():
+    before = torch.get_num_threads()
+    model, callback, lines = callback_on_a_model(learning_starts=100)
     model.num_timesteps = 50
     callback.on_step()
     assert not callback.tuner.probes and torch.get_num_threads() == before  # random play: nothing measured
@@ -155,12 +161,7 @@ def test_the_callback_waits_for_learning_applies_the_choice_and_restores_the_cou
 
 
 def test_the_callback_keeps_the_count_once_the_networks_are_compiled(monkeypatch):
-    model = small_dqn(OptimizationSettings(batch_size=16, use_torch_compile=False, use_bf16=False, num_threads=1))
-    model.learning_starts = 0
-    lines = []
-    callback = AdaptiveThreads((3, 1), notify=lines.append, clock=FakeClock(0.5), window=1.0, hold=100.0)
-    callback.init_callback(model)
-    callback.on_training_start({}, {})
+    model, callback, lines = callback_on_a_model(learning_starts=0)
     model.num_timesteps = 10
     callback.on_step()
     assert callback.tuner.current == 3 and callback.tuner.probing

@@ -165,8 +165,10 @@ def choose_num_threads(setting: int | str, device_type: str, cpu_cores: int | No
         return int(setting), "set explicitly"
     if device_type == "cuda":
         return max(1, min(4, cores - 1)), "auto: GPU training, the CPU only feeds it"
-    if cores > 1:
-        return cores, f"auto: CPU training, one per core to start, then {cores} or 1, measured while training"
+    adaptive = adaptive_thread_counts(setting, device_type, cores)
+    if adaptive:
+        choices = " or ".join(map(str, adaptive))
+        return cores, f"auto: CPU training, one per core to start, then {choices}, measured while training"
     return cores, "auto: CPU training, one per core"
 
 
@@ -279,8 +281,9 @@ class ActiveOptimizations:
         backend_runs = backend in ("auto", "flash") or probe_sdpa(device, kernel_dtype, backend)[0]
         sdpa = decide_sdpa_backend(backend, device.type, backend_runs)
         compile_decision = decide_compile(settings.use_torch_compile, system.compile_unavailable_reason())
-        threads, why = choose_num_threads(settings.num_threads, device.type, system.cpu_cores())
-        adaptive = adaptive_thread_counts(settings.num_threads, device.type, system.cpu_cores())
+        cores = system.cpu_cores()
+        threads, why = choose_num_threads(settings.num_threads, device.type, cores)
+        adaptive = adaptive_thread_counts(settings.num_threads, device.type, cores)
         if device_buffer is None:
             device_buffer = use_device_replay_buffer(device.type)[0]
         compile_mode = settings.compile_mode if compile_decision.active else ""

@@ -8,6 +8,7 @@ import pytest
 from stable_baselines3 import DQN
 
 from sb3_snake.benchmark.learning import (
+    SCORE_AT_SECONDS,
     SCORE_THRESHOLDS,
     LearningPlan,
     RunSpec,
@@ -20,6 +21,7 @@ from sb3_snake.benchmark.learning import (
     run_in_process,
     run_learning_benchmark,
     run_system,
+    score_at,
     spread,
     summarize,
     time_to_score,
@@ -75,6 +77,7 @@ def test_checkpoints_at_each_interval_and_a_last_one_at_the_budget():
     while step(callback, clock, 4.0):  # counted 4, 8, ..., 36
         calls += 1
     assert [entry["seconds"] for entry in callback.saved] == pytest.approx([12.0, 20.0, 32.0, 35.0])
+    assert [entry["due_seconds"] for entry in callback.saved] == pytest.approx([10.0, 20.0, 30.0, 35.0])
     assert calls == 9  # the step that reached 36 >= 35 stopped learning
     assert [entry["env_steps"] for entry in callback.saved] == [3, 5, 8, 9]
     assert [Path(p).name for p in files] == ["t0000.zip", "t0001.zip", "t0002.zip", "t0003.zip"]
@@ -96,6 +99,22 @@ def test_a_long_step_skips_the_points_it_missed_instead_of_saving_twice():
     step(callback, clock, 3.0)  # 38: the 20 and 30 s points were missed; the next is 40
     step(callback, clock, 3.0)
     assert [entry["seconds"] for entry in callback.saved] == pytest.approx([35.0, 41.0])
+    # The first stands for the latest point it passed (30 s), the second for its own (40 s).
+    assert [entry["due_seconds"] for entry in callback.saved] == pytest.approx([30.0, 40.0])
+
+
+def test_the_score_at_a_time_is_the_last_checkpoint_due_by_then_however_late_it_was_taken():
+    curve = [
+        {"seconds": 45.1, "due_seconds": 45.0, "mean_score": 12.0},
+        {"seconds": 95.0, "due_seconds": 60.0, "mean_score": 21.0},  # taken late: a long step
+        {"seconds": 96.0, "due_seconds": 90.0, "mean_score": 22.0},
+    ]
+    assert score_at(curve, 60)["mean_score"] == 21.0
+    assert score_at(curve, 59.9)["mean_score"] == 12.0
+    assert score_at(curve, 30) is None
+    # Curves written before checkpoints recorded their points: the time taken stands in.
+    assert score_at([{"seconds": 60.02, "mean_score": 3.0}], 60) is None
+    assert score_at([{"seconds": 59.0, "mean_score": 3.0}], 60)["mean_score"] == 3.0
 
 
 def test_time_to_score_is_the_first_checkpoint_that_reaches_it():
@@ -117,7 +136,10 @@ def test_spread_counts_a_seed_that_never_got_there_as_the_latest():
 
 
 def fake_run(system, seed, scores):
-    curve = [{"seconds": 15.0 * (i + 1), "minutes": 0.25 * (i + 1), "mean_score": s} for i, s in enumerate(scores)]
+    curve = [
+        {"seconds": 15.0 * (i + 1) + 0.1, "due_seconds": 15.0 * (i + 1), "minutes": 0.25 * (i + 1), "mean_score": s}
+        for i, s in enumerate(scores)
+    ]
     return {"system": system, "seed": seed, "curve": curve, "env_steps": 1000 * (seed + 1)}
 
 
@@ -130,14 +152,26 @@ def test_summary_per_system_median_and_spread():
     ]
     summary = summarize(runs)
     ours = summary["sb3_snake"]
-    assert ours["seconds_to_score"]["10"] == {"median": 30.0, "min": 15.0, "max": 45.0, "reached": "3/3"}
-    assert ours["seconds_to_score"]["20"] == {"median": 45.0, "min": 30.0, "max": None, "reached": "2/3"}
+    assert ours["seconds_to_score"]["10"] == {"median": 30.1, "min": 15.1, "max": 45.1, "reached": "3/3"}
+    assert ours["seconds_to_score"]["20"] == {"median": 45.1, "min": 30.1, "max": None, "reached": "2/3"}
     assert ours["seconds_to_score"]["25"]["median"] is None
     assert ours["final_mean_score"] == {"median": 22, "min": 15, "max": 26}
+    # Three checkpoints, due at 15, 30 and 45 s: the last due by 60 s is the third.
+    assert ours["mean_score_at"]["60"] == {"median": 22, "min": 15, "max": 26, "latest_taken_seconds": 45.1}
     assert summary["plain_sb3"]["seconds_to_score"]["10"]["reached"] == "0/1"
     assert set(summary["sb3_snake"]["seconds_to_score"]) == {str(t) for t in SCORE_THRESHOLDS}
+    assert set(ours["mean_score_at"]) == {str(t) for t in SCORE_AT_SECONDS}
     table = format_summary({"summary": summary})
     assert "30s (15s-45s) 3/3" in table and "45s (30s--) 2/3" in table and "never 0/1" in table
+    assert "22.00 (15.00-26.00)" in table and "at 60 s" in table
+
+
+def test_the_score_at_a_time_no_checkpoint_of_some_seed_was_due_by_is_not_given():
+    late = fake_run("sb3_snake", 1, [11])
+    late["curve"][0]["due_seconds"] = 75.0
+    summary = summarize([fake_run("sb3_snake", 0, [5, 12, 22, 23]), late])
+    assert summary["sb3_snake"]["mean_score_at"]["60"] is None
+    assert "   -   " in format_summary({"summary": summary})
 
 
 def test_plan_refuses_what_cannot_run():
@@ -191,6 +225,7 @@ def test_the_report_records_every_run_its_curve_and_how_it_was_measured(tmp_path
     assert {run["compile_cache"] for run in report["runs"]} == {"cold"}
     ours = report["runs"][0]
     assert ours["seconds_to_score"] == {"10": 20.0, "20": 60.0, "25": None, "30": None}
+    assert ours["mean_score_at"] == {"60": 22.0} and report["runs"][1]["mean_score_at"] == {"60": 12.0}
     assert report["summary"]["sb3_snake"]["seconds_to_score"]["20"]["median"] == 60.0
     assert report["summary"]["plain_sb3"]["seconds_to_score"]["10"]["median"] == 60.0
     assert {"cpu", "torch", "stable_baselines3"} <= set(report["system"])
@@ -241,6 +276,8 @@ def test_both_systems_train_save_on_the_clock_and_their_checkpoints_play(tmp_pat
         assert run["env_steps"] > 0 and (tmp_path / run["system"] / "train.log").is_file()
         curve = evaluate_checkpoints(run, episodes=3)
         assert [p["seconds"] for p in curve] == seconds
+        assert [p["due_seconds"] for p in curve] == [c["due_seconds"] for c in run["checkpoints"]]
+        assert all(p["due_seconds"] <= p["seconds"] for p in curve)
         assert all(p["mean_score"] >= 0 and p["max_score"] >= p["median_score"] for p in curve)
         assert all(sum(p["ends"].values()) == 3 for p in curve)  # how each of the 3 games ended
     assert runs[0]["optimizations"]["batch_size"] == 32  # the file's batch size reached the settings

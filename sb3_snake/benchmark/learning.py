@@ -24,7 +24,12 @@ the env steps it reaches in the budget, at the rate measured by a short calibrat
 the benchmark (not counted): the total a user who sized the run to the budget would pass.
 
 The report gives, per system, the time each seed first reached a greedy mean of 10, 20, 25 and
-30 (:data:`SCORE_THRESHOLDS`), their median and spread, and the final score.
+30 (:data:`SCORE_THRESHOLDS`), their median and spread, the greedy mean at 60 s
+(:data:`SCORE_AT_SECONDS`) and the final score. Each checkpoint records both the point it fell
+due at (``due_seconds``: every ``every_seconds``, and the budget) and the counted time it was
+taken (``seconds``, the first env step at or after its point, later where a step was long, such
+as one that compiled); the score "at 60 s" is that of the last checkpoint due at or before 60 s,
+and the report gives the latest time such a checkpoint was really taken beside it.
 """
 
 from __future__ import annotations
@@ -50,6 +55,8 @@ from sb3_snake.system import system_info
 SYSTEMS = ("sb3_snake", "plain_sb3")
 #: Greedy mean scores whose time to reach the report gives.
 SCORE_THRESHOLDS = (10, 20, 25, 30)
+#: Counted seconds at which the report gives the greedy mean (the first target: 20 within a minute).
+SCORE_AT_SECONDS = (60,)
 #: Seconds of plain SB3 learning whose env steps/s sets its ``total_timesteps``.
 CALIBRATION_SECONDS = 10.0
 
@@ -120,9 +127,10 @@ class WallClockCheckpoints(BaseCallback):
     """Saves the model every ``every`` counted seconds and stops learning at ``budget``.
 
     Saving happens with the stopwatch paused. A checkpoint is recorded at the counted time it
-    was taken (a long step can make that later than its nominal point; missed points are
-    skipped, not saved twice). When the budget is reached, a last checkpoint is saved and
-    ``learn`` stops.
+    was taken and the point it fell due at (a long step can make the first later than the
+    second; points missed during one step are skipped, not saved twice, and the checkpoint
+    stands for the latest of them). When the budget is reached, a last checkpoint is saved
+    (due at the budget) and ``learn`` stops.
     """
 
     def __init__(
@@ -142,17 +150,26 @@ class WallClockCheckpoints(BaseCallback):
         now = self.stopwatch.elapsed()
         finished = now >= self.budget
         if now >= self._next or finished:
-            self.checkpoint(min(now, self.budget) if finished else now)
+            due = self.budget
             while self._next <= now:
-                self._next += self.every
+                due, self._next = self._next, self._next + self.every
+            self.checkpoint(min(now, self.budget) if finished else now, self.budget if finished else due)
         return not finished
 
-    def checkpoint(self, seconds: float) -> None:
-        """Save the model now, off the clock, as the checkpoint of counted time ``seconds``."""
+    def checkpoint(self, seconds: float, due_seconds: float | None = None) -> None:
+        """Save the model now, off the clock, as the checkpoint of counted time ``seconds``, due
+        at ``due_seconds`` (default: ``seconds``)."""
         with self.stopwatch.paused():
             path = self.directory / f"t{len(self.saved):04d}.zip"
             self.save(self.model, path)
-            self.saved.append({"seconds": seconds, "env_steps": int(self.num_timesteps), "path": str(path)})
+            self.saved.append(
+                {
+                    "seconds": seconds,
+                    "due_seconds": seconds if due_seconds is None else due_seconds,
+                    "env_steps": int(self.num_timesteps),
+                    "path": str(path),
+                }
+            )
 
 
 # ---------------------------------------------------------------------- curves and times
@@ -161,6 +178,13 @@ class WallClockCheckpoints(BaseCallback):
 def time_to_score(curve: Sequence[dict[str, Any]], threshold: float) -> float | None:
     """Counted seconds of the first checkpoint whose greedy mean reaches ``threshold``."""
     return next((point["seconds"] for point in curve if point["mean_score"] >= threshold), None)
+
+
+def score_at(curve: Sequence[dict[str, Any]], seconds: float) -> dict[str, Any] | None:
+    """The point of the last checkpoint due at or before ``seconds`` (None: none was): the model
+    as it stood at that point of the budget, whenever the checkpoint was really taken."""
+    due = [point for point in curve if point.get("due_seconds", point["seconds"]) <= seconds]
+    return due[-1] if due else None
 
 
 def spread(values: Sequence[float | None]) -> dict[str, Any]:
@@ -185,16 +209,30 @@ def summarize(runs: Sequence[dict[str, Any]], thresholds: Sequence[float] = SCOR
     for system in dict.fromkeys(run["system"] for run in runs):
         own = [run for run in runs if run["system"] == system]
         finals = [run["curve"][-1]["mean_score"] if run["curve"] else 0.0 for run in own]
+        at = {seconds: [score_at(run["curve"], seconds) for run in own] for seconds in SCORE_AT_SECONDS}
         summary[system] = {
             "seeds": [run["seed"] for run in own],
             "seconds_to_score": {
                 str(threshold): spread([time_to_score(run["curve"], threshold) for run in own])
                 for threshold in thresholds
             },
-            "final_mean_score": {"median": statistics.median(finals), "min": min(finals), "max": max(finals)},
+            "mean_score_at": {
+                str(seconds): None
+                if None in points
+                else {
+                    **_median_min_max([point["mean_score"] for point in points]),
+                    "latest_taken_seconds": max(point["seconds"] for point in points),
+                }
+                for seconds, points in at.items()
+            },
+            "final_mean_score": _median_min_max(finals),
             "env_steps": {"median": statistics.median(run["env_steps"] for run in own)},
         }
     return summary
+
+
+def _median_min_max(values: Sequence[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
 # ---------------------------------------------------------------------- one run, in its own process
@@ -368,6 +406,7 @@ def evaluate_checkpoints(run: dict[str, Any], episodes: int, settings: Any = Non
         curve.append(
             {
                 "seconds": checkpoint["seconds"],
+                "due_seconds": checkpoint.get("due_seconds", checkpoint["seconds"]),
                 "minutes": checkpoint["seconds"] / 60,
                 "env_steps": checkpoint["env_steps"],
                 **{key: result[key] for key in ("mean_score", "median_score", "max_score", "ends")},
@@ -429,6 +468,8 @@ def run_learning_benchmark(
         progress(f"evaluating {len(entry['checkpoints'])} checkpoints of {entry['system']} seed {entry['seed']}...")
         entry["curve"] = evaluate_run(entry, plan.episodes)
         entry["seconds_to_score"] = {str(t): time_to_score(entry["curve"], t) for t in SCORE_THRESHOLDS}
+        points = {str(t): score_at(entry["curve"], t) for t in SCORE_AT_SECONDS}
+        entry["mean_score_at"] = {t: None if point is None else point["mean_score"] for t, point in points.items()}
     return {
         "benchmark": "learning",
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -496,12 +537,21 @@ def plot_learning_benchmark(report: dict[str, Any], output: Path) -> Path:
 
 
 def format_summary(report: dict[str, Any]) -> str:
-    """The time to each score, per system: median over seeds and spread."""
+    """The time to each score and the score at :data:`SCORE_AT_SECONDS` and at the end, per
+    system: median over seeds and spread."""
 
     def seconds(value: float | None) -> str:
         return "-" if value is None else f"{value:.0f}s"
 
-    lines = [f"{'system':<10} " + " ".join(f"{'to ' + str(t):>18}" for t in SCORE_THRESHOLDS) + "   final score"]
+    def scores(cell: dict[str, float] | None) -> str:
+        return "-" if cell is None else f"{cell['median']:.2f} ({cell['min']:.2f}-{cell['max']:.2f})"
+
+    lines = [
+        f"{'system':<10} "
+        + " ".join(f"{'to ' + str(t):>18}" for t in SCORE_THRESHOLDS)
+        + "".join(f"   {'at ' + str(t) + ' s':>19}" for t in SCORE_AT_SECONDS)
+        + "   final score"
+    ]
     for system, entry in report["summary"].items():
         cells = []
         for threshold in SCORE_THRESHOLDS:
@@ -512,14 +562,16 @@ def format_summary(report: dict[str, Any]) -> str:
                 cells.append(
                     f"{seconds(cell['median'])} ({seconds(cell['min'])}-{seconds(cell['max'])}) {cell['reached']}"
                 )
-        final = entry["final_mean_score"]
+        at = entry.get("mean_score_at", {})
         lines.append(
             f"{system:<10} "
             + " ".join(f"{cell:>18}" for cell in cells)
-            + f"   {final['median']:.2f} ({final['min']:.2f}-{final['max']:.2f})"
+            + "".join(f"   {scores(at.get(str(t))):>19}" for t in SCORE_AT_SECONDS)
+            + f"   {scores(entry['final_mean_score'])}"
         )
     lines.append(
         "to N: median seconds to a greedy mean of N (fastest-slowest seed, '-' where one never got there), "
-        "seeds that got there"
+        "seeds that got there;\n"
+        "at T s: median greedy mean (lowest-highest seed) of each seed's last checkpoint due by T s"
     )
     return "\n".join(lines)

@@ -112,9 +112,11 @@ def test_the_score_at_a_time_is_the_last_checkpoint_due_by_then_however_late_it_
     assert score_at(curve, 60)["mean_score"] == 21.0
     assert score_at(curve, 59.9)["mean_score"] == 12.0
     assert score_at(curve, 30) is None
+    assert score_at(curve, 90)["mean_score"] == 22.0 and score_at(curve, 91) is None  # the run ended at 90 s
+    assert score_at([], 60) is None
     # Curves written before checkpoints recorded their points: the time taken stands in.
-    assert score_at([{"seconds": 60.02, "mean_score": 3.0}], 60) is None
-    assert score_at([{"seconds": 59.0, "mean_score": 3.0}], 60)["mean_score"] == 3.0
+    old = [{"seconds": 59.0, "mean_score": 3.0}, {"seconds": 60.02, "mean_score": 4.0}]
+    assert score_at(old, 60)["mean_score"] == 3.0
 
 
 def test_time_to_score_is_the_first_checkpoint_that_reaches_it():
@@ -145,25 +147,26 @@ def fake_run(system, seed, scores):
 
 def test_summary_per_system_median_and_spread():
     runs = [
-        fake_run("sb3_snake", 0, [5, 12, 22]),
-        fake_run("sb3_snake", 1, [11, 21, 26]),
-        fake_run("sb3_snake", 2, [3, 8, 15]),
-        fake_run("plain_sb3", 0, [0, 1, 2]),
+        fake_run("sb3_snake", 0, [5, 12, 22, 23]),
+        fake_run("sb3_snake", 1, [11, 21, 26, 27]),
+        fake_run("sb3_snake", 2, [3, 8, 15, 16]),
+        fake_run("plain_sb3", 0, [0, 1, 2, 3]),
     ]
     summary = summarize(runs)
     ours = summary["sb3_snake"]
     assert ours["seconds_to_score"]["10"] == {"median": 30.1, "min": 15.1, "max": 45.1, "reached": "3/3"}
     assert ours["seconds_to_score"]["20"] == {"median": 45.1, "min": 30.1, "max": None, "reached": "2/3"}
-    assert ours["seconds_to_score"]["25"]["median"] is None
-    assert ours["final_mean_score"] == {"median": 22, "min": 15, "max": 26}
-    # Three checkpoints, due at 15, 30 and 45 s: the last due by 60 s is the third.
-    assert ours["mean_score_at"]["60"] == {"median": 22, "min": 15, "max": 26, "latest_taken_seconds": 45.1}
+    assert ours["seconds_to_score"]["25"] == {"median": None, "min": 45.1, "max": None, "reached": "1/3"}
+    assert ours["final_mean_score"] == {"median": 23, "min": 16, "max": 27}
+    # Checkpoints due at 15, 30, 45 and 60 s, taken 0.1 s late: the one due at 60 s counts.
+    assert ours["mean_score_at"]["60"] == {"median": 23, "min": 16, "max": 27, "latest_taken_seconds": 60.1}
+    assert summarize([fake_run("sb3_snake", 0, [5, 12, 22])])["sb3_snake"]["mean_score_at"]["60"] is None
     assert summary["plain_sb3"]["seconds_to_score"]["10"]["reached"] == "0/1"
     assert set(summary["sb3_snake"]["seconds_to_score"]) == {str(t) for t in SCORE_THRESHOLDS}
     assert set(ours["mean_score_at"]) == {str(t) for t in SCORE_AT_SECONDS}
     table = format_summary({"summary": summary})
     assert "30s (15s-45s) 3/3" in table and "45s (30s--) 2/3" in table and "never 0/1" in table
-    assert "22.00 (15.00-26.00)" in table and "at 60 s" in table
+    assert "23.00 (16.00-27.00)" in table and "at 60 s" in table
 
 
 def test_the_score_at_a_time_no_checkpoint_of_some_seed_was_due_by_is_not_given():

@@ -181,10 +181,17 @@ def time_to_score(curve: Sequence[dict[str, Any]], threshold: float) -> float | 
 
 
 def score_at(curve: Sequence[dict[str, Any]], seconds: float) -> dict[str, Any] | None:
-    """The point of the last checkpoint due at or before ``seconds`` (None: none was): the model
-    as it stood at that point of the budget, whenever the checkpoint was really taken."""
-    due = [point for point in curve if point.get("due_seconds", point["seconds"]) <= seconds]
-    return due[-1] if due else None
+    """The point of the last checkpoint due at or before ``seconds``: the model as it stood at
+    that point of the budget, whenever the checkpoint was really taken. None where none was due
+    by then, or the run ended before ``seconds`` (a 30-s run has no score at 60 s)."""
+
+    def due(point: dict[str, Any]) -> float:
+        return point.get("due_seconds", point["seconds"])
+
+    if not curve or due(curve[-1]) < seconds:
+        return None
+    points = [point for point in curve if due(point) <= seconds]
+    return points[-1] if points else None
 
 
 def spread(values: Sequence[float | None]) -> dict[str, Any]:

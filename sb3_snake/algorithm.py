@@ -219,9 +219,10 @@ class SnakeDQN(DQN):
 
     :param policy: ``"AttentionPolicy"``, ``"MlpPolicy"``, ``"CnnPolicy"`` or a policy class.
     :param env: the environment, typically a :class:`~sb3_snake.BatchedSnakeVecEnv`.
-    :param optimizations: the settings to apply; ``None`` uses the built-in defaults
-        (``OptimizationSettings()``). Nothing is read from ``.env`` or the environment here:
-        ``OptimizationSettings.load()`` does that when asked, as the CLI does.
+    :param optimizations: the settings to apply; ``None`` uses the built-in defaults as
+        :meth:`OptimizationSettings.unmeasured` gives them (nothing measured, nothing compiled).
+        Nothing is read from ``.env`` or the environment here: ``OptimizationSettings.load()``
+        does that when asked, as the CLI does.
     :param exploration_steps: when set, epsilon falls linearly from ``exploration_initial_eps``
         to ``exploration_final_eps`` over this many env steps (all envs together), whatever
         ``total_timesteps`` is; SB3's ``exploration_fraction`` needs a known total, which a run
@@ -290,7 +291,7 @@ class SnakeDQN(DQN):
         self.symmetry_augmentation = symmetry_augmentation
         self._augmentation: SymmetryAugmentation | None = None
         self._captured: CapturedUpdate | None = None
-        self.optimizations = optimizations if optimizations is not None else OptimizationSettings()
+        self.optimizations = optimizations if optimizations is not None else OptimizationSettings.unmeasured()
         kwargs.setdefault("batch_size", self.optimizations.batch_size)
         self.active_optimizations: ActiveOptimizations | None = None
         super().__init__(policy, env, **kwargs)
@@ -586,10 +587,10 @@ class SnakeDQN(DQN):
         optimizations: OptimizationSettings | None = None,
         **kwargs: Any,
     ) -> SnakeDQN:
-        """SB3's loader, then ``optimizations`` applied (``None``: the built-in defaults).
+        """SB3's loader, then ``optimizations`` applied (``None``: ``OptimizationSettings.unmeasured()``).
 
         Like SB3's, it unpickles parts of the file, which can run code: use it only for files
         you trust. :func:`sb3_snake.load_model` loads without unpickling.
         """
-        optimizations = optimizations if optimizations is not None else OptimizationSettings()
+        optimizations = optimizations if optimizations is not None else OptimizationSettings.unmeasured()
         return super().load(path, env=env, device=device, optimizations=optimizations, **kwargs)

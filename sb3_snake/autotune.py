@@ -11,7 +11,10 @@ very policy the run trains, at the thread count it trains with, in three stages:
    a CPU), at the run's batch size (512 when that is auto too): bf16 on and off (on only where
    the hardware computes bf16 natively; without it bf16 is not measured and stays off) against
    each SDPA kernel that runs on the device (flash, and PyTorch's choice without flash; on CUDA
-   also efficient and cudnn, flash only with bf16). The fastest wins.
+   also efficient and cudnn, flash only with bf16). The fastest wins if it is
+   :data:`PLAIN_MARGIN` faster than fp32 with PyTorch's own kernel, the value an unmeasured
+   ``auto`` stands for; a closer race keeps that (a 3% lead is within the measurement's noise,
+   and eager bf16 at batch 128 was 0.74x fp32 on the Zen 4 machine where noise made it win).
 2. **torch.compile**: where it is unavailable it stays off; otherwise the winner of stage 1 is
    compiled and measured. Compile must be :data:`COMPILE_MARGIN` faster to win, because it
    costs a warm-up at the start of every run (the measurement's compile also warms the
@@ -20,6 +23,11 @@ very policy the run trains, at the thread count it trains with, in three stages:
    :data:`BATCH_TOLERANCE` of the fastest (DQN at a fixed replay ratio learns per update, so a
    much larger batch that is barely faster is a worse choice; the same rule as ``sb3-snake
    benchmark --write-env``).
+
+Every stage times its candidates in turn, forwards then backwards (A B C, C B A, A B C, ...),
+:data:`ROUNDS` slices each, and takes each one's median: the 2-core machines' speed drifted by
+a fifth within minutes, and candidates timed one after the other took that drift for a
+difference between them; in this order a steady drift weighs on every candidate alike.
 
 Settings given a plain value (flags, the environment, ``.env``) are not measured: they win
 over ``auto``. The result is cached per machine in :func:`cache_dir` (``~/.cache/sb3-snake``,
@@ -64,7 +72,7 @@ logger = logging.getLogger(__name__)
 #: Environment variable naming the cache folder.
 CACHE_ENV = "SB3_SNAKE_CACHE_DIR"
 #: Bumped when the measurement changes, so old cache files are measured again.
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 #: Batch sizes tried when ``OPTIMAL_BATCH_SIZE=auto``.
 BATCH_CANDIDATES = (256, 512, 1024, 2048)
 #: Batch size of stages 1 and 2 when the batch size is auto too.
@@ -73,10 +81,16 @@ PROBE_BATCH_SIZE = 512
 BATCH_TOLERANCE = 0.9
 #: How much faster compiled must be than eager to be chosen.
 COMPILE_MARGIN = 1.05
+#: How much faster bf16 or a named attention kernel must be than fp32 with PyTorch's own kernel
+#: (what an unmeasured ``auto`` stands for) to be chosen.
+PLAIN_MARGIN = 1.05
 #: Cores taken by other processes (or the host) during a measurement above which it is not cached.
 CONTENDED_CORES = 0.5
 #: Seconds of timed gradient steps per measured configuration (warm-up not counted).
 MEASURE_SECONDS = 0.6
+#: Slices each candidate of a stage is timed in, the candidates in turn (an even count: every
+#: other round runs backwards, so a steady drift cancels out of the medians).
+ROUNDS = 4
 
 
 @dataclass(frozen=True)
@@ -99,7 +113,8 @@ class Candidate:
         )
 
 
-#: Samples/s of the gradient step of one candidate.
+#: Samples/s of the gradient step of one candidate, over one timed slice (a stage calls it
+#: :data:`ROUNDS` times per candidate, in turn).
 Measure = Callable[[Candidate], float]
 
 
@@ -137,12 +152,20 @@ def search(
     """Measure the candidates for ``settings``' auto fields, stage by stage; return the choice,
     every measurement and, per field, the evidence in words."""
     measured: dict[Candidate, float] = {}
+    records: list[dict[str, Any]] = []
 
-    def rate(candidate: Candidate) -> float:
-        if candidate not in measured:
-            measured[candidate] = measure(candidate)
-        return measured[candidate]
+    def measure_stage(stage: int, candidates: Sequence[Candidate]) -> None:
+        """Time ``candidates`` in turn, :data:`ROUNDS` times, every other round backwards; each
+        one's rate is the median of its slices."""
+        slices: dict[Candidate, list[float]] = {candidate: [] for candidate in candidates}
+        for round_ in range(ROUNDS):
+            for candidate in candidates if round_ % 2 == 0 else candidates[::-1]:
+                slices[candidate].append(measure(candidate))
+        for candidate, rates in slices.items():
+            measured[candidate] = statistics.median(rates)
+            records.append({"stage": stage, "candidate": asdict(candidate), "samples_per_second": measured[candidate]})
 
+    rate = measured.__getitem__
     auto = set(settings.auto_fields)
     evidence: dict[str, str] = {}
     bf16_options = _bf16_options(settings, machine, evidence)
@@ -156,24 +179,38 @@ def search(
     # bf16) it stays, and the optimization layer reports it inactive with its reason.
     stage1 = [c for c in every if c.use_bf16 or c.sdpa_backend not in machine.bf16_only]
     stage1 = stage1 or every
-    best = max(stage1, key=rate)
+    if len(stage1) == 1:
+        best, margin = stage1[0], ""  # nothing to choose: not measured
+    else:
+        measure_stage(1, stage1)
+        best = max(stage1, key=rate)
+        plain = Candidate(min(bf16_options), "auto" if "auto" in kernel_options else kernel_options[0], False, batch)
+        margin = f", {PLAIN_MARGIN:.2f}x needed" if plain in stage1 else ""
+        if margin and rate(best) < PLAIN_MARGIN * rate(plain):
+            best = plain
     if "use_bf16" in auto and len(bf16_options) > 1:
-        other = max((c for c in stage1 if c.use_bf16 != best.use_bf16), key=rate)
-        evidence["use_bf16"] = _versus(best.use_bf16, other.use_bf16, rate(best), rate(other))
-    if "use_flash_attention" in auto and len(kernel_options) > 1:
-        other = max((c for c in stage1 if c.sdpa_backend != best.sdpa_backend), key=rate)
-        evidence["use_flash_attention"] = _versus(
-            _kernel_name(best.sdpa_backend), _kernel_name(other.sdpa_backend), rate(best), rate(other)
+        others = [c for c in stage1 if c.use_bf16 != best.use_bf16]
+        evidence["use_bf16"] = (
+            _versus(best.use_bf16, others[0].use_bf16, rate(best), max(map(rate, others))) + margin
+            if others
+            else f"chose {str(best.use_bf16).lower()}: the only precision {best.sdpa_backend} runs in here"
+        )
+    others = [c for c in stage1 if c.sdpa_backend != best.sdpa_backend]
+    if "use_flash_attention" in auto and others:
+        other = max(others, key=rate)
+        evidence["use_flash_attention"] = (
+            _versus(_kernel_name(best.sdpa_backend), _kernel_name(other.sdpa_backend), rate(best), rate(other)) + margin
         )
     elif "use_flash_attention" in auto:
         evidence["use_flash_attention"] = f"chose {_kernel_name(best.sdpa_backend)}: the only kernel that runs here"
 
-    # Stage 2: compile.
+    # Stage 2: compile, against the eager winner timed again beside it.
     if "use_torch_compile" in auto:
         if machine.compile_unavailable:
             evidence["use_torch_compile"] = f"chose false: {machine.compile_unavailable} (not measured)"
         else:
             compiled = replace(best, use_torch_compile=True)
+            measure_stage(2, [best, compiled])
             chosen, other = (compiled, best) if rate(compiled) >= COMPILE_MARGIN * rate(best) else (best, compiled)
             evidence["use_torch_compile"] = _versus(
                 chosen.use_torch_compile, other.use_torch_compile, rate(chosen), rate(other)
@@ -185,7 +222,9 @@ def search(
 
     # Stage 3: batch size, eager (a compiled network recompiles for each new batch size).
     if "batch_size" in auto:
-        rates = {size: rate(replace(best, use_torch_compile=False, batch_size=size)) for size in batch_candidates}
+        sizes = [replace(best, use_torch_compile=False, batch_size=size) for size in batch_candidates]
+        measure_stage(3, sizes)
+        rates = {candidate.batch_size: rate(candidate) for candidate in sizes}
         chosen = smallest_fast_enough(rates)
         listed = ", ".join(f"{size}: {value:,.0f}" for size, value in rates.items())
         evidence["batch_size"] = (
@@ -193,11 +232,7 @@ def search(
         )
         best = replace(best, batch_size=chosen)
 
-    return {
-        "chosen": asdict(best),
-        "evidence": evidence,
-        "measurements": [{"candidate": asdict(c), "samples_per_second": r} for c, r in measured.items()],
-    }
+    return {"chosen": asdict(best), "evidence": evidence, "measurements": records}
 
 
 def smallest_fast_enough(rates: dict[int, float], tolerance: float = BATCH_TOLERANCE) -> int:
@@ -278,34 +313,46 @@ def filled_model(
     return model
 
 
-def gradient_step_rate(
-    candidate: Candidate,
-    device: torch.device,
-    policy_kwargs: dict[str, Any],
-    board_size: int,
-    seconds: float = MEASURE_SECONDS,
-    countdown: bool = False,
-    use_cuda_graph: bool = True,
-) -> float:
-    """Samples/s of ``SnakeDQN.train`` for ``candidate`` (with the CUDA graph as the run asks):
-    untimed warm-up steps (compilation and the graph's capture included), then the median of
-    three timed runs of at least ``seconds / 3`` each."""
-    transitions = max(2048, 2 * candidate.batch_size)
-    settings = replace(candidate.settings(torch.get_num_threads()), use_cuda_graph=use_cuda_graph)
-    model = filled_model(settings, device, board_size, transitions, policy_kwargs, n_envs=64, countdown=countdown)
-    model.train(gradient_steps=WARMUP_STEPS + 1, batch_size=candidate.batch_size)
-    rates = []
-    for _ in range(3):
-        if device.type == "cuda":
+class GradientStepMeter:
+    """The :data:`Measure` of a real run: samples/s of ``SnakeDQN.train`` per candidate (with
+    the CUDA graph as the run asks), one timed slice of at least ``seconds`` a call. A
+    candidate's first call builds its model and runs untimed warm-up steps (compilation and the
+    graph's capture included); the model is kept for its later slices."""
+
+    def __init__(
+        self,
+        device: torch.device,
+        policy_kwargs: dict[str, Any],
+        board_size: int,
+        seconds: float = MEASURE_SECONDS / ROUNDS,
+        countdown: bool = False,
+        use_cuda_graph: bool = True,
+    ):
+        self.device, self.policy_kwargs, self.board_size = device, policy_kwargs, board_size
+        self.seconds, self.countdown, self.use_cuda_graph = seconds, countdown, use_cuda_graph
+        self.models: dict[Candidate, SnakeDQN] = {}
+
+    def __call__(self, candidate: Candidate) -> float:
+        model = self.models.get(candidate) or self._build(candidate)
+        if self.device.type == "cuda":
             torch.cuda.synchronize()  # the clock starts when the work before it has finished
         steps, start = 0, time.perf_counter()
-        while steps < 1 or time.perf_counter() - start < seconds / 3:
+        while steps < 1 or time.perf_counter() - start < self.seconds:
             model.train(gradient_steps=1, batch_size=candidate.batch_size)
             steps += 1
-        if device.type == "cuda":
+        if self.device.type == "cuda":
             torch.cuda.synchronize()
-        rates.append(steps * candidate.batch_size / (time.perf_counter() - start))
-    return statistics.median(rates)
+        return steps * candidate.batch_size / (time.perf_counter() - start)
+
+    def _build(self, candidate: Candidate) -> SnakeDQN:
+        transitions = max(2048, 2 * candidate.batch_size)
+        settings = replace(candidate.settings(torch.get_num_threads()), use_cuda_graph=self.use_cuda_graph)
+        model = filled_model(
+            settings, self.device, self.board_size, transitions, self.policy_kwargs, n_envs=64, countdown=self.countdown
+        )
+        model.train(gradient_steps=WARMUP_STEPS + 1, batch_size=candidate.batch_size)
+        self.models[candidate] = model
+        return model
 
 
 # ---------------------------------------------------------------------- cache and resolution
@@ -415,9 +462,10 @@ def resolve_auto(
     """``settings`` with every ``auto`` replaced by the value measured fastest on this machine.
 
     A cached choice for the same key is used as is. Without one, the candidates are measured
-    (``measure``, by default :func:`gradient_step_rate` on ``device`` with the policy of
+    (``measure``, by default a :class:`GradientStepMeter` on ``device`` with the policy of
     ``policy_kwargs``) and the choice cached; with ``allow_measure=False`` (acting, or a report
-    that must not spend the time) the built-in defaults stand in, and the sources say so.
+    that must not spend the time) the unmeasured values stand in (``settings.UNMEASURED``), and the
+    sources say so.
     ``max_batch_size`` (the replay buffer's size) bounds the batch sizes tried; ``countdown``
     says whether the boards carry the countdown channel.
 
@@ -436,7 +484,7 @@ def resolve_auto(
     if entry is None and not allow_measure:
         return settings.without_auto(
             "auto, not measured on this machine yet (the first sb3-snake train measures it): "
-            f"built-in default; cache {path}"
+            f"the value that runs everywhere; cache {path}"
         )
     if entry is None:
         progress(
@@ -444,11 +492,8 @@ def resolve_auto(
             f"on this machine; cached in {path}"
         )
         machine = machine or Machine.probe(device)
-        graph = settings.use_cuda_graph
-        measure = measure or (
-            lambda candidate: gradient_step_rate(
-                candidate, device, policy_kwargs, board_size, countdown=countdown, use_cuda_graph=graph
-            )
+        measure = measure or GradientStepMeter(
+            device, policy_kwargs, board_size, countdown=countdown, use_cuda_graph=settings.use_cuda_graph
         )
         started, taken = time.perf_counter(), (load_meter or system.other_load_meter)()
         result = search(settings, machine, measure, batch_candidates(max_batch_size))

@@ -267,7 +267,7 @@ class ActiveOptimizations:
         cls, settings: OptimizationSettings, device: torch.device | str, device_buffer: bool | None = None
     ) -> ActiveOptimizations:
         """What is active with ``settings`` on ``device``; ``auto`` settings nobody resolved
-        (:mod:`sb3_snake.autotune`) take the built-in defaults, and their sources say so.
+        (:mod:`sb3_snake.autotune`) take their unmeasured values (``settings.UNMEASURED``), and their sources say so.
         ``device_buffer``: whether the model's replay buffer is on the device (``None``: the
         default buffer for ``device``, as a model built there gets)."""
         settings = settings.without_auto() if settings.auto_fields else settings
@@ -371,8 +371,9 @@ def apply_optimizations(model: DQN, settings: OptimizationSettings, compile_afte
     """
     if settings.auto_fields:
         logger.warning(
-            "%s: auto, but not measured for this model; the built-in defaults are used "
-            "(sb3_snake.autotune.resolve_auto measures them, as sb3-snake train does)",
+            "%s: auto, but not measured for this model, so the values that run everywhere are used "
+            "(fp32, PyTorch's attention kernel, no compile, batch 128); "
+            "sb3_snake.autotune.resolve_auto measures them, as sb3-snake train does",
             ", ".join(OptimizationSettings.env_key(name) for name in settings.auto_fields),
         )
     device_buffer = isinstance(getattr(model, "replay_buffer", None), DeviceReplayBuffer)

@@ -222,13 +222,13 @@ def load_model(
 ) -> SnakeDQN:
     """Load a saved SnakeDQN; every failure is one ValueError that says what to do.
 
-    :param optimizations: applied to the loaded model (``None``: the built-in defaults).
+    :param optimizations: applied to the loaded model (``None``: ``OptimizationSettings.unmeasured()``).
     :param trusted: use SB3's full loader, which unpickles parts of the file and so can run
         code from it: only for files you trust (a model made by plain SB3, say).
     :param env: the env to continue on; its board must be the model's.
     :param for_training: keep the replay buffer's full size (a resumed run); otherwise the
-        model is for acting and gets a buffer of one transition, ``auto`` settings take the
-        built-in defaults (a gradient-step measurement would decide nothing for acting), and it
+        model is for acting and gets a buffer of one transition, ``auto`` settings take their
+        unmeasured values (a gradient-step measurement would decide nothing for acting), and it
         is not compiled: acting (``eval``, ``play``, a benchmark's checkpoints) is over before a
         compilation pays for itself (a warm-cache eval of 20 games took 12 s compiled, 6 s not,
         on a 2-core CPU; a cold compile takes a minute or more).

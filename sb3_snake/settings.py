@@ -28,7 +28,7 @@ records how in the field's source. ``SDPA_BACKEND`` restricts scaled-dot-product
 one kernel; ``auto`` leaves the choice to ``USE_FLASH_ATTENTION`` (flash, or PyTorch's pick of
 the others), or to the measurement when that is ``auto`` too. The two must agree: a backend
 other than flash with ``USE_FLASH_ATTENTION=true``, or flash with ``false``, is an error naming
-both, unless ``USE_FLASH_ATTENTION`` was left at its default, which then follows the backend.
+both; ``USE_FLASH_ATTENTION=auto`` (the default) follows the backend.
 
 A ``.env`` file holds these keys and nothing else: a line that cannot be parsed, a key without
 a value and an unknown key (named with the nearest known one) are errors, never skipped.
@@ -57,6 +57,17 @@ SDPA_BACKENDS = ("auto", "flash", "efficient", "math", "cudnn")
 AUTO = "auto"
 #: Fields that accept ``auto``.
 AUTO_FIELDS = ("batch_size", "use_torch_compile", "use_flash_attention", "use_bf16")
+#: What an ``auto`` nothing measured stands for: the choice that is right on every machine if
+#: not the fastest on each (fp32, PyTorch's own pick of attention kernel, no compile warm-up) and
+#: the batch size chosen on score-against-minutes curves.
+UNMEASURED: Mapping[str, int | bool] = {
+    "batch_size": 128,
+    "use_torch_compile": False,
+    "use_flash_attention": False,
+    "use_bf16": False,
+}
+#: The source of every setting of :meth:`OptimizationSettings.unmeasured`.
+UNMEASURED_SOURCE = "default, not measured or compiled (a model built in Python)"
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 #: Threads per core beyond which ``TORCH_NUM_THREADS`` is refused (huge counts crash OpenMP).
@@ -180,20 +191,23 @@ _KEYS: dict[str, _Key] = {
 class OptimizationSettings:
     """The optimization settings of a run, immutable once resolved.
 
-    The built-in defaults are the portable choice for any machine: bf16 and FlashAttention on
-    (the large win on GPUs with bf16), torch.compile off (it costs a warm-up of tens of
-    seconds and a C++ compiler on CPU). The repository's ``.env`` says ``auto`` where a short
-    measurement on the machine decides better than a value measured once elsewhere.
+    The built-in defaults are what the measurements behind the repository's ``.env`` support
+    on any machine, and the ``.env`` states them (a test holds the two together), so the CLI run
+    from anywhere else, with no ``.env`` in reach, trains as it does in the repository: ``auto``
+    for bf16 and the attention kernel, whose best value changed from one machine to the next;
+    batch 128, chosen on score-against-minutes curves; torch.compile on, which
+    ``sb3-snake train`` defers past its first minutes. A model built in Python without settings
+    takes :meth:`unmeasured`: nothing measured, nothing compiled.
     """
 
     #: Replay samples per gradient step, or ``auto``.
-    batch_size: int | str = 1024
+    batch_size: int | str = 128
     #: Compile the Q-networks with ``torch.compile`` (or ``auto``).
-    use_torch_compile: bool | str = False
+    use_torch_compile: bool | str = True
     #: Restrict scaled-dot-product attention to the FlashAttention kernel where it can run (or ``auto``).
-    use_flash_attention: bool | str = True
+    use_flash_attention: bool | str = AUTO
     #: Run the networks' forward passes under bfloat16 autocast where the hardware has bf16 (or ``auto``).
-    use_bf16: bool | str = True
+    use_bf16: bool | str = AUTO
     #: Restrict scaled-dot-product attention to one kernel, or ``auto``.
     sdpa_backend: str = AUTO
     #: ``torch.compile`` mode.
@@ -233,10 +247,6 @@ class OptimizationSettings:
         flash, backend = self.use_flash_attention, self.sdpa_backend
         if backend == AUTO or flash == AUTO or flash == (backend == "flash"):
             return
-        if self.sources["use_flash_attention"] == "default":
-            object.__setattr__(self, "use_flash_attention", backend == "flash")
-            object.__setattr__(self, "sources", {**self.sources, "use_flash_attention": "SDPA_BACKEND"})
-            return
         flash_origin = self._origin("use_flash_attention")
         backend_origin = self._origin("sdpa_backend")
         raise SettingsError(
@@ -252,14 +262,22 @@ class OptimizationSettings:
         """These settings with ``values`` in place of ``auto`` and where each came from."""
         return replace(self, **values, sources={**self.sources, **sources})
 
-    def without_auto(self, source: str = "auto, not measured: built-in default") -> OptimizationSettings:
-        """These settings with each ``auto`` replaced by the built-in default, unmeasured (what a
+    def without_auto(self, source: str = "auto, not measured: the value that runs everywhere") -> OptimizationSettings:
+        """These settings with each ``auto`` replaced by its :data:`UNMEASURED` value (what a
         model gets when nothing resolved ``auto`` for it), ``source`` saying so."""
-        defaults = OptimizationSettings()
-        values = {name: getattr(defaults, name) for name in self.auto_fields}
+        values = {name: UNMEASURED[name] for name in self.auto_fields}
         if "use_flash_attention" in values and self.sdpa_backend != AUTO:
             values["use_flash_attention"] = self.sdpa_backend == "flash"
         return self.resolved(values, {name: source for name in values})
+
+    @classmethod
+    def unmeasured(cls) -> OptimizationSettings:
+        """The built-in defaults as a model built in Python without settings takes them: each
+        ``auto`` at its :data:`UNMEASURED` value and no compile, so building a model measures
+        nothing and stalls for no cold compile (a minute or more on a CPU). Ask for compile
+        or ``auto`` explicitly (and resolve it with :func:`sb3_snake.autotune.resolve_auto`)."""
+        values = {**UNMEASURED, "use_torch_compile": False}
+        return cls().resolved(values, {name: UNMEASURED_SOURCE for name in values})
 
     @property
     def auto_fields(self) -> tuple[str, ...]:

@@ -82,13 +82,16 @@ def test_a_nan_loss_raises_training_diverged():
         model.train(gradient_steps=1, batch_size=32)
 
 
-def test_without_settings_the_built_in_defaults_are_used_not_dotenv(tmp_path, monkeypatch):
+def test_without_settings_the_unmeasured_defaults_are_used_not_dotenv(tmp_path, monkeypatch, caplog):
     monkeypatch.chdir(tmp_path)
     (tmp_path / ".env").write_text("USE_BF16=maybe\n")  # malformed: would fail if it were read
-    model = small_dqn(None)
-    assert model.optimizations == OptimizationSettings()
+    with caplog.at_level("WARNING"):
+        model = small_dqn(None)
+    assert model.optimizations == OptimizationSettings.unmeasured()
+    assert model.optimizations.auto_fields == () and not caplog.text  # nothing left to measure or warn about
+    assert not model.active_optimizations.compile.requested
     model.save(tmp_path / "m.zip")
-    assert SnakeDQN.load(tmp_path / "m.zip").optimizations == OptimizationSettings()
+    assert SnakeDQN.load(tmp_path / "m.zip").optimizations == OptimizationSettings.unmeasured()
 
 
 def test_early_phase_trains_its_fraction_of_the_gradient_steps():

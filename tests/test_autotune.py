@@ -8,12 +8,13 @@ import torch
 
 from sb3_snake.autotune import (
     BATCH_CANDIDATES,
+    ROUNDS,
     Candidate,
+    GradientStepMeter,
     Machine,
     batch_candidates,
     cache_key,
     cache_path,
-    gradient_step_rate,
     resolve_auto,
     search,
     smallest_fast_enough,
@@ -44,8 +45,18 @@ class Table:
         return rate * (self.factors["compile"] if candidate.use_torch_compile else 1)
 
 
+#: Every setting given, so that what a test names is all that is ``auto``.
+EXPLICIT = {
+    "num_threads": 1,
+    "batch_size": 1024,
+    "use_torch_compile": False,
+    "use_flash_attention": True,
+    "use_bf16": True,
+}
+
+
 def settings(**values):
-    return OptimizationSettings(**{"num_threads": 1, **values})
+    return OptimizationSettings(**{**EXPLICIT, **values})
 
 
 def test_every_stage_picks_the_fastest_and_says_what_it_measured():
@@ -53,14 +64,51 @@ def test_every_stage_picks_the_fastest_and_says_what_it_measured():
     result = search(settings(**ALL_AUTO), CPU_WITH_BF16, table)
     assert result["chosen"] == {"use_bf16": True, "sdpa_backend": "flash", "use_torch_compile": True, "batch_size": 512}
     evidence = result["evidence"]
-    assert evidence["use_bf16"] == "chose true, measured 13,585 vs 10,450 samples/s (true vs false)"
+    assert evidence["use_bf16"] == "chose true, measured 13,585 vs 10,450 samples/s (true vs false), 1.05x needed"
     assert evidence["use_flash_attention"].startswith("chose flash, measured 13,585 vs 12,350 samples/s (flash vs")
     assert evidence["use_torch_compile"].startswith("chose true, measured 16,302 vs 13,585")
     assert "1024: 14,300" in evidence["batch_size"] and "smallest within 90% of the fastest" in evidence["batch_size"]
-    stage1 = [c for c in table.calls if c.batch_size == 512 and not c.use_torch_compile]
-    assert len(stage1) == 4  # bf16 x {flash, PyTorch's choice}, eager
-    assert sum(c.use_torch_compile for c in table.calls) == 1  # one compile: the winner's
-    assert len(result["measurements"]) == len(set(table.calls))
+    stage1 = table.calls[: 4 * ROUNDS]
+    assert len(set(stage1)) == 4 and not any(c.use_torch_compile for c in stage1)  # bf16 x {flash, PyTorch's}
+    assert {c for c in table.calls if c.use_torch_compile} == {Candidate(True, "flash", True, 512)}  # the winner's
+    stages = [m["stage"] for m in result["measurements"]]
+    assert stages == [1] * 4 + [2] * 2 + [3] * 4  # stage 2 times the eager winner again beside its compile
+
+
+def test_candidates_are_timed_in_turn_forwards_then_backwards():
+    table = Table()
+    search(settings(use_bf16="auto", use_flash_attention="auto"), CPU_WITH_BF16, table)
+    first = table.calls[:4]
+    assert len(set(first)) == 4 and len(table.calls) == 4 * ROUNDS
+    assert table.calls[4:8] == first[::-1] and table.calls[8:12] == first
+
+
+class Drifting:
+    """A machine that slows steadily while it is measured: every slice is 2 samples/s slower
+    than the one before, whatever it times."""
+
+    def __init__(self, base):
+        self.base, self.calls = base, 0
+
+    def __call__(self, candidate):
+        self.calls += 1
+        return self.base[(candidate.use_bf16, candidate.sdpa_backend)] - 2.0 * self.calls
+
+
+def test_a_steady_drift_does_not_decide_and_a_close_race_keeps_the_plain_candidate():
+    asked = settings(use_bf16="auto", use_flash_attention="auto")
+    level = {(False, "flash"): 100.0, (False, "auto"): 100.0, (True, "flash"): 100.0, (True, "auto"): 100.0}
+    # Timed one after the other, the first candidate (fp32, flash) would win by the drift alone.
+    result = search(asked, CPU_WITH_BF16, Drifting(level))
+    assert result["chosen"]["use_bf16"] is False and result["chosen"]["sdpa_backend"] == "auto"
+    rates = {m["samples_per_second"] for m in result["measurements"]}
+    assert len(rates) == 1  # the drift weighed on every candidate alike
+    faster = search(asked, CPU_WITH_BF16, Drifting({**level, (True, "auto"): 112.0}))  # the last in turn
+    assert faster["chosen"]["use_bf16"] is True and faster["chosen"]["sdpa_backend"] == "auto"
+    assert faster["evidence"]["use_bf16"].endswith("samples/s (true vs false), 1.05x needed")
+    close = search(asked, CPU_WITH_BF16, Drifting({**level, (True, "flash"): 103.0}))
+    assert close["chosen"]["use_bf16"] is False and close["chosen"]["sdpa_backend"] == "auto"
+    assert close["evidence"]["use_bf16"] == "chose false, measured 83 vs 86 samples/s (false vs true), 1.05x needed"
 
 
 def test_bf16_is_not_measured_without_native_hardware():
@@ -196,7 +244,7 @@ def test_an_unwritable_cache_is_a_warning_not_an_error(tmp_path, monkeypatch, ca
 def test_without_measuring_the_defaults_stand_in_and_say_why(tmp_path, monkeypatch):
     monkeypatch.setenv("SB3_SNAKE_CACHE_DIR", str(tmp_path))
     resolved = resolve(settings(use_torch_compile="auto", batch_size="auto"), fails, allow_measure=False)
-    assert (resolved.use_torch_compile, resolved.batch_size) == (False, 1024)
+    assert (resolved.use_torch_compile, resolved.batch_size) == (False, 128)
     assert "not measured on this machine yet" in resolved.source("batch_size")
 
 
@@ -224,8 +272,12 @@ def test_settings_without_auto_are_returned_as_they_are():
 
 
 def test_the_real_measurement_times_the_gradient_step_of_the_given_policy():
-    rate = gradient_step_rate(Candidate(False, "auto", False, 32), torch.device("cpu"), SMALL_POLICY, 5, seconds=0.05)
-    assert rate > 0
+    meter = GradientStepMeter(torch.device("cpu"), SMALL_POLICY, 5, seconds=0.05)
+    candidate = Candidate(False, "auto", False, 32)
+    assert meter(candidate) > 0 and meter(candidate) > 0
+    assert list(meter.models) == [candidate]  # built once, timed again
+    extractor = meter.models[candidate].q_net.features_extractor
+    assert extractor.embed.out_features == SMALL_POLICY["features_extractor_kwargs"]["embed_dim"]
     assert BATCH_CANDIDATES == tuple(sorted(BATCH_CANDIDATES))
 
 

@@ -124,7 +124,8 @@ def test_flops_are_counted_per_sample_and_cover_both_passes_and_the_backward():
     from sb3_snake.algorithm import SnakeDQN
     from sb3_snake.envs import BatchedSnakeVecEnv
 
-    eager = OptimizationSettings(use_bf16=False, use_flash_attention=False)  # FlopCounterMode sees math SDPA
+    # FlopCounterMode sees math SDPA
+    eager = OptimizationSettings(use_bf16=False, use_flash_attention=False, use_torch_compile=False)
     env = BatchedSnakeVecEnv(1, board_size=6)
     model = SnakeDQN("AttentionPolicy", env, optimizations=eager, learning_starts=0, buffer_size=64, device="cpu")
     with FlopCounterMode(display=False) as counter, torch.no_grad():

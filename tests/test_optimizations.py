@@ -172,7 +172,7 @@ def test_save_then_load_gives_identical_greedy_actions(tmp_path, settings):
 
 def test_batch_size_comes_from_settings_unless_given():
     env = BatchedSnakeVecEnv(2, board_size=5, seed=0)
-    settings = OptimizationSettings(batch_size=77, num_threads=1)
+    settings = OptimizationSettings(batch_size=77, use_torch_compile=False, num_threads=1)
     assert SnakeDQN("AttentionPolicy", env, optimizations=settings, policy_kwargs=SMALL_POLICY).batch_size == 77
     assert (
         SnakeDQN("AttentionPolicy", env, optimizations=settings, batch_size=5, policy_kwargs=SMALL_POLICY).batch_size
@@ -185,7 +185,9 @@ def test_mlp_policy_keeps_working_with_the_forward_context():
     model = SnakeDQN(
         "MlpPolicy",
         env,
-        optimizations=OptimizationSettings(num_threads=1),
+        optimizations=OptimizationSettings(
+            use_bf16=True, use_flash_attention=True, use_torch_compile=False, num_threads=1
+        ),
         learning_starts=0,
         buffer_size=64,
         batch_size=8,
@@ -319,22 +321,23 @@ def test_a_backend_that_cannot_run_falls_back_with_its_reason():
     assert SDPBackend.FLASH_ATTENTION not in active.sdpa_backends
 
 
-def test_unresolved_auto_takes_the_defaults_with_a_warning(caplog):
+def test_unresolved_auto_takes_the_unmeasured_values_with_a_warning(caplog):
     with caplog.at_level("WARNING"):
         model = make_model(use_torch_compile="auto", batch_size="auto")
     assert "OPTIMAL_BATCH_SIZE, USE_TORCH_COMPILE: auto, but not measured" in caplog.text
     settings = model.active_optimizations.settings
-    assert settings.use_torch_compile is False and settings.batch_size == 1024
+    assert settings.use_torch_compile is False and settings.batch_size == 128
     assert "not measured" in settings.source("use_torch_compile")
 
 
-def test_an_auto_fallback_that_cannot_run_is_not_warned_about(caplog, monkeypatch):
+def test_an_unmeasured_auto_asks_for_nothing_that_may_not_run(caplog, monkeypatch):
     monkeypatch.setattr("sb3_snake.system.cpu_has_native_bf16", lambda: False)
     with caplog.at_level("WARNING"):
-        model = make_model(use_bf16=OptimizationSettings(use_bf16="auto").without_auto().use_bf16)
+        make_model(use_bf16=True)
     assert "requested but not active" in caplog.text  # asked for explicitly: warned
     caplog.clear()
-    fallback = OptimizationSettings(use_bf16="auto", use_flash_attention=False, num_threads=1).without_auto()
+    fallback = OptimizationSettings(use_torch_compile=False, num_threads=1).without_auto()  # bf16 and flash auto
     with caplog.at_level("WARNING"):
         model = small_dqn(fallback, board_size=6, transitions=64)
-    assert not model.active_optimizations.bf16.active and "requested but not active" not in caplog.text
+    assert not model.active_optimizations.bf16.requested and not model.active_optimizations.flash.requested
+    assert "requested but not active" not in caplog.text

@@ -176,12 +176,28 @@ def test_auto_is_accepted_where_a_measurement_can_decide(tmp_path):
             OptimizationSettings.load(write_env(tmp_path, text + "\n"))
 
 
-def test_without_auto_takes_the_built_in_defaults_and_says_so():
-    settings = OptimizationSettings(use_bf16="auto", use_torch_compile="auto", batch_size="auto")
+def test_without_auto_takes_the_unmeasured_values_and_says_so():
+    settings = OptimizationSettings(use_flash_attention=True, use_torch_compile="auto", batch_size="auto")
     fallback = settings.without_auto()
-    assert (fallback.use_bf16, fallback.use_torch_compile, fallback.batch_size) == (True, False, 1024)
+    assert (fallback.use_bf16, fallback.use_torch_compile, fallback.batch_size) == (False, False, 128)
     assert fallback.auto_fields == () and "not measured" in fallback.source("use_bf16")
-    assert fallback.source("use_flash_attention") == "default"
+    assert fallback.use_flash_attention is True and fallback.source("use_flash_attention") == "default"
+
+
+def test_the_committed_env_file_states_the_built_in_defaults(monkeypatch):
+    """The CLI run where no .env is in reach (installed elsewhere) trains as in the repository."""
+    for name in OptimizationSettings().as_dict():
+        monkeypatch.delenv(OptimizationSettings.env_key(name), raising=False)
+    committed = OptimizationSettings.load(Path(__file__).parents[1] / ".env")
+    assert committed.as_dict() == OptimizationSettings().as_dict()
+    assert all(committed.source(name) == ".env" for name in committed.as_dict())
+
+
+def test_unmeasured_settings_measure_and_compile_nothing():
+    settings = OptimizationSettings.unmeasured()
+    assert settings.auto_fields == () and settings.use_torch_compile is False
+    assert (settings.use_bf16, settings.use_flash_attention, settings.batch_size) == (False, False, 128)
+    assert "not measured" in settings.source("use_bf16") and settings.source("num_threads") == "default"
 
 
 @pytest.mark.parametrize(
@@ -202,8 +218,12 @@ def test_flash_and_sdpa_backend_must_not_contradict_each_other(tmp_path, text, o
 
 
 def test_a_default_flash_switch_follows_the_named_backend(tmp_path):
-    settings = OptimizationSettings.load(write_env(tmp_path, "SDPA_BACKEND=math\n"))
-    assert settings.use_flash_attention is False and settings.source("use_flash_attention") == "SDPA_BACKEND"
+    from sb3_snake.autotune import resolve_auto
+
+    settings = OptimizationSettings.load(write_env(tmp_path, "SDPA_BACKEND=math\nUSE_BF16=false\n"))
+    assert settings.use_flash_attention == "auto"  # the default: no contradiction
+    resolved = resolve_auto(settings, "cpu", {}, 6, allow_measure=False)
+    assert resolved.use_flash_attention is False and resolved.sdpa_backend == "math"
     agree = OptimizationSettings.load(write_env(tmp_path, "USE_FLASH_ATTENTION=true\nSDPA_BACKEND=flash\n"))
     assert agree.use_flash_attention is True and agree.sdpa_backend == "flash"
     with pytest.raises(SettingsError, match="SDPA_BACKEND='fast'"):

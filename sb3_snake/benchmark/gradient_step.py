@@ -119,7 +119,9 @@ def matmul_peaks(device: str = "cpu", size: int | None = None) -> dict[str, floa
 def count_flops_per_sample(device: str = "cpu", batch_size: int = 256, board_size: int = 10) -> float:
     """FLOPs of one gradient step of the default policy per sample, counted by FlopCounterMode
     around ``SnakeDQN.train`` (online and target passes, backward, on the eager fp32 model)."""
-    settings = OptimizationSettings(batch_size=batch_size, use_bf16=False, use_flash_attention=False)
+    settings = OptimizationSettings(
+        batch_size=batch_size, use_bf16=False, use_flash_attention=False, use_torch_compile=False
+    )
     model = filled_model(settings, device, board_size, max(1024, batch_size))
     with FlopCounterMode(display=False) as counter:
         model.train(gradient_steps=1, batch_size=batch_size)

@@ -386,8 +386,16 @@ def apply_optimizations(model: DQN, settings: OptimizationSettings, compile_afte
         if decision.requested and not decision.active and asked:
             logger.warning("optimization requested but not active: %s", decision.reason)
     if active.compile.active and compile_after > 0:
-        return replace(active, compile=Decision(True, True, f"after the first {compile_after:,} gradient steps"))
+        return deferred_compile(active, compile_after)
     return compile_networks(model, active) if active.compile.active else active
+
+
+def deferred_compile(active: ActiveOptimizations, compile_after: int) -> ActiveOptimizations:
+    """``active`` with an active compile described as starting after ``compile_after`` gradient
+    steps (``sb3-snake train``'s ``--compile-after``; 0: as it is)."""
+    if not active.compile.active or compile_after <= 0:
+        return active
+    return replace(active, compile=Decision(True, True, f"after the first {compile_after:,} gradient steps"))
 
 
 def compile_networks(model: DQN, active: ActiveOptimizations) -> ActiveOptimizations:

@@ -14,7 +14,7 @@ import torch
 
 from sb3_snake import system
 from sb3_snake.autotune import cache_dir, resolve_auto
-from sb3_snake.optimizations import ActiveOptimizations, probe_bf16, probe_compile, probe_flash
+from sb3_snake.optimizations import ActiveOptimizations, deferred_compile, probe_bf16, probe_compile, probe_flash
 from sb3_snake.settings import OptimizationSettings
 
 
@@ -24,13 +24,16 @@ def capability_report(
     probe_compile_now: bool = False,
     policy: tuple[dict[str, Any], int, bool] | None = None,
     measure_auto: bool = False,
+    compile_after: int = 0,
 ) -> dict[str, Any]:
     """What the machine supports and what will be active with ``settings`` on ``device``.
 
     :param policy: ``(policy_kwargs, board_size, countdown)`` of the network trained; with it, ``auto``
         settings show what was measured for it on this machine (from the cache), or are
-        measured now with ``measure_auto``; without it, or with nothing cached, the built-in
-        defaults stand in and the report says so.
+        measured now with ``measure_auto``; without it, or with nothing cached, the unmeasured
+        values stand in and the report says so.
+    :param compile_after: gradient steps trained eagerly before compiling, as the run will
+        (``sb3-snake train``'s ``--compile-after``), so an active compile says when it starts.
     """
     target = system.resolve_device(device)
     bf16_native = system.cuda_supports_bf16() if target.type == "cuda" else system.cpu_has_native_bf16()
@@ -50,7 +53,7 @@ def capability_report(
         resolved = resolve_auto(
             settings, target, policy_kwargs, board_size, countdown=countdown, allow_measure=measure_auto
         )
-    active = ActiveOptimizations.decide(resolved, target)
+    active = deferred_compile(ActiveOptimizations.decide(resolved, target), compile_after)
     return {
         "torch": torch.__version__,
         "python": platform.python_version(),

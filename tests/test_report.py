@@ -61,6 +61,18 @@ def test_requested_but_unavailable_shows_its_reason(monkeypatch):
     assert "BF16 autocast:    disabled (this CPU has neither AVX512-BF16 nor AMX)" in text
 
 
+def test_the_report_says_when_a_deferred_compile_starts(monkeypatch):
+    monkeypatch.setattr("sb3_snake.system.compile_unavailable_reason", lambda: "")
+    settings = OptimizationSettings(use_bf16=False, use_flash_attention=False, use_torch_compile=True, num_threads=1)
+    deferred = capability_report(settings, "cpu", compile_after=50_000)
+    assert "torch.compile:    enabled (after the first 50,000 gradient steps) (from" in "\n".join(deferred["summary"])
+    assert capability_report(settings, "cpu")["active"]["torch_compile_reason"] == ""
+    unavailable = "torch.compile is not supported on this Python or platform"
+    monkeypatch.setattr("sb3_snake.system.compile_unavailable_reason", lambda: unavailable)
+    off = capability_report(settings, "cpu", compile_after=50_000)["active"]
+    assert not off["torch_compile_active"] and off["torch_compile_reason"] == unavailable
+
+
 def test_every_flag_in_the_report_is_an_option_of_train():
     """The report's flags are derived from the settings, and train's options from the same place."""
     from typer.main import get_command

@@ -191,7 +191,7 @@ def search(
     if "use_bf16" in auto and len(bf16_options) > 1:
         others = [c for c in stage1 if c.use_bf16 != best.use_bf16]
         evidence["use_bf16"] = (
-            _versus(best.use_bf16, others[0].use_bf16, rate(best), max(map(rate, others))) + margin
+            _versus(best.use_bf16, not best.use_bf16, rate(best), max(map(rate, others))) + margin
             if others
             else f"chose {str(best.use_bf16).lower()}: the only precision {best.sdpa_backend} runs in here"
         )

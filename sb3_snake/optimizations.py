@@ -385,9 +385,9 @@ def apply_optimizations(model: DQN, settings: OptimizationSettings, compile_afte
         asked = not active.settings.source(field).startswith("auto")
         if decision.requested and not decision.active and asked:
             logger.warning("optimization requested but not active: %s", decision.reason)
-    if active.compile.active and compile_after > 0:
-        return deferred_compile(active, compile_after)
-    return compile_networks(model, active) if active.compile.active else active
+    if active.compile.active and compile_after <= 0:
+        return compile_networks(model, active)
+    return deferred_compile(active, compile_after)
 
 
 def deferred_compile(active: ActiveOptimizations, compile_after: int) -> ActiveOptimizations:

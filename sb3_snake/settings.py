@@ -276,8 +276,7 @@ class OptimizationSettings:
         ``auto`` at its :data:`UNMEASURED` value and no compile, so building a model measures
         nothing and stalls for no cold compile (a minute or more on a CPU). Ask for compile
         or ``auto`` explicitly (and resolve it with :func:`sb3_snake.autotune.resolve_auto`)."""
-        values = {**UNMEASURED, "use_torch_compile": False}
-        return cls().resolved(values, {name: UNMEASURED_SOURCE for name in values})
+        return cls().resolved(UNMEASURED, {name: UNMEASURED_SOURCE for name in UNMEASURED})
 
     @property
     def auto_fields(self) -> tuple[str, ...]:

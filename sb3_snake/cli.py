@@ -32,8 +32,8 @@ from typer.core import TyperGroup
 
 from sb3_snake.benchmark.env_throughput import DEFAULT_NUM_ENVS
 from sb3_snake.benchmark.gradient_step import DEFAULT_BATCH_SIZES
-from sb3_snake.benchmark.results import RESULTS_DIR, save_results
-from sb3_snake.paths import check_writable_dir, check_writable_file
+from sb3_snake.benchmark.results import RESULTS_DIR, save_results, utc_stamp
+from sb3_snake.paths import check_writable_dir, check_writable_file, claim_new_path
 from sb3_snake.settings import COMPILE_MODES, SDPA_BACKENDS, OptimizationSettings, check_env_file_writable
 from sb3_snake.system import check_device, cpu_cores, resolve_device
 from sb3_snake.tracking import WANDB_MODES, resolve_mode
@@ -633,8 +633,6 @@ def benchmark_learning(
     games. Writes learning_<UTC>.json and .png into --output; checkpoints go under
     runs/benchmark-learning/.
     """
-    from datetime import datetime, timezone
-
     from sb3_snake.benchmark.learning import (
         SYSTEMS,
         LearningPlan,
@@ -658,10 +656,9 @@ def benchmark_learning(
         changes.update({key: value for key, value in given.items() if value is not None})
         plan = LearningPlan.quick(**changes) if quick else LearningPlan(**changes)
         check_writable_dir(output, what="--output folder", create=True)
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-        work_dir = Path("runs") / "benchmark-learning" / stamp
-        check_writable_dir(work_dir, what="run folder", create=True)
-        work_dir.mkdir(parents=True)
+        runs_folder = Path("runs") / "benchmark-learning"
+        check_writable_dir(runs_folder, what="runs folder", create=True)
+        work_dir = claim_new_path(runs_folder, utc_stamp(), folder=True)
     runs = len(plan.seeds) * len(plan.systems)
     typer.echo(f"{runs} runs of {plan.minutes:g} min ({', '.join(plan.systems)}; seeds {list(plan.seeds)})")
     report = run_learning_benchmark(plan, work_dir, progress=typer.echo)

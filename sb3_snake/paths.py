@@ -9,6 +9,9 @@ file there: permission bits alone do not tell (root passes every ``access`` chec
 the call, then renames it over the target: readers see the old file or the new one, never a
 mix, two processes writing the same target never share a temporary file, and an interrupted
 write (an exception, or Ctrl-C) removes its temporary file.
+
+:func:`claim_new_path` names a new file or folder after a timestamp without ever taking one
+that exists: two commands started in the same second get ``<stamp>`` and ``<stamp>-2``.
 """
 
 from __future__ import annotations
@@ -107,3 +110,21 @@ def remove_temporary_files(directory: Path) -> list[Path]:
             path.unlink(missing_ok=True)
             removed.append(path)
     return removed
+
+
+def claim_new_path(directory: Path, stem: str, suffix: str = "", *, folder: bool = False) -> Path:
+    """Create and return ``directory/<stem><suffix>``, or ``<stem>-2<suffix>``, ``-3``, ...: the
+    first that did not exist, as an empty file or (``folder``) an empty folder. Creation is
+    exclusive (``mkdir``, or ``open`` with ``x``), so two processes never claim the same path."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for index in range(1, 10_000):
+        path = directory / f"{stem}{'' if index == 1 else f'-{index}'}{suffix}"
+        try:
+            if folder:
+                path.mkdir()
+            else:
+                path.open("x").close()
+            return path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free name for {stem}{suffix} in {directory}; remove old ones")

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
-from sb3_snake.paths import check_writable_dir, remove_temporary_files
+from sb3_snake.paths import check_writable_dir, claim_new_path, remove_temporary_files
 
 #: Where runs without a name go.
 RUNS_DIR = Path("runs")
@@ -82,18 +82,6 @@ def _take_lock(directory: Path) -> Path:
     raise RunDirectoryError(f"run folder {directory}: could not take its lock {lock}; remove it if no run is using it")
 
 
-def _create_unique(base: Path) -> Path:
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    for index in range(1, 10_000):
-        candidate = base / (stamp if index == 1 else f"{stamp}-{index}")
-        try:
-            candidate.mkdir(parents=True)
-            return candidate
-        except FileExistsError:
-            continue
-    raise RunDirectoryError(f"no free run folder name under {base} for {stamp}")
-
-
 def existing_run_files(directory: Path) -> list[str]:
     return [name for name in RUN_FILES if (directory / name).exists()]
 
@@ -113,7 +101,11 @@ def claim_run_directory(
     """
     if path is None:
         check_writable_dir(RUNS_DIR, what="runs folder", create=True)
-        directory, created = _create_unique(RUNS_DIR), True
+        try:
+            directory = claim_new_path(RUNS_DIR, datetime.now().strftime("%Y%m%d-%H%M%S"), folder=True)
+        except FileExistsError as error:
+            raise RunDirectoryError(str(error)) from None
+        created = True
     else:
         directory = Path(path)
         try:

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from sb3_snake.benchmark import results
 from sb3_snake.benchmark.end_to_end import SB3_REPLAY_RATIO, measure_plain_sb3, measure_sb3_snake
 from sb3_snake.benchmark.env_throughput import format_table as format_env_table
 from sb3_snake.benchmark.env_throughput import measure_batched, run_env_benchmark
@@ -50,6 +51,13 @@ def test_report_holds_every_configuration_and_the_system(tmp_path):
     path = save_results("env_throughput", report, tmp_path)
     assert json.loads(path.read_text()) == report
     assert "python_loop" in format_env_table(report)
+
+
+def test_results_saved_in_the_same_second_keep_each_other(tmp_path, monkeypatch):
+    monkeypatch.setattr(results, "utc_stamp", lambda: "20261123T202313Z")
+    paths = [save_results("learning", {"arm": arm}, tmp_path) for arm in ("defaults", "num_layers 0")]
+    assert [path.name for path in paths] == ["learning_20261123T202313Z.json", "learning_20261123T202313Z-2.json"]
+    assert [json.loads(path.read_text())["arm"] for path in paths] == ["defaults", "num_layers 0"]
 
 
 def test_unknown_api_is_rejected():

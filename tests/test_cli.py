@@ -12,6 +12,8 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from sb3_snake import cli
+from sb3_snake.benchmark import results
 from sb3_snake.cli import app, signal_exit_code, stop_on_signals
 from sb3_snake.paths import atomic_write
 from sb3_snake.persistence import load_model
@@ -525,29 +527,23 @@ def test_benchmark_learning_writes_json_and_picture_from_its_plan(tmp_path, monk
         }
 
     monkeypatch.setattr(learning, "run_learning_benchmark", fake_benchmark)
-    result = runner.invoke(
-        app,
-        [
-            "benchmark-learning",
-            "--quick",
-            "--seeds",
-            "2",
-            "--first-seed",
-            "3",
-            "--no-baseline",
-            "--hyperparams",
-            "hp.json",
-            "--output",
-            "out",
-        ],
-    )
-    assert result.exit_code == 0, result.output
+    for module in (cli, results):  # both benchmarks start, and finish, in the same second
+        monkeypatch.setattr(module, "utc_stamp", lambda: "20261123T202313Z")
+    arguments = ["benchmark-learning", "--quick", "--seeds", "2", "--first-seed", "3", "--no-baseline"]
+    for _ in range(2):
+        result = runner.invoke(app, [*arguments, "--hyperparams", "hp.json", "--output", "out"])
+        assert result.exit_code == 0, result.output
     plan, work_dir = plans[0]
     assert (plan.minutes, plan.every_seconds, plan.seeds, plan.systems) == (2.0, 10.0, (3, 4), ("sb3_snake",))
     assert plan.hyperparameters == {"dueling": True} and plan.cold_cache
-    assert work_dir.is_dir() and work_dir.parent.as_posix() == "runs/benchmark-learning"
-    written = sorted(p.suffix for p in (tmp_path / "out").iterdir())
-    assert written == [".json", ".png"] and "30s (30s-30s) 1/1" in result.output
+    assert [work_dir.as_posix() for _, work_dir in plans] == [
+        "runs/benchmark-learning/20261123T202313Z",
+        "runs/benchmark-learning/20261123T202313Z-2",
+    ]
+    assert all(work_dir.is_dir() for _, work_dir in plans)
+    written = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert written == sorted(f"learning_20261123T202313Z{n}.{kind}" for n in ("", "-2") for kind in ("json", "png"))
+    assert "30s (30s-30s) 1/1" in result.output
 
 
 def test_benchmark_grad_rejects_an_unknown_combination_in_one_line():

@@ -11,11 +11,21 @@ from sb3_snake.paths import (
     atomic_write,
     check_writable_dir,
     check_writable_file,
+    claim_new_path,
     remove_temporary_files,
     write_text_atomically,
 )
 
 needs_proc = pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux /proc")
+
+
+def test_claim_new_path_never_takes_an_existing_name(tmp_path):
+    (tmp_path / "learning_T.json").write_text("kept")
+    files = [claim_new_path(tmp_path, "learning_T", ".json") for _ in range(2)]
+    assert [path.name for path in files] == ["learning_T-2.json", "learning_T-3.json"]
+    assert (tmp_path / "learning_T.json").read_text() == "kept" and all(path.read_text() == "" for path in files)
+    folders = [claim_new_path(tmp_path / "runs", "T", folder=True) for _ in range(2)]
+    assert [path.name for path in folders] == ["T", "T-2"] and all(path.is_dir() for path in folders)
 
 
 def test_atomic_write_replaces_the_file_and_uses_unique_temporary_names(tmp_path):

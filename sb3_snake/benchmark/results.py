@@ -10,6 +10,8 @@ from typing import Any
 
 import torch
 
+from sb3_snake.paths import claim_new_path
+
 #: Where benchmark JSON files go, relative to the working directory.
 RESULTS_DIR = Path("benchmark_results")
 
@@ -47,9 +49,13 @@ def peak_memory_mib(device: str) -> float:
 
 
 def save_results(name: str, payload: dict[str, Any], directory: Path = RESULTS_DIR) -> Path:
-    """Write ``payload`` to ``directory/<name>_<UTC timestamp>.json`` and return the path."""
-    directory.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    path = directory / f"{name}_{stamp}.json"
+    """Write ``payload`` to ``directory/<name>_<UTC timestamp>.json`` (``-2`` and on when another
+    result took that name in the same second) and return the path."""
+    path = claim_new_path(directory, f"{name}_{utc_stamp()}", ".json")
     path.write_text(json.dumps(payload, indent=2) + "\n")
     return path
+
+
+def utc_stamp() -> str:
+    """The time now as results and benchmark folders are named: ``20261123T202313Z``."""
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")

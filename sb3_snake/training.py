@@ -13,6 +13,7 @@ really trained with, read back from the model.
 from __future__ import annotations
 
 import difflib
+import inspect
 import json
 import math
 import time
@@ -65,6 +66,12 @@ MAX_TIMESTEPS = 10**12
 DEFAULT_EPISODES = 1000
 #: Share of the available memory a run may plan to use.
 MEMORY_HEADROOM = 0.9
+#: What the extractor builds for a keyword that a saved model's ``policy_kwargs`` leave out.
+EXTRACTOR_DEFAULTS = {
+    name: parameter.default
+    for name, parameter in inspect.signature(SnakeAttentionExtractor).parameters.items()
+    if parameter.default is not parameter.empty
+}
 
 RUN, ENVIRONMENT, DQN = "Run, checkpoints and logging", "Environment", "DQN hyperparameters"
 
@@ -107,6 +114,7 @@ class TrainConfig:
     head_view: bool = option(True, "The extractor also sees the board re-centred on the snake's head.", DQN)
     head_view_dim: int = option(64, "Features of the head view (with --head-view).", DQN)
     embed_dim: int = option(32, "Width of the extractor's transformer (a multiple of its 2 heads).", DQN)
+    num_layers: int = option(1, "Transformer blocks of the extractor (0: token embedding and attention pooling).", DQN)
     n_steps: int = option(1, "n-step returns (SB3's NStepReplayBuffer).", DQN)
     symmetry_augmentation: bool = option(False, "Replay each transition under a random board symmetry.", DQN)
     food_shaping: float = option(
@@ -190,6 +198,7 @@ class TrainConfig:
                 self.embed_dim >= 2 and self.embed_dim % 2 == 0,
                 f"embed_dim must be an even number (2 attention heads), got {self.embed_dim}",
             ),
+            (self.num_layers >= 0, f"num_layers must be at least 0, got {self.num_layers}"),
             (
                 self.checkpoint_every is None or self.checkpoint_every >= 1,
                 f"checkpoint_every must be at least 1, got {self.checkpoint_every}",
@@ -250,13 +259,14 @@ class TrainConfig:
             "countdown": self.countdown,
             "dueling": self.dueling,
             "embed_dim": self.embed_dim,
+            "num_layers": self.num_layers,
             "head_view_dim": self.head_view_dim if self.head_view else 0,
             "n_steps": self.n_steps,
         }
 
     def policy_kwargs(self) -> dict[str, Any]:
         network = self.network()
-        extractor = {"embed_dim": network["embed_dim"], "head_view_dim": network["head_view_dim"]}
+        extractor = {name: network[name] for name in ("embed_dim", "num_layers", "head_view_dim")}
         return {"dueling": self.dueling, "features_extractor_kwargs": extractor}
 
     def dqn_kwargs(self, batch_size: int) -> dict[str, Any]:
@@ -413,6 +423,7 @@ def resume_config(path: Path, trusted: bool = False, **changes: Any) -> TrainCon
         head_view=head_view_dim != 0,
         head_view_dim=head_view_dim or TrainConfig.head_view_dim,
         embed_dim=extractor.get("embed_dim", TrainConfig.embed_dim),
+        num_layers=extractor.get("num_layers", EXTRACTOR_DEFAULTS["num_layers"]),
         seed=saved.get("seed") or 0,
         replay_ratio=replay_ratio,
         early_steps=saved.get("early_steps", 0),
@@ -433,6 +444,7 @@ def apply_config(model: SnakeDQN, config: TrainConfig, batch_size: int) -> None:
         "countdown": has_countdown(model.observation_space.shape),
         "dueling": bool(model.policy_kwargs.get("dueling", False)),
         "embed_dim": extractor.get("embed_dim", TrainConfig.embed_dim),
+        "num_layers": extractor.get("num_layers", EXTRACTOR_DEFAULTS["num_layers"]),
         "head_view_dim": extractor.get("head_view_dim", TrainConfig.head_view_dim),
         "n_steps": model.n_steps,
     }

@@ -88,6 +88,7 @@ def sample_hyperparameters(trial: optuna.Trial) -> dict[str, Any]:
         "food_shaping": trial.suggest_categorical("food_shaping", [0.0, 0.5, 1.0, 2.0]),
         "countdown": trial.suggest_categorical("countdown", [False, True]),
         "embed_dim": trial.suggest_categorical("embed_dim", [16, 32, 64]),
+        "num_layers": trial.suggest_categorical("num_layers", [0, 1, 2]),
         "head_view_dim": trial.suggest_categorical("head_view_dim", [32, 64, 128]),
     }
 

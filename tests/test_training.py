@@ -270,6 +270,19 @@ def test_resume_of_a_model_saved_before_shaping_trains_without_it(tmp_path):
     assert resume_config(path, episodes=2).food_shaping == 0.0
 
 
+def test_the_number_of_transformer_blocks_is_built_and_kept_on_resume(tmp_path):
+    train(tiny_config(episodes=2, num_layers=0), FAST, tmp_path / "a")
+    path = tmp_path / "a" / "model.zip"
+    model = build_model(resume_config(path, episodes=2), FAST, resume=path)
+    assert len(model.q_net.features_extractor.blocks) == 0 and resume_config(path).num_layers == 0
+
+    def before_the_option(metadata):  # models saved before --num-layers: the extractor's default, one block
+        del metadata["policy_kwargs"]["features_extractor_kwargs"]["num_layers"]
+        return metadata
+
+    assert resume_config(rewrite_metadata(path, tmp_path / "old.zip", before_the_option)).num_layers == 1
+
+
 def test_resume_keeps_the_model_batch_size_unless_overridden(tmp_path):
     train(tiny_config(episodes=4), FAST, tmp_path / "a")
     from_env_file = OptimizationSettings(batch_size=64, use_torch_compile=False, use_bf16=False, num_threads=1)
@@ -288,7 +301,10 @@ def test_resume_with_other_games_keeps_the_replay_buffer(tmp_path):
     assert summary["hyperparameters"]["n_envs"] == 8
 
 
-@pytest.mark.parametrize(("change", "flag"), [({"dueling": True}, "--dueling"), ({"n_steps": 3}, "--n-steps")])
+@pytest.mark.parametrize(
+    ("change", "flag"),
+    [({"dueling": True}, "--dueling"), ({"n_steps": 3}, "--n-steps"), ({"num_layers": 2}, "--num-layers")],
+)
 def test_resume_refuses_what_cannot_change(tmp_path, change, flag):
     train(tiny_config(episodes=2), FAST, tmp_path / "a")
     config = resume_config(tmp_path / "a" / "model.zip", **change)

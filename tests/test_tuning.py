@@ -47,7 +47,7 @@ def test_search_space_covers_the_documented_hyperparameters_and_fits_train():
         {"learning_rate": 3e-4, "gamma": 0.99, "batch_size": 256, "replay_ratio": 16.0}
         | {"target_update_interval": 1000, "exploration_steps": 5000, "exploration_final_eps": 0.01, "n_steps": 3}
         | {"double_dqn": True, "dueling": False, "symmetry_augmentation": False, "embed_dim": 32, "head_view_dim": 64}
-        | {"food_shaping": 0.5, "countdown": True}
+        | {"food_shaping": 0.5, "countdown": True, "num_layers": 0}
     )
     values = sample_hyperparameters(trial)
     config_values, settings_values = split_hyperparameters(values)
@@ -55,7 +55,7 @@ def test_search_space_covers_the_documented_hyperparameters_and_fits_train():
     TrainConfig(**config_values)  # every drawn value is a valid config value
     assert set(values) >= {"learning_rate", "gamma", "replay_ratio", "target_update_interval", "exploration_steps"}
     assert {"exploration_final_eps", "n_steps", "double_dqn", "dueling", "symmetry_augmentation"} <= set(values)
-    assert {"embed_dim", "head_view_dim", "food_shaping", "countdown"} <= set(values)
+    assert {"embed_dim", "num_layers", "head_view_dim", "food_shaping", "countdown"} <= set(values)
 
 
 def scripted_evaluations(monkeypatch, values):

@@ -114,7 +114,7 @@ class TrainConfig:
     head_view: bool = option(True, "The extractor also sees the board re-centred on the snake's head.", DQN)
     head_view_dim: int = option(64, "Features of the head view (with --head-view).", DQN)
     embed_dim: int = option(32, "Width of the extractor's transformer (a multiple of its 2 heads).", DQN)
-    num_layers: int = option(1, "Transformer blocks of the extractor (0: token embedding and attention pooling).", DQN)
+    num_layers: int = option(0, "Transformer blocks of the extractor (0: token embedding and attention pooling).", DQN)
     n_steps: int = option(1, "n-step returns (SB3's NStepReplayBuffer).", DQN)
     symmetry_augmentation: bool = option(False, "Replay each transition under a random board symmetry.", DQN)
     food_shaping: float = option(

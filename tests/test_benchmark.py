@@ -135,7 +135,16 @@ def test_flops_are_counted_per_sample_and_cover_both_passes_and_the_backward():
     # FlopCounterMode sees math SDPA
     eager = OptimizationSettings(use_bf16=False, use_flash_attention=False, use_torch_compile=False)
     env = BatchedSnakeVecEnv(1, board_size=6)
-    model = SnakeDQN("AttentionPolicy", env, optimizations=eager, learning_starts=0, buffer_size=64, device="cpu")
+    policy = TrainConfig().policy_kwargs()  # the policy sb3-snake train builds, which the count measures
+    model = SnakeDQN(
+        "AttentionPolicy",
+        env,
+        optimizations=eager,
+        policy_kwargs=policy,
+        learning_starts=0,
+        buffer_size=64,
+        device="cpu",
+    )
     with FlopCounterMode(display=False) as counter, torch.no_grad():
         model.q_net(torch.zeros(16, *model.observation_space.shape))
     forward = counter.get_total_flops() / 16

@@ -271,10 +271,11 @@ def test_resume_of_a_model_saved_before_shaping_trains_without_it(tmp_path):
 
 
 def test_the_number_of_transformer_blocks_is_built_and_kept_on_resume(tmp_path):
-    train(tiny_config(episodes=2, num_layers=0), FAST, tmp_path / "a")
+    train(tiny_config(episodes=2, num_layers=2), FAST, tmp_path / "a")
     path = tmp_path / "a" / "model.zip"
     model = build_model(resume_config(path, episodes=2), FAST, resume=path)
-    assert len(model.q_net.features_extractor.blocks) == 0 and resume_config(path).num_layers == 0
+    assert len(model.q_net.features_extractor.blocks) == 2 and resume_config(path).num_layers == 2
+    assert len(build_model(tiny_config(), FAST).q_net.features_extractor.blocks) == TrainConfig().num_layers
 
     def before_the_option(metadata):  # models saved before --num-layers: the extractor's default, one block
         del metadata["policy_kwargs"]["features_extractor_kwargs"]["num_layers"]

@@ -1,5 +1,8 @@
 """Samples/s of SnakeDQN's gradient step for each batch size and optimization combination.
 
+The policy measured is the one ``sb3-snake train`` builds with its defaults
+(``TrainConfig().policy_kwargs()``), so the figures are those of the step users train with.
+
 The replay buffer is filled with real transitions from ``BatchedSnakeVecEnv`` under random
 actions; then, per configuration, a fresh model is built (and compiled, when asked), warmed up
 with a few gradient steps that are not timed, and timed over ``repeats`` runs of
@@ -36,6 +39,7 @@ from sb3_snake.autotune import BATCH_TOLERANCE, filled_model, smallest_fast_enou
 from sb3_snake.benchmark.results import peak_memory_mib, reset_peak_memory
 from sb3_snake.settings import OptimizationSettings
 from sb3_snake.system import system_info
+from sb3_snake.training import TrainConfig
 
 DEFAULT_BATCH_SIZES = (256, 512, 1024, 2048, 4096, 8192)
 
@@ -117,12 +121,12 @@ def matmul_peaks(device: str = "cpu", size: int | None = None) -> dict[str, floa
 
 
 def count_flops_per_sample(device: str = "cpu", batch_size: int = 256, board_size: int = 10) -> float:
-    """FLOPs of one gradient step of the default policy per sample, counted by FlopCounterMode
+    """FLOPs of one gradient step of ``sb3-snake train``'s default policy per sample, counted by FlopCounterMode
     around ``SnakeDQN.train`` (online and target passes, backward, on the eager fp32 model)."""
     settings = OptimizationSettings(
         batch_size=batch_size, use_bf16=False, use_flash_attention=False, use_torch_compile=False
     )
-    model = filled_model(settings, device, board_size, max(1024, batch_size))
+    model = filled_model(settings, device, board_size, max(1024, batch_size), TrainConfig().policy_kwargs())
     with FlopCounterMode(display=False) as counter:
         model.train(gradient_steps=1, batch_size=batch_size)
     return counter.get_total_flops() / batch_size
@@ -166,7 +170,7 @@ def measure_gradient_step(
     if device == "cuda":
         torch.cuda.empty_cache()
     reset_peak_memory(device)
-    model = filled_model(settings, device, board_size, max(buffer_size, batch_size))
+    model = filled_model(settings, device, board_size, max(buffer_size, batch_size), TrainConfig().policy_kwargs())
     model.train(gradient_steps=warmup_steps, batch_size=batch_size)
     durations = []
     for _ in range(repeats):

@@ -66,6 +66,8 @@ MAX_TIMESTEPS = 10**12
 DEFAULT_EPISODES = 1000
 #: Share of the available memory a run may plan to use.
 MEMORY_HEADROOM = 0.9
+#: The extractor's sizes a run sets (TrainConfig fields of the same name).
+EXTRACTOR_SIZES = ("embed_dim", "num_layers", "head_view_dim")
 #: What the extractor builds for a keyword that a saved model's ``policy_kwargs`` leave out.
 EXTRACTOR_DEFAULTS = {
     name: parameter.default
@@ -266,7 +268,7 @@ class TrainConfig:
 
     def policy_kwargs(self) -> dict[str, Any]:
         network = self.network()
-        extractor = {name: network[name] for name in ("embed_dim", "num_layers", "head_view_dim")}
+        extractor = {name: network[name] for name in EXTRACTOR_SIZES}
         return {"dueling": self.dueling, "features_extractor_kwargs": extractor}
 
     def dqn_kwargs(self, batch_size: int) -> dict[str, Any]:
@@ -411,9 +413,9 @@ def resume_config(path: Path, trusted: bool = False, **changes: Any) -> TrainCon
     """
     metadata = saved_metadata(path, trusted)
     saved, policy_kwargs = metadata["hyperparameters"], metadata["policy_kwargs"] or {}
-    extractor = policy_kwargs.get("features_extractor_kwargs") or {}
+    extractor = trained_extractor(policy_kwargs)
     values = {name: saved[name] for name in _MODEL_FIELDS if name in saved}
-    head_view_dim = extractor.get("head_view_dim", TrainConfig.head_view_dim)
+    head_view_dim = extractor["head_view_dim"]
     replay_ratio = saved["batch_size"] * saved["gradient_steps"] / (saved["train_freq"] * metadata["n_envs"])
     values.update(
         n_envs=metadata["n_envs"],
@@ -422,8 +424,8 @@ def resume_config(path: Path, trusted: bool = False, **changes: Any) -> TrainCon
         dueling=bool(policy_kwargs.get("dueling", False)),
         head_view=head_view_dim != 0,
         head_view_dim=head_view_dim or TrainConfig.head_view_dim,
-        embed_dim=extractor.get("embed_dim", TrainConfig.embed_dim),
-        num_layers=extractor.get("num_layers", EXTRACTOR_DEFAULTS["num_layers"]),
+        embed_dim=extractor["embed_dim"],
+        num_layers=extractor["num_layers"],
         seed=saved.get("seed") or 0,
         replay_ratio=replay_ratio,
         early_steps=saved.get("early_steps", 0),
@@ -436,16 +438,21 @@ def resume_config(path: Path, trusted: bool = False, **changes: Any) -> TrainCon
     return TrainConfig(**{**values, **changes})
 
 
+def trained_extractor(policy_kwargs: dict[str, Any]) -> dict[str, int]:
+    """The extractor sizes a saved model was built with (``embed_dim``, ``num_layers``,
+    ``head_view_dim``), taking the extractor's own default for a size its ``policy_kwargs`` leave
+    out (``num_layers`` before sb3-snake had the option)."""
+    given = policy_kwargs.get("features_extractor_kwargs") or {}
+    return {name: given.get(name, EXTRACTOR_DEFAULTS[name]) for name in EXTRACTOR_SIZES}
+
+
 def apply_config(model: SnakeDQN, config: TrainConfig, batch_size: int) -> None:
     """Make a loaded model train as ``config`` says; refuse what cannot change on resume."""
-    extractor = model.policy_kwargs.get("features_extractor_kwargs") or {}
     trained = {
         "board_size": model.observation_space.shape[-1],
         "countdown": has_countdown(model.observation_space.shape),
         "dueling": bool(model.policy_kwargs.get("dueling", False)),
-        "embed_dim": extractor.get("embed_dim", TrainConfig.embed_dim),
-        "num_layers": extractor.get("num_layers", EXTRACTOR_DEFAULTS["num_layers"]),
-        "head_view_dim": extractor.get("head_view_dim", TrainConfig.head_view_dim),
+        **trained_extractor(model.policy_kwargs),
         "n_steps": model.n_steps,
     }
     for name, wanted in config.network().items():

@@ -184,9 +184,10 @@ class SnakeAttentionExtractor(BaseFeaturesExtractor):
     at about 11,000 for the defaults (batch 256, fp32), two blocks of width 32 managed about
     4,300 and one block of width 64 about 5,300 (README, "Measured performance").
     ``sb3-snake train`` passes ``num_layers=0``: the embedded tokens go straight to the pooling
-    query, and the gradient step runs about 2.2x faster (batch 128, fp32, a 2-core AMD EPYC),
-    which in 15-minute runs bought twice the games at the same greedy score per game. The
-    default here stays one block, which models saved before that option were built with.
+    query, and the gradient step ran about 2.2x faster (batch 128, fp32, a 2-core AMD EPYC,
+    torch 2.13.0+cpu), which in 15-minute runs bought twice the games at the same greedy score
+    per game. The default here stays one block, which models saved before that option were
+    built with.
 
     :param observation_space: a ``Box`` of shape ``(C, H, W)``, any board size from 4 up.
     :param features_dim: size of the output vector.

@@ -258,6 +258,7 @@ def test_resume_from_checkpoint(trained_run, tmp_path):
         (["tune", "--storage", "mysql+nosuchdriver://u@localhost/x"], "--storage mysql+nosuchdriver://"),
         (["tune", "--report", "--study-name", "no-such-study"], "no study journal"),
         (["train", "--embed-dim", "7"], "embed_dim must be an even number"),
+        (["train", "--num-layers", "-1"], "num_layers must be at least 0, got -1"),
         (
             ["train", "--flash-attention", "--sdpa-backend", "math"],
             "SDPA_BACKEND=math (from --sdpa-backend) contradict",

@@ -185,7 +185,12 @@ def search(
         measure_stage(1, stage1)
         best = max(stage1, key=rate)
         plain = Candidate(min(bf16_options), "auto" if "auto" in kernel_options else kernel_options[0], False, batch)
-        margin = f", {PLAIN_MARGIN:.2f}x needed" if plain in stage1 else ""
+        margin = (
+            f"; anything but {'bf16' if plain.use_bf16 else 'fp32'} with {_kernel_name(plain.sdpa_backend)} "
+            f"({rate(plain):,.0f} samples/s) needs {PLAIN_MARGIN:.2f}x it"
+            if plain in stage1
+            else ""
+        )
         if margin and rate(best) < PLAIN_MARGIN * rate(plain):
             best = plain
     if "use_bf16" in auto and len(bf16_options) > 1:

@@ -64,7 +64,10 @@ def test_every_stage_picks_the_fastest_and_says_what_it_measured():
     result = search(settings(**ALL_AUTO), CPU_WITH_BF16, table)
     assert result["chosen"] == {"use_bf16": True, "sdpa_backend": "flash", "use_torch_compile": True, "batch_size": 512}
     evidence = result["evidence"]
-    assert evidence["use_bf16"] == "chose true, measured 13,585 vs 10,450 samples/s (true vs false), 1.05x needed"
+    assert evidence["use_bf16"] == (
+        "chose true, measured 13,585 vs 10,450 samples/s (true vs false)"
+        "; anything but fp32 with PyTorch's choice without flash (9,500 samples/s) needs 1.05x it"
+    )
     assert evidence["use_flash_attention"].startswith("chose flash, measured 13,585 vs 12,350 samples/s (flash vs")
     assert evidence["use_torch_compile"].startswith("chose true, measured 16,302 vs 13,585")
     assert "1024: 14,300" in evidence["batch_size"] and "smallest within 90% of the fastest" in evidence["batch_size"]
@@ -105,10 +108,24 @@ def test_a_steady_drift_does_not_decide_and_a_close_race_keeps_the_plain_candida
     assert len(rates) == 1  # the drift weighed on every candidate alike
     faster = search(asked, CPU_WITH_BF16, Drifting({**level, (True, "auto"): 112.0}))  # the last in turn
     assert faster["chosen"]["use_bf16"] is True and faster["chosen"]["sdpa_backend"] == "auto"
-    assert faster["evidence"]["use_bf16"].endswith("samples/s (true vs false), 1.05x needed")
+    assert "samples/s (true vs false); anything but fp32 with" in faster["evidence"]["use_bf16"]
     close = search(asked, CPU_WITH_BF16, Drifting({**level, (True, "flash"): 103.0}))
     assert close["chosen"]["use_bf16"] is False and close["chosen"]["sdpa_backend"] == "auto"
-    assert close["evidence"]["use_bf16"] == "chose false, measured 83 vs 86 samples/s (false vs true), 1.05x needed"
+    assert close["evidence"]["use_bf16"] == (
+        "chose false, measured 83 vs 86 samples/s (false vs true)"
+        "; anything but fp32 with PyTorch's choice without flash (83 samples/s) needs 1.05x it"
+    )
+
+
+def test_the_margin_is_stated_against_the_plain_candidate_it_is_measured_against():
+    """bf16 wins by 1% over its fp32 twin (both on flash) but by 9% over plain fp32: the evidence
+    must name the plain rate, or "1.05x needed" reads as broken beside a 1% lead."""
+    result = search(settings(use_bf16="auto", use_flash_attention="auto"), CPU_WITH_BF16, Table(bf16=1.01, flash=1.08))
+    assert result["chosen"]["use_bf16"] is True and result["chosen"]["sdpa_backend"] == "flash"
+    assert result["evidence"]["use_bf16"] == (
+        "chose true, measured 10,908 vs 10,800 samples/s (true vs false)"
+        "; anything but fp32 with PyTorch's choice without flash (10,000 samples/s) needs 1.05x it"
+    )
 
 
 def test_bf16_is_not_measured_without_native_hardware():

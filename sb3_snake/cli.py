@@ -547,8 +547,11 @@ def benchmark_grad(
         str | None, typer.Option(help="Comma-separated combinations (default: all; on CUDA each also with +graph).")
     ] = None,
     device: DeviceOption = Device.cpu,
-    gradient_steps: Annotated[int, typer.Option(min=1, help="Gradient steps per timed run.")] = 4,
-    repeats: RepeatsOption = 3,
+    gradient_steps: Annotated[int, typer.Option(min=1, help="Gradient steps per call of SnakeDQN.train.")] = 4,
+    seconds: Annotated[
+        float, typer.Option(min=0, help="Seconds per timed run, in whole calls (0: one call a run).")
+    ] = 0.5,
+    repeats: RepeatsOption = 5,
     threads: ThreadsOption = None,
     output: OutputOption = RESULTS_DIR,
 ) -> None:
@@ -570,6 +573,7 @@ def benchmark_grad(
             progress=lambda r: typer.echo(
                 f"  {r.combination} batch {r.batch_size}: {r.samples_per_second:,.0f} samples/s"
             ),
+            seconds=seconds,
         )
     typer.echo(gradient_step.format_table(report))
     typer.echo(f"Saved {save_results('gradient_step', report, output)}")

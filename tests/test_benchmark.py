@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from sb3_snake.benchmark import gradient_step, results
+from sb3_snake.benchmark import gradient_step, results, timing
 from sb3_snake.benchmark.end_to_end import SB3_REPLAY_RATIO, measure_plain_sb3, measure_sb3_snake
 from sb3_snake.benchmark.env_throughput import format_table as format_env_table
 from sb3_snake.benchmark.env_throughput import measure_batched, run_env_benchmark
@@ -232,9 +232,33 @@ def test_a_combination_whose_optimization_was_inactive_is_not_chosen():
 
 
 def test_a_real_measurement_records_peak_memory_and_what_was_active():
-    result = measure_gradient_step("flash", 32, gradient_steps=1, repeats=2, warmup_steps=1, buffer_size=256)
+    result = measure_gradient_step("flash", 32, gradient_steps=1, repeats=2, warmup_steps=1, buffer_size=256, seconds=0)
     assert result.samples_per_second > 0 and result.peak_memory_mib > 0
     assert result.active["flash_attention"] is True and result.active["torch_compile"] is False
+    assert result.steps_per_repeat == 1  # no calibration asked for: one call of one step a run
+
+
+def test_a_timed_run_is_whole_calls_lasting_about_the_seconds_asked(monkeypatch):
+    clock = SimpleNamespace(now=0.0)
+    monkeypatch.setattr(timing, "time", SimpleNamespace(perf_counter=lambda: clock.now))
+    calls = []
+
+    def step():  # one call takes 1/64 s (exact in binary, so the sums are too)
+        calls.append(clock.now)
+        clock.now += 1 / 64
+
+    durations, per_run = timing.time_runs(step, lambda: None, seconds=0.5, repeats=3)
+    assert per_run == 32 and durations == [0.5] * 3
+    assert len(calls) == 1 + 2 + 4 + 8 + 3 * 32  # calibrated (untimed) until 8 calls took a quarter of 0.5 s
+    calls.clear()
+    assert timing.time_runs(step, lambda: None, seconds=0, repeats=2) == ([1 / 64, 1 / 64], 1)
+    assert len(calls) == 2
+
+
+def test_gradient_steps_are_timed_in_runs_of_whole_calls():
+    result = measure_gradient_step("fp32", 16, gradient_steps=2, repeats=2, buffer_size=64, seconds=0.05)
+    assert result.steps_per_repeat >= 2 and result.steps_per_repeat % 2 == 0
+    assert result.min_samples_per_second <= result.samples_per_second <= result.max_samples_per_second
 
 
 def test_peak_memory_window_sees_a_large_allocation():

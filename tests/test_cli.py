@@ -485,6 +485,8 @@ def test_benchmark_writes_the_full_results_and_the_env_file(tmp_path):
         ("flash", 32),
     ]
     assert report["plan"]["repeats"] == 2 and report["end_to_end"] is None
+    assert report["settings"]["gradient_step"]["seconds_per_repeat"] == 0.25  # --quick's timed runs
+    assert all(r["steps_per_repeat"] >= 2 and r["steps_per_repeat"] % 2 == 0 for r in report["gradient_step"])
     assert {"cpu", "cpu_cores", "torch", "python", "stable_baselines3", "cuda", "gpu"} <= set(report["system"])
     best = report["best"]
     settings = OptimizationSettings.load(env_file)

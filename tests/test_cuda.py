@@ -156,7 +156,7 @@ def test_out_of_memory_halves_the_batch_on_the_gpu():
     allowed = torch.cuda.memory_reserved() + 2**29
     torch.cuda.set_per_process_memory_fraction(allowed / torch.cuda.get_device_properties(0).total_memory)
     try:
-        result = measure_halving_on_oom("fp32", 2**19, "cuda", gradient_steps=1, repeats=1, buffer_size=1024)
+        result = measure_halving_on_oom("fp32", 2**19, "cuda", gradient_steps=1, repeats=1, buffer_size=1024, seconds=0)
     finally:
         torch.cuda.set_per_process_memory_fraction(1.0)
         torch.cuda.empty_cache()

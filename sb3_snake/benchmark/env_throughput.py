@@ -14,7 +14,6 @@ Two interfaces of the batched env are measured separately:
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -22,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from sb3_snake.benchmark.timing import time_runs
 from sb3_snake.envs import BatchedSnakeVecEnv, SnakeEnv
 from sb3_snake.system import system_info
 
@@ -41,29 +41,6 @@ class EnvThroughputResult:
     max_steps_per_second: float
     repeats: int
     steps_per_repeat: int  #: batched steps (calls) per timed run
-
-
-def _time_runs(
-    step: Callable[[], None], sync: Callable[[], None], seconds: float, repeats: int
-) -> tuple[list[float], int]:
-    """Warm up, pick a call count that takes about ``seconds``, and time ``repeats`` runs of it."""
-    calls, elapsed = 1, 0.0
-    while elapsed < seconds / 4:  # warm-up doubles as calibration
-        calls *= 2
-        start = time.perf_counter()
-        for _ in range(calls):
-            step()
-        sync()
-        elapsed = time.perf_counter() - start
-    calls = max(1, int(calls * seconds / elapsed))
-    durations = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(calls):
-            step()
-        sync()
-        durations.append(time.perf_counter() - start)
-    return durations, calls
 
 
 def _result(env: str, api: str, device: str, num_envs: int, durations: list[float], calls: int) -> EnvThroughputResult:
@@ -92,7 +69,7 @@ def measure_batched(
     else:
         raise ValueError(f"api must be 'tensor' or 'vecenv', got {api!r}")
     sync = torch.cuda.synchronize if env.device.type == "cuda" else (lambda: None)
-    durations, calls = _time_runs(step, sync, seconds, repeats)
+    durations, calls = time_runs(step, sync, seconds, repeats)
     return _result("batched", api, str(env.device), num_envs, durations, calls)
 
 
@@ -110,7 +87,7 @@ def measure_python_loop(seconds: float, repeats: int, seed: int = 0) -> EnvThrou
         if terminated or truncated:
             env.reset()
 
-    durations, calls = _time_runs(step, lambda: None, seconds, repeats)
+    durations, calls = time_runs(step, lambda: None, seconds, repeats)
     return _result("python_loop", "gymnasium", "cpu", 1, durations, calls)
 
 

@@ -24,7 +24,8 @@ class BenchmarkPlan:
     batch_sizes: tuple[int, ...] = gradient_step.DEFAULT_BATCH_SIZES
     combinations: tuple[str, ...] = tuple(gradient_step.COMBINATIONS)
     device: str = "cpu"
-    gradient_steps: int = 4  #: gradient steps per timed repeat
+    gradient_steps: int = 4  #: gradient steps per call of ``SnakeDQN.train`` in a timed run
+    seconds_per_repeat: float = 0.5  #: length of a timed run of gradient steps (calibrated)
     repeats: int = 3  #: timed repeats per figure (median reported)
     end_to_end_steps: int = 4_000  #: env steps per timed repeat of the training loops
     end_to_end_warmup: int = 4_000  #: env steps learned before timing (compilation included)
@@ -39,6 +40,7 @@ class BenchmarkPlan:
             batch_sizes=(256, 1024),
             combinations=("fp32", "bf16", "flash", "bf16+flash"),
             gradient_steps=2,
+            seconds_per_repeat=0.25,
             end_to_end_steps=1_500,
             end_to_end_warmup=2_000,
         )
@@ -61,6 +63,7 @@ def run_benchmark(
         plan.repeats,
         flops_per_sample=flops,
         peaks=peaks,
+        seconds=plan.seconds_per_repeat,
         progress=lambda r: progress(
             f"  {r.combination} batch {r.batch_size}: {r.samples_per_second:,.0f} samples/s"
             + (f" (out of memory at {', '.join(map(str, r.out_of_memory_at))})" if r.out_of_memory_at else "")
@@ -71,7 +74,9 @@ def run_benchmark(
         "system": system_info(),
         "plan": asdict(plan),
         "settings": {
-            "gradient_step": gradient_step.gradient_settings(plan.device, plan.gradient_steps, plan.repeats),
+            "gradient_step": gradient_step.gradient_settings(
+                plan.device, plan.gradient_steps, plan.repeats, plan.seconds_per_repeat
+            ),
             "end_to_end": settings.as_dict(),
         },
         "matmul_peak_gflops": peaks,

@@ -5,9 +5,10 @@ The policy measured is the one ``sb3-snake train`` builds with its defaults
 
 The replay buffer is filled with real transitions from ``BatchedSnakeVecEnv`` under random
 actions; then, per configuration, a fresh model is built (and compiled, when asked), warmed up
-with a few gradient steps that are not timed, and timed over ``repeats`` runs of
-``gradient_steps`` steps through ``SnakeDQN.train``. The figure is the median run, with the
-slowest and fastest runs beside it, and the peak memory of the configuration
+with a few gradient steps that are not timed, and timed over ``repeats`` runs through
+``SnakeDQN.train``, each of as many calls of ``gradient_steps`` steps as last about
+``seconds`` (calibrated first, :func:`~sb3_snake.benchmark.timing.time_runs`). The figure is
+the median run, with the slowest and fastest runs beside it, and the peak memory of the configuration
 (``torch.cuda.max_memory_allocated`` on GPU, peak RSS on CPU).
 
 A batch size that runs out of memory is halved until it fits; the result records the batch
@@ -37,6 +38,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from sb3_snake.autotune import BATCH_TOLERANCE, filled_model, smallest_fast_enough
 from sb3_snake.benchmark.results import peak_memory_mib, reset_peak_memory
+from sb3_snake.benchmark.timing import time_runs
 from sb3_snake.settings import OptimizationSettings
 from sb3_snake.system import system_info
 from sb3_snake.training import TrainConfig
@@ -84,6 +86,7 @@ class GradientStepResult:
     max_samples_per_second: float
     active: dict[str, bool]  #: which optimizations were really active
     peak_memory_mib: float  #: max_memory_allocated on CUDA, peak RSS on CPU
+    steps_per_repeat: int = 0  #: gradient steps in each timed run
     requested_batch_size: int | None = None  #: the batch size asked for, when out-of-memory halved it
     out_of_memory_at: tuple[int, ...] = ()  #: batch sizes that ran out of memory, in order
 
@@ -154,12 +157,14 @@ def measure_gradient_step(
     batch_size: int,
     device: str = "cpu",
     gradient_steps: int = 4,
-    repeats: int = 3,
+    repeats: int = 5,
     warmup_steps: int = 2,
     board_size: int = 10,
     buffer_size: int = 16384,
+    seconds: float = 0.5,
 ) -> GradientStepResult:
-    """Time ``DQN.train`` for one combination and batch size."""
+    """Time ``DQN.train`` for one combination and batch size: ``repeats`` runs of about
+    ``seconds`` each, made of calls of ``gradient_steps`` steps (``seconds`` of 0: one call a run)."""
     use_bf16, use_flash, use_compile, use_graph = parse_combination(combination)
     settings = OptimizationSettings(
         batch_size=batch_size,
@@ -175,16 +180,12 @@ def measure_gradient_step(
     reset_peak_memory(device)
     model = filled_model(settings, device, board_size, max(buffer_size, batch_size), TrainConfig().policy_kwargs())
     model.train(gradient_steps=warmup_steps, batch_size=batch_size)
-    durations = []
-    for _ in range(repeats):
-        if device == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        model.train(gradient_steps=gradient_steps, batch_size=batch_size)
-        if device == "cuda":
-            torch.cuda.synchronize()
-        durations.append(time.perf_counter() - start)
-    rates = [batch_size * gradient_steps / d for d in durations]
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    sync()
+    durations, calls = time_runs(
+        lambda: model.train(gradient_steps=gradient_steps, batch_size=batch_size), sync, seconds, repeats
+    )
+    rates = [batch_size * gradient_steps * calls / d for d in durations]
     active = model.active_optimizations
     return GradientStepResult(
         combination,
@@ -200,6 +201,7 @@ def measure_gradient_step(
             "cuda_graph": active.cuda_graph.active,
         },
         peak_memory_mib(device),
+        steps_per_repeat=gradient_steps * calls,
     )
 
 
@@ -239,11 +241,12 @@ def sweep(
     combinations: Sequence[str] = tuple(COMBINATIONS),
     device: str = "cpu",
     gradient_steps: int = 4,
-    repeats: int = 3,
+    repeats: int = 5,
     progress: Callable[[GradientStepResult], None] | None = None,
     measure: Callable[..., GradientStepResult] = measure_gradient_step,
     flops_per_sample: float | None = None,
     peaks: dict[str, float] | None = None,
+    seconds: float = 0.5,
 ) -> list[dict[str, Any]]:
     """Every combination at every batch size (halved on out-of-memory), as JSON-ready rows
     with each row's speed relative to fp32 at the same batch size, and, given the counted
@@ -251,9 +254,8 @@ def sweep(
     results = []
     for combination in combinations:
         for batch_size in batch_sizes:
-            result = measure_halving_on_oom(
-                combination, batch_size, device, measure, gradient_steps=gradient_steps, repeats=repeats
-            )
+            timing = {"gradient_steps": gradient_steps, "repeats": repeats, "seconds": seconds}
+            result = measure_halving_on_oom(combination, batch_size, device, measure, **timing)
             results.append(result)
             if progress:
                 progress(result)
@@ -309,19 +311,28 @@ def run_gradient_step_benchmark(
     combinations: Sequence[str] = tuple(COMBINATIONS),
     device: str = "cpu",
     gradient_steps: int = 4,
-    repeats: int = 3,
+    repeats: int = 5,
     progress: Callable[[GradientStepResult], None] | None = None,
+    seconds: float = 0.5,
 ) -> dict[str, Any]:
     """:func:`sweep` with the system it ran on, its matmul peaks, the counted FLOPs per sample
     and the chosen configuration; JSON-ready."""
     peaks, flops = matmul_peaks(device), count_flops_per_sample(device)
     rows = sweep(
-        batch_sizes, combinations, device, gradient_steps, repeats, progress, flops_per_sample=flops, peaks=peaks
+        batch_sizes,
+        combinations,
+        device,
+        gradient_steps,
+        repeats,
+        progress,
+        flops_per_sample=flops,
+        peaks=peaks,
+        seconds=seconds,
     )
     return {
         "benchmark": "gradient_step",
         "system": system_info(),
-        "settings": gradient_settings(device, gradient_steps, repeats),
+        "settings": gradient_settings(device, gradient_steps, repeats, seconds),
         "matmul_peak_gflops": peaks,
         "flops_per_sample": flops,
         "results": rows,
@@ -329,10 +340,11 @@ def run_gradient_step_benchmark(
     }
 
 
-def gradient_settings(device: str, gradient_steps: int, repeats: int) -> dict[str, Any]:
+def gradient_settings(device: str, gradient_steps: int, repeats: int, seconds: float) -> dict[str, Any]:
     return {
         "device": device,
-        "gradient_steps_per_repeat": gradient_steps,
+        "seconds_per_repeat": seconds,
+        "gradient_steps_per_call": gradient_steps,
         "repeats": repeats,
         "matmul_peak_matrix_size": PEAK_MATRIX_SIZE[torch.device(device).type],
         "policy": "AttentionPolicy (default sizes)",

@@ -193,18 +193,27 @@ def search(
         )
         if margin and rate(best) < PLAIN_MARGIN * rate(plain):
             best = plain
+    # Each setting is set against the fastest candidate without its choice (on a tie, the one
+    # that shares the other setting), which may differ in the other setting too: then the rival
+    # is named whole, so one name never carries two rates.
     if "use_bf16" in auto and len(bf16_options) > 1:
         others = [c for c in stage1 if c.use_bf16 != best.use_bf16]
-        evidence["use_bf16"] = (
-            _versus(best.use_bf16, not best.use_bf16, rate(best), max(map(rate, others))) + margin
-            if others
-            else f"chose {str(best.use_bf16).lower()}: the only precision {best.sdpa_backend} runs in here"
-        )
+        if others:
+            other = max(others, key=lambda c: (rate(c), c.sdpa_backend == best.sdpa_backend))
+            kernel = f" with {_kernel_name(other.sdpa_backend)}" if other.sdpa_backend != best.sdpa_backend else ""
+            named = str(other.use_bf16).lower() + kernel
+            evidence["use_bf16"] = _versus(best.use_bf16, named, rate(best), rate(other)) + margin
+        else:
+            evidence["use_bf16"] = (
+                f"chose {str(best.use_bf16).lower()}: the only precision {best.sdpa_backend} runs in here"
+            )
     others = [c for c in stage1 if c.sdpa_backend != best.sdpa_backend]
     if "use_flash_attention" in auto and others:
-        other = max(others, key=rate)
+        other = max(others, key=lambda c: (rate(c), c.use_bf16 == best.use_bf16))
+        precision = f" in {'bf16' if other.use_bf16 else 'fp32'}" if other.use_bf16 != best.use_bf16 else ""
+        named = _kernel_name(other.sdpa_backend) + precision
         evidence["use_flash_attention"] = (
-            _versus(_kernel_name(best.sdpa_backend), _kernel_name(other.sdpa_backend), rate(best), rate(other)) + margin
+            _versus(_kernel_name(best.sdpa_backend), named, rate(best), rate(other)) + margin
         )
     elif "use_flash_attention" in auto:
         evidence["use_flash_attention"] = f"chose {_kernel_name(best.sdpa_backend)}: the only kernel that runs here"

@@ -112,8 +112,28 @@ def test_a_steady_drift_does_not_decide_and_a_close_race_keeps_the_plain_candida
     close = search(asked, CPU_WITH_BF16, Drifting({**level, (True, "flash"): 103.0}))
     assert close["chosen"]["use_bf16"] is False and close["chosen"]["sdpa_backend"] == "auto"
     assert close["evidence"]["use_bf16"] == (
-        "chose false, measured 83 vs 86 samples/s (false vs true)"
+        "chose false, measured 83 vs 86 samples/s (false vs true with flash)"
         "; anything but fp32 with PyTorch's choice without flash (83 samples/s) needs 1.05x it"
+    )
+
+
+def test_a_rival_that_differs_in_the_other_setting_too_is_named_whole():
+    """fp32 on flash wins; the fastest bf16 candidate and the fastest without flash are one and the
+    same (bf16 without flash): each line must say so, or "PyTorch's choice without flash" would
+    stand for 110 samples/s on one line and for the plain candidate's 100 in the margin beside it."""
+    base = {(False, "flash"): 120.0, (False, "auto"): 100.0, (True, "auto"): 110.0, (True, "flash"): 90.0}
+    result = search(
+        settings(use_bf16="auto", use_flash_attention="auto"),
+        CPU_WITH_BF16,
+        lambda candidate: base[(candidate.use_bf16, candidate.sdpa_backend)],
+    )
+    assert result["chosen"]["use_bf16"] is False and result["chosen"]["sdpa_backend"] == "flash"
+    margin = "; anything but fp32 with PyTorch's choice without flash (100 samples/s) needs 1.05x it"
+    assert result["evidence"]["use_bf16"] == (
+        "chose false, measured 120 vs 110 samples/s (false vs true with PyTorch's choice without flash)" + margin
+    )
+    assert result["evidence"]["use_flash_attention"] == (
+        "chose flash, measured 120 vs 110 samples/s (flash vs PyTorch's choice without flash in bf16)" + margin
     )
 
 

@@ -3,10 +3,12 @@ to last about a given number of seconds.
 
 A run of a few milliseconds measures the clock and the scheduler as much as the work: on a
 2-core AMD EPYC, ``benchmark-grad``'s runs of four gradient steps at batch 128 (about 40 ms)
-spread from 11,600 to 14,900 samples/s within one row, and the compiled step read 2.35x the
-eager one in one minute and 0.89x in the next. Calibrating the number of calls to a duration keeps every
-configuration's runs long enough to mean something, whether one call takes a microsecond (an
-env step) or a second (a gradient step at batch 8192).
+spread from 11,600 to 14,900 samples/s within one row. Calibrating the number of calls to a
+duration keeps every configuration's runs equally long, whether one call takes a microsecond (an
+env step) or a second (a gradient step at batch 8192), so one descheduled slice weighs the same
+in each. What longer runs cannot remove is the host's own drift over seconds and minutes (runs
+of half a second on the same machine still spread 13,200-18,300 samples/s in one row): that is
+why each figure is the median of its runs, with the slowest and the fastest printed beside it.
 """
 
 from __future__ import annotations

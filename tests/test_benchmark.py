@@ -1,6 +1,7 @@
 """Benchmarks: real measurements, complete records, JSON on disk, out-of-memory halving,
 the configuration chosen, .env written back, W&B."""
 
+import gc
 import json
 from types import SimpleNamespace
 
@@ -262,6 +263,7 @@ def test_gradient_steps_are_timed_in_runs_of_whole_calls():
 
 
 def test_peak_memory_window_sees_a_large_allocation():
+    gc.collect()  # an earlier test's garbage freed inside the window would lower the RSS it is read against
     reset_peak_memory("cpu")
     before = peak_memory_mib("cpu")
     block = np.ones(40 * 2**20 // 8)  # 40 MiB, touched

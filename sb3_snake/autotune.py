@@ -186,7 +186,7 @@ def search(
         best = max(stage1, key=rate)
         plain = Candidate(min(bf16_options), "auto" if "auto" in kernel_options else kernel_options[0], False, batch)
         margin = (
-            f"; anything but {'bf16' if plain.use_bf16 else 'fp32'} with {_kernel_name(plain.sdpa_backend)} "
+            f"; anything but {_precision_name(plain.use_bf16)} with {_kernel_name(plain.sdpa_backend)} "
             f"({rate(plain):,.0f} samples/s) needs {PLAIN_MARGIN:.2f}x it"
             if plain in stage1
             else ""
@@ -210,7 +210,7 @@ def search(
     others = [c for c in stage1 if c.sdpa_backend != best.sdpa_backend]
     if "use_flash_attention" in auto and others:
         other = max(others, key=lambda c: (rate(c), c.use_bf16 == best.use_bf16))
-        precision = f" in {'bf16' if other.use_bf16 else 'fp32'}" if other.use_bf16 != best.use_bf16 else ""
+        precision = f" in {_precision_name(other.use_bf16)}" if other.use_bf16 != best.use_bf16 else ""
         named = _kernel_name(other.sdpa_backend) + precision
         evidence["use_flash_attention"] = (
             _versus(_kernel_name(best.sdpa_backend), named, rate(best), rate(other)) + margin
@@ -271,6 +271,10 @@ def _kernel_options(settings: OptimizationSettings, machine: Machine) -> list[st
     if settings.use_flash_attention != AUTO:
         return ["flash" if settings.use_flash_attention else "auto"]
     return list(machine.kernels)
+
+
+def _precision_name(use_bf16: bool) -> str:
+    return "bf16" if use_bf16 else "fp32"
 
 
 def _kernel_name(backend: str) -> str:

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from sb3_snake.benchmark.timing import time_runs
+from sb3_snake.benchmark.timing import device_sync, time_runs
 from sb3_snake.envs import BatchedSnakeVecEnv, SnakeEnv
 from sb3_snake.system import system_info
 
@@ -68,8 +68,7 @@ def measure_batched(
             env.step(torch.randint(4, (num_envs,), generator=generator, device=env.device).cpu().numpy())
     else:
         raise ValueError(f"api must be 'tensor' or 'vecenv', got {api!r}")
-    sync = torch.cuda.synchronize if env.device.type == "cuda" else (lambda: None)
-    durations, calls = time_runs(step, sync, seconds, repeats)
+    durations, calls = time_runs(step, device_sync(env.device), seconds, repeats)
     return _result("batched", api, str(env.device), num_envs, durations, calls)
 
 

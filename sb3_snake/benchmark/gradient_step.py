@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import gc
 import statistics
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -38,7 +37,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from sb3_snake.autotune import BATCH_TOLERANCE, filled_model, smallest_fast_enough
 from sb3_snake.benchmark.results import peak_memory_mib, reset_peak_memory
-from sb3_snake.benchmark.timing import time_runs
+from sb3_snake.benchmark.timing import device_sync, time_runs
 from sb3_snake.settings import OptimizationSettings
 from sb3_snake.system import system_info
 from sb3_snake.training import TrainConfig
@@ -108,16 +107,10 @@ def matmul_peak(
     generator = torch.Generator(device=device).manual_seed(0)
     a = torch.randn(size, size, device=device, dtype=dtype, generator=generator)
     b = torch.randn(size, size, device=device, dtype=dtype, generator=generator)
-    durations = []
-    for index in range(repeats + 1):
-        if device == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        torch.mm(a, b)
-        if device == "cuda":
-            torch.cuda.synchronize()
-        if index:  # the first product warms up
-            durations.append(time.perf_counter() - start)
+    sync = device_sync(device)
+    torch.mm(a, b)  # warms up, untimed
+    sync()
+    durations, _ = time_runs(lambda: torch.mm(a, b), sync, seconds=0, repeats=repeats)
     return 2 * size**3 / min(durations) / 1e9
 
 
@@ -180,7 +173,7 @@ def measure_gradient_step(
     reset_peak_memory(device)
     model = filled_model(settings, device, board_size, max(buffer_size, batch_size), TrainConfig().policy_kwargs())
     model.train(gradient_steps=warmup_steps, batch_size=batch_size)
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    sync = device_sync(device)
     sync()
     durations, calls = time_runs(
         lambda: model.train(gradient_steps=gradient_steps, batch_size=batch_size), sync, seconds, repeats
@@ -252,10 +245,10 @@ def sweep(
     with each row's speed relative to fp32 at the same batch size, and, given the counted
     ``flops_per_sample`` and the matmul ``peaks``, its GFLOP/s and fraction of the peak."""
     results = []
+    timed = {"gradient_steps": gradient_steps, "repeats": repeats, "seconds": seconds}
     for combination in combinations:
         for batch_size in batch_sizes:
-            timing = {"gradient_steps": gradient_steps, "repeats": repeats, "seconds": seconds}
-            result = measure_halving_on_oom(combination, batch_size, device, measure, **timing)
+            result = measure_halving_on_oom(combination, batch_size, device, measure, **timed)
             results.append(result)
             if progress:
                 progress(result)

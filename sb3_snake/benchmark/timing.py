@@ -16,6 +16,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import torch
+
+
+def device_sync(device: str | torch.device) -> Callable[[], None]:
+    """What waits for ``device`` before a clock stops: ``torch.cuda.synchronize`` on a GPU, nothing on a CPU."""
+    return torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
+
 
 def time_runs(
     step: Callable[[], None], sync: Callable[[], None], seconds: float, repeats: int

@@ -75,9 +75,22 @@ HYPERPARAMETERS = (
     "early_steps",
     "early_update_fraction",
     "food_shaping",
+    "learning_rate_half_life",
 )
 #: Counters that a resumed run continues from.
 COUNTERS = ("num_timesteps", "_n_updates", "_n_calls", "_episode_num", "exploration_rate")
+#: A halving learning rate changes in this many steps per half-life, not continuously: a
+#: captured CUDA graph bakes the rate in and is captured again whenever it changes.
+HALF_LIFE_STEPS = 8
+
+
+def half_life_factor(env_steps: int, half_life: int) -> float:
+    """The learning rate's multiplier after ``env_steps`` of decay with the given ``half_life``
+    (both in env steps; a half-life of 0 never decays), in :data:`HALF_LIFE_STEPS` steps per
+    half-life: 1 until the first eighth has passed, 0.5 from one half-life on."""
+    if half_life <= 0 or env_steps <= 0:
+        return 1.0
+    return 0.5 ** ((env_steps * HALF_LIFE_STEPS // half_life) / HALF_LIFE_STEPS)
 
 
 def _portable_classes() -> dict[str, type]:
@@ -247,6 +260,11 @@ class SnakeDQN(DQN):
         (:mod:`sb3_snake.shaping`; 0: off): replayed rewards gain ``scale * (gamma * phi(s') -
         phi(s))``, which leaves the optimal policy as it is. The env's own rewards, and so episode
         returns and scores, are unchanged.
+    :param learning_rate_half_life: after ``early_steps``, the learning rate (SB3's, from its
+        schedule) halves every this many env steps (all envs together; 0: it does not), in
+        eighths of a half-life (:func:`half_life_factor`). SB3's own schedules follow the
+        progress towards ``total_timesteps``, which a run that stops by episodes or by the clock
+        does not know; this follows the env steps taken.
     :param kwargs: any other ``DQN`` argument (``n_steps`` gives n-step returns; a dueling
         head is ``policy_kwargs={"dueling": True}``).
 
@@ -278,9 +296,11 @@ class SnakeDQN(DQN):
         early_steps: int = 0,
         early_update_fraction: float = 1.0,
         food_shaping: float = 0.0,
+        learning_rate_half_life: int = 0,
         **kwargs: Any,
     ):
         self.exploration_steps = exploration_steps
+        self.learning_rate_half_life = learning_rate_half_life
         self.early_steps = early_steps
         self.early_update_fraction = early_update_fraction
         self.food_shaping = food_shaping
@@ -326,6 +346,19 @@ class SnakeDQN(DQN):
             start, end = self.exploration_initial_eps, self.exploration_final_eps
             self.exploration_rate = start + progress * (end - start)
             self.logger.record("rollout/exploration_rate", self.exploration_rate)
+
+    def _update_learning_rate(self, optimizers: list[torch.optim.Optimizer] | torch.optim.Optimizer) -> None:
+        """SB3's rate from its schedule, times :func:`half_life_factor` of the env steps since
+        ``early_steps``."""
+        super()._update_learning_rate(optimizers)
+        factor = half_life_factor(self.num_timesteps - self.early_steps, self.learning_rate_half_life)
+        if factor == 1.0:
+            return
+        optimizers = optimizers if isinstance(optimizers, list) else [optimizers]
+        for optimizer in optimizers:
+            for group in optimizer.param_groups:
+                group["lr"] *= factor
+        self.logger.record("train/learning_rate", optimizers[0].param_groups[0]["lr"])
 
     def train(self, gradient_steps: int, batch_size: int = 100) -> None:
         """SB3's DQN update, with optional Double DQN targets and symmetry augmentation, and no

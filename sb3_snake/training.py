@@ -99,6 +99,9 @@ class TrainConfig:
         False, "Observe a countdown channel: on each body cell, the moves until it is free.", ENVIRONMENT
     )
     learning_rate: float = option(5e-4, "Adam step size.", DQN)
+    learning_rate_half_life: int = option(
+        0, "Env steps after --early-steps in which the learning rate halves (0: constant).", DQN
+    )
     buffer_size: int = option(100_000, "Replay capacity (transitions).", DQN)
     learning_starts: int = option(1_000, "Env steps of random play before learning.", DQN)
     replay_ratio: float = option(32.0, "Gradient samples per env step (SB3's DQN default: 8).", DQN)
@@ -159,6 +162,10 @@ class TrainConfig:
             (
                 finite(self.learning_rate) and self.learning_rate > 0,
                 f"learning_rate must be a positive finite number, got {self.learning_rate}",
+            ),
+            (
+                self.learning_rate_half_life >= 0,
+                f"learning_rate_half_life must be at least 0, got {self.learning_rate_half_life}",
             ),
             (self.buffer_size >= 1, f"buffer_size must be at least 1, got {self.buffer_size}"),
             (self.learning_starts >= 0, f"learning_starts must be at least 0, got {self.learning_starts}"),
@@ -314,6 +321,7 @@ _MODEL_FIELDS = (
     "n_steps",
     "symmetry_augmentation",
     "food_shaping",
+    "learning_rate_half_life",
 )
 
 
@@ -431,6 +439,7 @@ def resume_config(path: Path, trusted: bool = False, **changes: Any) -> TrainCon
         early_steps=saved.get("early_steps", 0),
         food_shaping=saved.get("food_shaping", 0.0),  # models saved before shaping trained without it
         early_replay_ratio=saved.get("early_update_fraction", 1.0) * replay_ratio,
+        learning_rate_half_life=saved.get("learning_rate_half_life", 0),  # older models trained at one rate
     )
     schedule = (saved["train_freq"], saved["gradient_steps"])
     if TrainConfig(**values).update_schedule(saved["batch_size"]) != schedule:

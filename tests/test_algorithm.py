@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from stable_baselines3 import DQN
 
 from sb3_snake import SnakeDQN
-from sb3_snake.algorithm import TrainingDiverged
+from sb3_snake.algorithm import TrainingDiverged, half_life_factor
 from sb3_snake.settings import OptimizationSettings
 from tests.conftest import fixed_batch, small_dqn
 
@@ -106,6 +106,35 @@ def test_early_phase_trains_its_fraction_of_the_gradient_steps():
     model.num_timesteps = 1_000
     model.train(gradient_steps=3, batch_size=32)
     assert model._n_updates == 9
+
+
+@pytest.mark.parametrize(
+    ("env_steps", "half_life", "factor"),
+    [
+        (5_000, 0, 1.0),
+        (-10, 800, 1.0),
+        (99, 800, 1.0),
+        (100, 800, 0.5**0.125),
+        (300, 800, 0.5**0.375),
+        (800, 800, 0.5),
+        (2_400, 800, 0.125),
+    ],
+)
+def test_half_life_factor_halves_in_eighths(env_steps, half_life, factor):
+    assert half_life_factor(env_steps, half_life) == pytest.approx(factor)
+
+
+def test_learning_rate_halves_per_half_life_after_the_early_phase():
+    """The optimizer trains at SB3's rate until early_steps, then at half of it one half-life later."""
+    model = filled_model(learning_rate=1e-3, early_steps=1_000, learning_rate_half_life=800)
+    rates = []
+    for env_steps in (999, 1_000, 1_400, 1_800):
+        model.num_timesteps = env_steps
+        model.train(gradient_steps=1, batch_size=32)
+        rates.append(model.policy.optimizer.param_groups[0]["lr"])
+        assert model.logger.name_to_value["train/learning_rate"] == pytest.approx(rates[-1])
+    assert rates == pytest.approx([1e-3, 1e-3, 1e-3 * 0.5**0.5, 5e-4])
+    assert model.hyperparameters()["learning_rate"] == 1e-3  # the rate asked for, not the decayed one
 
 
 def test_set_hyperparameters_rebuilds_what_depends_on_them():

@@ -64,6 +64,7 @@ def tiny_config(**changes):
         ({"compile_after": -1}, "compile_after must be at least 0, got -1"),
         ({"early_replay_ratio": 0}, "early_replay_ratio must be a positive finite number, got 0"),
         ({"early_steps": -1}, "early_steps must be at least 0, got -1"),
+        ({"learning_rate_half_life": -1}, "learning_rate_half_life must be at least 0, got -1"),
         ({"time_limit_minutes": float("nan")}, "time limit must be a positive number of minutes, got nan"),
         ({"learning_rate": float("inf")}, "learning_rate must be a positive finite number, got inf"),
         ({"learning_rate": float("nan")}, "learning_rate must be a positive finite number, got nan"),
@@ -255,6 +256,13 @@ def test_resume_keeps_the_early_replay_ratio(tmp_path):
 def test_resume_keeps_the_food_shaping(tmp_path, shaping):
     train(tiny_config(episodes=2, food_shaping=shaping), FAST, tmp_path / "a")
     assert resume_config(tmp_path / "a" / "model.zip", episodes=2).food_shaping == shaping
+
+
+def test_the_learning_rate_half_life_is_passed_on_and_kept_on_resume(tmp_path):
+    train(tiny_config(episodes=2, learning_rate_half_life=5_000), FAST, tmp_path / "a")
+    config = resume_config(tmp_path / "a" / "model.zip", episodes=2)
+    assert config.learning_rate_half_life == 5_000
+    assert build_model(config, FAST, resume=tmp_path / "a" / "model.zip").learning_rate_half_life == 5_000
 
 
 def test_resume_of_a_model_saved_before_shaping_trains_without_it(tmp_path):

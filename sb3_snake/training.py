@@ -100,7 +100,7 @@ class TrainConfig:
     )
     learning_rate: float = option(5e-4, "Adam step size.", DQN)
     learning_rate_half_life: int = option(
-        0, "Env steps after --early-steps in which the learning rate halves (0: constant).", DQN
+        200_000, "Env steps after --early-steps in which the learning rate halves (0: constant).", DQN
     )
     buffer_size: int = option(100_000, "Replay capacity (transitions).", DQN)
     learning_starts: int = option(1_000, "Env steps of random play before learning.", DQN)

@@ -265,6 +265,18 @@ def test_the_learning_rate_half_life_is_passed_on_and_kept_on_resume(tmp_path):
     assert build_model(config, FAST, resume=tmp_path / "a" / "model.zip").learning_rate_half_life == 5_000
 
 
+def test_resume_of_a_model_saved_before_the_half_life_keeps_a_constant_rate(tmp_path):
+    train(tiny_config(episodes=2), FAST, tmp_path / "a")
+
+    def without_half_life(metadata):
+        del metadata["hyperparameters"]["learning_rate_half_life"]
+        return metadata
+
+    path = rewrite_metadata(tmp_path / "a" / "model.zip", tmp_path / "old.zip", without_half_life)
+    assert TrainConfig().learning_rate_half_life == 200_000
+    assert resume_config(path, episodes=2).learning_rate_half_life == 0
+
+
 def test_resume_of_a_model_saved_before_shaping_trains_without_it(tmp_path):
     """Metadata without ``food_shaping`` (sb3-snake before it) means a model that trained without it."""
     train(tiny_config(episodes=2), FAST, tmp_path / "a")

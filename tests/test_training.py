@@ -265,29 +265,21 @@ def test_the_learning_rate_half_life_is_passed_on_and_kept_on_resume(tmp_path):
     assert build_model(config, FAST, resume=tmp_path / "a" / "model.zip").learning_rate_half_life == 5_000
 
 
-def test_resume_of_a_model_saved_before_the_half_life_keeps_a_constant_rate(tmp_path):
+@pytest.mark.parametrize(
+    ("name", "default", "before"), [("food_shaping", 1.0, 0.0), ("learning_rate_half_life", 200_000, 0)]
+)
+def test_resume_of_a_model_saved_before_an_option_trains_as_it_did(tmp_path, name, default, before):
+    """Metadata without ``name`` (sb3-snake before the option) means a model that trained without
+    it: it resumes that way, not at today's default."""
     train(tiny_config(episodes=2), FAST, tmp_path / "a")
 
-    def without_half_life(metadata):
-        del metadata["hyperparameters"]["learning_rate_half_life"]
+    def without_it(metadata):
+        del metadata["hyperparameters"][name]
         return metadata
 
-    path = rewrite_metadata(tmp_path / "a" / "model.zip", tmp_path / "old.zip", without_half_life)
-    assert TrainConfig().learning_rate_half_life == 200_000
-    assert resume_config(path, episodes=2).learning_rate_half_life == 0
-
-
-def test_resume_of_a_model_saved_before_shaping_trains_without_it(tmp_path):
-    """Metadata without ``food_shaping`` (sb3-snake before it) means a model that trained without it."""
-    train(tiny_config(episodes=2), FAST, tmp_path / "a")
-
-    def without_shaping(metadata):
-        del metadata["hyperparameters"]["food_shaping"]
-        return metadata
-
-    path = rewrite_metadata(tmp_path / "a" / "model.zip", tmp_path / "old.zip", without_shaping)
-    assert TrainConfig().food_shaping == 1.0
-    assert resume_config(path, episodes=2).food_shaping == 0.0
+    path = rewrite_metadata(tmp_path / "a" / "model.zip", tmp_path / "old.zip", without_it)
+    assert getattr(TrainConfig(), name) == default
+    assert getattr(resume_config(path, episodes=2), name) == before
 
 
 def test_the_number_of_transformer_blocks_is_built_and_kept_on_resume(tmp_path):

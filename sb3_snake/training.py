@@ -379,8 +379,32 @@ def split_hyperparameters(values: dict[str, Any], origin: str = "hyperparameters
             nearest = difflib.get_close_matches(str(key), known, n=1, cutoff=0.5)
             hint = f"; did you mean {nearest[0]}?" if nearest else f"; known: {', '.join(known)}"
             raise ValueError(f"{origin}: unknown key {key!r}{hint}")
-    config_values = {key: value for key, value in values.items() if key not in SETTING_KEYS}
+    try:
+        config_values = {key: _field_value(key, value) for key, value in values.items() if key not in SETTING_KEYS}
+    except ValueError as error:
+        raise ValueError(f"{origin}: {error}") from None
     return config_values, {key: value for key, value in values.items() if key in SETTING_KEYS}
+
+
+#: How a hyperparameter's type is named when a value does not have it.
+_KIND_NAMES = {"int": "a whole number", "float": "a number", "bool": "true or false", "str": "a string", "None": "null"}
+
+
+def _field_value(name: str, value: Any) -> Any:
+    """``value`` as TrainConfig field ``name`` declares it (a whole float such as ``1e5`` as an
+    int; a bool is not a number), else one ValueError saying what it must be."""
+    kinds = next(f for f in fields(TrainConfig) if f.name == name).type.split(" | ")
+    if isinstance(value, bool):
+        fits = "bool" in kinds
+    elif isinstance(value, (int, float)):
+        if "int" in kinds and float(value).is_integer():
+            return int(value)
+        fits = "float" in kinds
+    else:
+        fits = (value is None and "None" in kinds) or (isinstance(value, str) and "str" in kinds)
+    if not fits:
+        raise ValueError(f"{name} must be {' or '.join(_KIND_NAMES[kind] for kind in kinds)}, got {value!r}")
+    return value
 
 
 def read_hyperparameters(path: Path) -> dict[str, Any]:

@@ -155,6 +155,10 @@ def test_report_files_and_the_hyperparameter_round_trip(tmp_path):
         ('{"episodes": 5}', "unknown key 'episodes'"),
         ('{"compile_after": 5}', "unknown key 'compile_after'"),
         ("[1, 2]", "must hold one mapping"),
+        ('{"early_steps": "abc"}', "early_steps must be a whole number, got 'abc'"),
+        ('{"learning_rate_half_life": 1.5}', "learning_rate_half_life must be a whole number, got 1.5"),
+        ('{"dueling": 1}', "dueling must be true or false, got 1"),
+        ('{"learning_rate": true}', "learning_rate must be a number, got True"),
         ("{not json", "is not valid json"),
     ],
 )
@@ -171,6 +175,17 @@ def test_yaml_hyperparameters_as_rl_zoo_writes_them(tmp_path):
     from sb3_snake.training import read_hyperparameters
 
     assert read_hyperparameters(path) == {"learning_rate": 0.002, "batch_size": 64}
+
+
+def test_hyperparameter_values_take_their_fields_types():
+    """A whole float is a whole number (1e5 as JSON may write it), an int is a number, null where allowed."""
+    from sb3_snake.training import split_hyperparameters
+
+    config_values, _ = split_hyperparameters(
+        {"buffer_size": 1e5, "learning_rate": 1, "train_freq": None, "double_dqn": True}
+    )
+    assert config_values == {"buffer_size": 100_000, "learning_rate": 1, "train_freq": None, "double_dqn": True}
+    assert type(config_values["buffer_size"]) is int
 
 
 # ---------------------------------------------------------------- several workers, one study

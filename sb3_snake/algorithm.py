@@ -37,10 +37,18 @@ from stable_baselines3.common.utils import LinearSchedule, should_collect_more_s
 from stable_baselines3.dqn.policies import CnnPolicy, DQNPolicy, MlpPolicy, QNetwork
 from torch import nn
 
+from sb3_snake.compiled_update import CompiledUpdate, td_targets, unsupported_reason
 from sb3_snake.cuda_graph import CapturedUpdate
 from sb3_snake.envs import BatchedSnakeVecEnv
 from sb3_snake.extractor import SnakeAttentionExtractor
-from sb3_snake.optimizations import ActiveOptimizations, Decision, apply_optimizations, compile_networks
+from sb3_snake.optimizations import (
+    ActiveOptimizations,
+    Decision,
+    apply_optimizations,
+    compile_failure,
+    compile_networks,
+    decide_compiled_update,
+)
 from sb3_snake.replay import DeviceReplayBuffer, use_device_replay_buffer
 from sb3_snake.settings import OptimizationSettings
 from sb3_snake.shaping import shaping_rewards
@@ -173,11 +181,15 @@ class SnakeQNetwork(QNetwork):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         with self.forward_context():
-            features = self.extract_features(obs, self.features_extractor)
-            q_values = self.q_net(features)
-            if self.dueling:
-                q_values = self.value_net(features) + q_values - q_values.mean(dim=1, keepdim=True)
+            q_values = self.q_values(self.extract_features(obs, self.features_extractor))
         return q_values.float()
+
+    def q_values(self, features: torch.Tensor) -> torch.Tensor:
+        """The head: Q-values from the extracted features (``V + A - mean(A)`` when dueling)."""
+        q_values = self.q_net(features)
+        if self.dueling:
+            q_values = self.value_net(features) + q_values - q_values.mean(dim=1, keepdim=True)
+        return q_values
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
         return {**super()._get_constructor_parameters(), "dueling": self.dueling}
@@ -227,6 +239,18 @@ class SnakeCnnPolicy(_OptimizedQNetworks, CnnPolicy):
     """SB3's ``CnnPolicy`` with the optimization layer's forward context."""
 
 
+def compile_model(model: SnakeDQN, active: ActiveOptimizations) -> ActiveOptimizations:
+    """Compile as :func:`~sb3_snake.optimizations.decide_compiled_update` says: the whole update
+    on the CPU (a :class:`CompiledUpdate`, which compiles at its first call), else the Q-networks."""
+    whole = decide_compiled_update(model.device.type, unsupported_reason(model))
+    if not whole.active:
+        if whole.requested:
+            logger.info("compiling the Q-networks, not the whole update: %s", whole.reason)
+        return compile_networks(model, active)
+    model._compiled = CompiledUpdate(model, active)
+    return replace(active, compile=Decision(True, True, whole.reason))
+
+
 class SnakeDQN(DQN):
     """DQN with the attention policy and the optimizations of :class:`OptimizationSettings`.
 
@@ -245,9 +269,11 @@ class SnakeDQN(DQN):
     :param symmetry_augmentation: show each replayed transition under a random one of the
         board's eight symmetries (:mod:`sb3_snake.symmetry`); needs square observations.
     :param compile_after: with ``torch.compile`` on, train this many gradient steps eagerly and
-        compile then (0: compile when the model is built). A cold compile of this policy stalled
-        a 2-core CPU for 70-90 s, about as long as the eager agent takes to reach a greedy 10; a
-        deferred compile keeps the first minutes learning and still speeds up the rest of a run.
+        compile then (0: compile when the model is built). A cold compile stalls training (the
+        two networks took 70-90 s on a 2-core CPU; the whole update, as a CPU now compiles it,
+        about 26 s), so a deferred compile keeps the first minute learning and still speeds up
+        the rest of a run. On a CPU the whole update is compiled (:mod:`sb3_snake.compiled_update`),
+        on CUDA the two networks (:func:`~sb3_snake.optimizations.decide_compiled_update`).
     :param early_steps: for this many env steps (all envs together), train
         ``early_update_fraction`` of the scheduled gradient steps: a replay ratio for the first
         minutes of a run. Early on the replay buffer is small and the policy changes fast, so
@@ -273,8 +299,8 @@ class SnakeDQN(DQN):
     ``replay_buffer_class`` is given (see :func:`~sb3_snake.replay.use_device_replay_buffer`).
 
     After construction, ``model.active_optimizations`` says what is really active and why
-    anything requested is not. Compilation is not saved; :meth:`load` applies the
-    optimizations it is given again.
+    anything requested is not (the compile decision's reason says what is compiled).
+    Compilation is not saved; :meth:`load` applies the optimizations it is given again.
     """
 
     policy_aliases = {
@@ -311,6 +337,7 @@ class SnakeDQN(DQN):
         self.symmetry_augmentation = symmetry_augmentation
         self._augmentation: SymmetryAugmentation | None = None
         self._captured: CapturedUpdate | None = None
+        self._compiled: CompiledUpdate | None = None
         self.optimizations = optimizations if optimizations is not None else OptimizationSettings.unmeasured()
         kwargs.setdefault("batch_size", self.optimizations.batch_size)
         self.active_optimizations: ActiveOptimizations | None = None
@@ -327,7 +354,7 @@ class SnakeDQN(DQN):
             warnings.filterwarnings("ignore", message=r"`n_steps=\d+` is ignored because a custom")
             super()._setup_model()
         deferred = self.compile_after if self.compile_after > self._n_updates else 0
-        self.active_optimizations = apply_optimizations(self, self.optimizations, compile_after=deferred)
+        self.active_optimizations = apply_optimizations(self, self.optimizations, deferred, compile_model)
         self._compile_pending = bool(deferred) and self.active_optimizations.compile.active
         self._setup_augmentation()
 
@@ -378,7 +405,7 @@ class SnakeDQN(DQN):
                 return
         if self._compile_pending and self._n_updates >= self.compile_after:
             self._compile_pending = False
-            self.active_optimizations = compile_networks(self, self.active_optimizations)
+            self.active_optimizations = compile_model(self, self.active_optimizations)
             self._captured = None  # the graph holds the eager networks' kernels
         self.policy.set_training_mode(True)
         self._update_learning_rate(self.policy.optimizer)
@@ -407,18 +434,14 @@ class SnakeDQN(DQN):
 
     def gradient_step(self, replay_data: ReplayBufferSamples) -> torch.Tensor:
         """One update from one sampled batch: augmentation, TD targets (Double DQN when on), the
-        Huber loss, backward, gradient clipping and the optimizer step; the loss, detached."""
+        Huber loss, backward, gradient clipping and the optimizer step; the loss, detached.
+        With the whole update compiled (:mod:`sb3_snake.compiled_update`) one call does it all."""
         if self._augmentation is not None:
             replay_data = self._augmentation(replay_data)
-        discounts = replay_data.discounts if replay_data.discounts is not None else self.gamma
-        with torch.no_grad():
-            next_q_values = self.q_net_target(replay_data.next_observations)
-            if self.double_dqn:
-                next_actions = self.q_net(replay_data.next_observations).argmax(dim=1, keepdim=True)
-                next_q_values = next_q_values.gather(1, next_actions)
-            else:
-                next_q_values = next_q_values.max(dim=1, keepdim=True).values
-            target_q_values = replay_data.rewards + (1 - replay_data.dones) * discounts * next_q_values
+        if self._compiled is not None and (loss := self._compiled_step(replay_data)) is not None:
+            return loss
+        online = self.q_net if self.double_dqn else None
+        target_q_values = td_targets(replay_data, self.q_net_target, online, self.gamma)
         current_q_values = self.q_net(replay_data.observations).gather(1, replay_data.actions.long())
         loss = F.smooth_l1_loss(current_q_values, target_q_values)
         self.policy.optimizer.zero_grad(set_to_none=True)
@@ -426,6 +449,20 @@ class SnakeDQN(DQN):
         torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
         self.policy.optimizer.step()
         return loss.detach()
+
+    def _compiled_step(self, replay_data: ReplayBufferSamples) -> torch.Tensor | None:
+        """The compiled update's loss; ``None`` when its first call (the compile) failed, which
+        turns it off with the error as the reason."""
+        if self._compiled.calls:
+            return self._compiled(replay_data)
+        try:
+            return self._compiled(replay_data)
+        except Exception as error:  # noqa: BLE001 - reported as the reason compile is off
+            reason = compile_failure(error)
+            logger.warning("torch.compile requested but not active: %s; training eagerly", reason)
+            self.active_optimizations = replace(self.active_optimizations, compile=Decision(True, False, reason))
+            self._compiled = None
+            return None
 
     def _captured_update(self, batch_size: int) -> CapturedUpdate | None:
         """The captured update at ``batch_size`` when the CUDA graph is active (and no VecNormalize
@@ -536,6 +573,7 @@ class SnakeDQN(DQN):
     def _excluded_save_params(self) -> list[str]:
         # _last_obs may be a device tensor (the tensor rollout loop); a loaded model resets its env anyway.
         excluded = ["optimizations", "active_optimizations", "_compile_pending", "_augmentation", "_captured"]
+        excluded += ["_compiled"]
         excluded += ["_last_obs", "_last_original_obs"]
         return [*super()._excluded_save_params(), *excluded]
 
@@ -579,6 +617,8 @@ class SnakeDQN(DQN):
         """SB3's; a captured update is dropped, as loading gives the optimizer new state tensors
         that a graph captured before would not see."""
         self._captured = None
+        if self._compiled is not None:
+            self._compiled.state = ()  # the optimizer's new state tensors are read again
         super().set_parameters(*args, **kwargs)
 
     def hyperparameters(self) -> dict[str, Any]:

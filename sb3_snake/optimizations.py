@@ -15,10 +15,13 @@ the one context that wraps the networks' forward passes:
 - **BF16**: ``torch.autocast(device_type, dtype=torch.bfloat16)`` around the forward passes,
   on CUDA when the GPU supports bf16 and on CPU when the CPU has native bf16 (AVX512-BF16 or
   AMX). The Q-networks return float32, so TD targets and the loss stay in float32.
-- **torch.compile**: ``q_net`` and ``q_net_target`` are compiled in place
-  (``nn.Module.compile``), which keeps their state_dict keys, so models save and load the same
-  with and without it. A compile error found by the warm-up forward pass turns it off, with
-  the error as the reason.
+- **torch.compile**: on a CPU the whole gradient step is compiled as one graph (forward,
+  backward, clipping and Adam on the optimizer's own state; :mod:`sb3_snake.compiled_update`,
+  :func:`decide_compiled_update`). Elsewhere, and for updates it does not cover, ``q_net`` and
+  ``q_net_target`` are compiled in place (``nn.Module.compile``). Either way the networks keep
+  their state_dict keys, so models save and load the same with and without it. A compile error
+  (the networks' warm-up forward pass, the update's first call) turns it off, with the error as
+  the reason.
 - **CUDA graph**: on CUDA the whole gradient step (sampling, both networks, loss, backward,
   clipping, Adam) is captured once and replayed as one graph (:mod:`sb3_snake.cuda_graph`),
   when the replay buffer is on the device and no compile mode captures graphs of its own.
@@ -32,7 +35,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -359,13 +362,19 @@ def torch_threads(count: int) -> Iterator[None]:
         torch.set_num_threads(previous)
 
 
-def apply_optimizations(model: DQN, settings: OptimizationSettings, compile_after: int = 0) -> ActiveOptimizations:
+def apply_optimizations(
+    model: DQN,
+    settings: OptimizationSettings,
+    compile_after: int = 0,
+    compile_model: Callable[[DQN, ActiveOptimizations], ActiveOptimizations] | None = None,
+) -> ActiveOptimizations:
     """Apply ``settings`` to a DQN model in place and return what is really active.
 
-    Gives both Q-networks the forward context, and compiles them when asked; a compile that
-    fails its warm-up forward pass is undone and reported off. With ``compile_after`` > 0 the
-    compilation is left to the caller (:func:`compile_networks` once that many gradient steps
-    ran; :class:`~sb3_snake.SnakeDQN` does it) and the decision says when it starts. The thread
+    Gives both Q-networks the forward context, and compiles when asked: ``compile_model``
+    (default :func:`compile_networks`, whose compile that fails its warm-up forward pass is
+    undone and reported off). With ``compile_after`` > 0 the compilation is left to the caller
+    (once that many gradient steps ran; :class:`~sb3_snake.SnakeDQN` does it) and the decision
+    says when it starts. The thread
     count is decided (``active.num_threads``) but not set: that is :func:`torch_threads`'s, for
     the entry point.
     """
@@ -386,7 +395,7 @@ def apply_optimizations(model: DQN, settings: OptimizationSettings, compile_afte
         if decision.requested and not decision.active and asked:
             logger.warning("optimization requested but not active: %s", decision.reason)
     if active.compile.active and compile_after <= 0:
-        return compile_networks(model, active)
+        return (compile_model or compile_networks)(model, active)
     return deferred_compile(active, compile_after)
 
 
@@ -396,6 +405,23 @@ def deferred_compile(active: ActiveOptimizations, compile_after: int) -> ActiveO
     if not active.compile.active or compile_after <= 0:
         return active
     return replace(active, compile=Decision(True, True, f"after the first {compile_after:,} gradient steps"))
+
+
+#: The compile decision's reason when :class:`~sb3_snake.compiled_update.CompiledUpdate` is what runs.
+WHOLE_UPDATE = "the whole update as one graph: forward, backward, clipping and Adam"
+
+
+def decide_compiled_update(device_type: str, unsupported: str) -> Decision:
+    """Whether an active compile compiles the whole gradient step
+    (:class:`~sb3_snake.compiled_update.CompiledUpdate`) rather than the two Q-networks: on a
+    CPU, where the update is bound by dispatching its ~1,000 small operators, unless the model
+    is one it cannot compile (``unsupported``, its reason). On CUDA the update is captured as a
+    CUDA graph instead, with the networks compiled inside it."""
+    if device_type != "cpu":
+        return Decision(False, False)
+    if unsupported:
+        return Decision(True, False, unsupported)
+    return Decision(True, True, WHOLE_UPDATE)
 
 
 def compile_networks(model: DQN, active: ActiveOptimizations) -> ActiveOptimizations:
@@ -421,5 +447,10 @@ def _compile_networks(model: DQN, mode: str) -> str:
     except Exception as error:  # noqa: BLE001 - reported as the reason compile is off
         for network in networks:
             network._compiled_call_impl = None
-        return f"compile failed: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+        return compile_failure(error)
     return ""
+
+
+def compile_failure(error: BaseException) -> str:
+    """A failed compile in one line, as the compile decision's reason."""
+    return f"compile failed: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"

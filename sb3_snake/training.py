@@ -126,7 +126,7 @@ class TrainConfig:
         1.0, "Potential-based reward shaping towards the food, its scale (0: off; scores are unchanged).", DQN
     )
     compile_after: int = option(
-        50_000, "With torch.compile on: gradient steps trained eagerly before compiling (0: compile at once).", RUN
+        8_000, "With torch.compile on: gradient steps trained eagerly before compiling (0: compile at once).", RUN
     )
     checkpoint_every: int | None = option(None, "Episodes between atomic checkpoints (checkpoint.zip).", RUN)
     select_every: int | None = option(None, "Env steps between greedy evaluations that keep best_model.zip.", RUN)

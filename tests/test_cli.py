@@ -165,7 +165,7 @@ def test_eval_json(trained_run):
 @pytest.mark.parametrize("command", [["eval", "--episodes", "2"], ["play", "--fps", "0"]])
 def test_eval_and_play_never_compile_even_when_the_env_file_says_so(trained_run, tmp_path, monkeypatch, command):
     compiled = []
-    monkeypatch.setattr("sb3_snake.optimizations._compile_networks", lambda model, mode: compiled.append(mode) or "")
+    monkeypatch.setattr("sb3_snake.algorithm.compile_model", lambda model, active: compiled.append(active) or active)
     env_file = tmp_path / "compile.env"
     env_file.write_text("USE_TORCH_COMPILE=true\n")
     model = str(trained_run[0] / "model.zip")

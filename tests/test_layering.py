@@ -10,7 +10,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "sb3_snake"
 #: Layer of each module, lowest first; a module may import from its own layer or below.
 LAYERS = [
     {"envs", "paths", "system", "settings"},
-    {"optimizations", "extractor", "symmetry", "shaping", "replay", "cuda_graph", "threads"},
+    {"optimizations", "extractor", "symmetry", "shaping", "replay", "cuda_graph", "compiled_update", "threads"},
     {"algorithm"},
     {"autotune", "persistence", "evaluation", "tracking", "run_directory", "report", "plotting"},
     {"callbacks"},

@@ -9,13 +9,16 @@ from torch.profiler import profile
 
 from sb3_snake import BatchedSnakeVecEnv
 from sb3_snake.algorithm import SnakeDQN
+from sb3_snake.compiled_update import CompiledUpdate
 from sb3_snake.extractor import AttentionPool, SelfAttention
 from sb3_snake.optimizations import (
+    WHOLE_UPDATE,
     ActiveOptimizations,
     Decision,
     choose_num_threads,
     decide_bf16,
     decide_compile,
+    decide_compiled_update,
     decide_cuda_graph,
     decide_flash,
     decide_sdpa_backend,
@@ -92,9 +95,9 @@ def test_a_deferred_compile_trains_eagerly_first_then_compiles_once(monkeypatch)
         compiled_at.append(model._n_updates)
         return active
 
-    monkeypatch.setattr("sb3_snake.algorithm.compile_networks", fake_compile)
+    monkeypatch.setattr("sb3_snake.algorithm.compile_model", fake_compile)
     model = small_dqn(COMPILED, board_size=6, transitions=64, compile_after=3)
-    assert model.q_net._compiled_call_impl is None and compiled_at == []
+    assert model._compiled is None and model.q_net._compiled_call_impl is None and compiled_at == []
     assert model.active_optimizations.compile == Decision(True, True, "after the first 3 gradient steps")
     summary = summary_lines(model.active_optimizations)
     assert any("enabled (after the first 3 gradient steps)" in line for line in summary)
@@ -103,18 +106,48 @@ def test_a_deferred_compile_trains_eagerly_first_then_compiles_once(monkeypatch)
     assert compiled_at == [3]
 
 
-def test_compile_after_zero_compiles_when_the_model_is_built(monkeypatch):
+def test_on_the_cpu_compile_compiles_the_whole_update_when_the_model_is_built():
+    model = small_dqn(COMPILED, board_size=6, transitions=64)
+    assert model.active_optimizations.compile == Decision(True, True, WHOLE_UPDATE)
+    assert isinstance(model._compiled, CompiledUpdate) and model.q_net._compiled_call_impl is None
+
+
+def test_where_the_update_cannot_be_compiled_whole_the_networks_are(monkeypatch):
     calls = []
     monkeypatch.setattr("sb3_snake.optimizations._compile_networks", lambda model, mode: calls.append(mode) or "")
+    monkeypatch.setattr("sb3_snake.algorithm.unsupported_reason", lambda model: "not Adam")
     model = small_dqn(COMPILED, board_size=6, transitions=64)
     assert calls == ["default"] and model.active_optimizations.compile == Decision(True, True)
+    assert model._compiled is None
     model.train(gradient_steps=2, batch_size=32)
     assert calls == ["default"]
 
 
-def test_a_deferred_compile_that_fails_is_reported_off(monkeypatch):
+def test_the_whole_update_is_compiled_on_the_cpu_only_and_for_what_it_supports():
+    assert decide_compiled_update("cpu", "") == Decision(True, True, WHOLE_UPDATE)
+    assert decide_compiled_update("cpu", "not Adam") == Decision(True, False, "not Adam")
+    assert decide_compiled_update("cuda", "") == Decision(False, False)
+
+
+def test_a_whole_update_whose_compile_fails_is_reported_off_and_training_goes_on(monkeypatch):
+    def fail(self, data):
+        raise RuntimeError("no C++ compiler\nmore detail")
+
+    monkeypatch.setattr(CompiledUpdate, "__call__", fail)
+    model = small_dqn(COMPILED, board_size=6, transitions=64, compile_after=1)
+    model.train(gradient_steps=1, batch_size=32)
+    assert model.active_optimizations.compile.active and model._compiled is None
+    model.train(gradient_steps=1, batch_size=32)  # compiles, fails, trains this step eagerly
+    failure = "compile failed: RuntimeError: no C++ compiler"
+    assert model.active_optimizations.compile == Decision(True, False, failure)
+    assert model._compiled is None and model._n_updates == 2
+    model.train(gradient_steps=1, batch_size=32)  # goes on eagerly
+
+
+def test_a_deferred_network_compile_that_fails_is_reported_off(monkeypatch):
     failure = "compile failed: BackendCompilerFailed: no C++ compiler"
     monkeypatch.setattr("sb3_snake.optimizations._compile_networks", lambda model, mode: failure)
+    monkeypatch.setattr("sb3_snake.algorithm.unsupported_reason", lambda model: "not Adam")
     model = small_dqn(COMPILED, board_size=6, transitions=64, compile_after=1)
     assert model.active_optimizations.compile.active
     model.train(gradient_steps=1, batch_size=32)
@@ -125,7 +158,7 @@ def test_a_deferred_compile_that_fails_is_reported_off(monkeypatch):
 
 
 def test_a_deferred_compile_is_not_saved_and_a_loaded_model_defers_what_is_left(tmp_path, monkeypatch):
-    monkeypatch.setattr("sb3_snake.algorithm.compile_networks", lambda model, active: active)
+    monkeypatch.setattr("sb3_snake.algorithm.compile_model", lambda model, active: active)
     model = small_dqn(COMPILED, board_size=6, transitions=64, compile_after=4)
     model.train(gradient_steps=2, batch_size=32)
     model.save(tmp_path / "m.zip")
@@ -135,8 +168,8 @@ def test_a_deferred_compile_is_not_saved_and_a_loaded_model_defers_what_is_left(
     done.train(gradient_steps=2, batch_size=32)
     done.save(tmp_path / "done.zip")
     calls = []
-    monkeypatch.setattr("sb3_snake.optimizations._compile_networks", lambda model, mode: calls.append(mode) or "")
-    assert not SnakeDQN.load(tmp_path / "done.zip", optimizations=COMPILED)._compile_pending and calls == ["default"]
+    monkeypatch.setattr("sb3_snake.algorithm.compile_model", lambda model, active: calls.append(active) or active)
+    assert not SnakeDQN.load(tmp_path / "done.zip", optimizations=COMPILED)._compile_pending and len(calls) == 1
 
 
 @pytest.mark.slow
@@ -150,10 +183,10 @@ def test_compile_compiles_graphs_only_when_on():
 
     compiled = make_model(use_torch_compile=True)
     assert compiled.active_optimizations.compile.active
-    compiled.train(gradient_steps=1, batch_size=32)
-    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] > before
-    assert compiled.q_net._compiled_call_impl is not None
-    # Compiled in place: the state_dict keys are those of the plain network.
+    compiled.train(gradient_steps=2, batch_size=32)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == before + 1  # one graph: the whole update
+    assert compiled._compiled.calls == 2
+    # The networks are as they were: the state_dict keys are those of the plain network.
     assert compiled.q_net.state_dict().keys() == model.q_net.state_dict().keys()
 
 

@@ -1,0 +1,90 @@
+"""The whole update compiled as one graph (CPU): the same steps as SnakeDQN's eager gradient_step,
+on the optimizer's own state, and refused where it would differ."""
+
+import pytest
+import torch
+
+from sb3_snake.compiled_update import CompiledUpdate, unsupported_reason
+from sb3_snake.settings import OptimizationSettings
+from sb3_snake.system import cpu_has_native_bf16
+from tests.conftest import small_dqn
+
+EAGER = OptimizationSettings(use_bf16=False, use_flash_attention=False, use_torch_compile=False, num_threads=1)
+COMPILED = OptimizationSettings(use_bf16=False, use_flash_attention=False, use_torch_compile=True, num_threads=1)
+
+
+def twins(eager_settings=EAGER, compiled_settings=COMPILED, **options):
+    """An eager model and a compiled one with the same weights and the same replay buffer."""
+    eager = small_dqn(eager_settings, board_size=6, transitions=96, **options)
+    compiled = small_dqn(compiled_settings, board_size=6, transitions=96, **options)
+    compiled.policy.load_state_dict(eager.policy.state_dict())
+    assert isinstance(compiled._compiled, CompiledUpdate)
+    return eager, compiled
+
+
+def assert_same_training_state(eager, compiled):
+    for (name, a), b in zip(eager.q_net.named_parameters(), compiled.q_net.parameters(), strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-6, msg=name)
+        state_a, state_b = eager.policy.optimizer.state[a], compiled.policy.optimizer.state[b]
+        for key in ("exp_avg", "exp_avg_sq", "step"):
+            torch.testing.assert_close(state_b[key], state_a[key], rtol=1e-4, atol=1e-8, msg=f"{name} {key}")
+
+
+def step_both(eager, compiled, steps=3, rtol=1e-4):
+    for _ in range(steps):
+        batch = eager.replay_buffer.sample(32)
+        torch.testing.assert_close(compiled.gradient_step(batch), eager.gradient_step(batch), rtol=rtol, atol=1e-7)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"double_dqn": True, "n_steps": 3, "policy_kwargs": {"dueling": True}}],
+    ids=["dqn", "double-dueling-3step"],
+)
+def test_compiled_updates_train_as_the_eager_ones(options):
+    eager, compiled = twins(**options)
+    step_both(eager, compiled)
+    assert compiled._compiled.calls == 3
+    assert_same_training_state(eager, compiled)
+    assert all(p.grad is None for p in compiled.q_net.parameters())  # gradients stay inside the graph
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not cpu_has_native_bf16(), reason="this CPU has no native bf16")
+def test_in_bf16_with_the_flash_kernel_the_compiled_update_trains_as_the_eager_one():
+    options = {"use_bf16": True, "use_flash_attention": True, "num_threads": 1}
+    eager_settings = OptimizationSettings(**options, use_torch_compile=False)
+    eager, compiled = twins(eager_settings, OptimizationSettings(**options, use_torch_compile=True))
+    assert compiled.active_optimizations.bf16.active and compiled.active_optimizations.flash.active
+    step_both(eager, compiled, rtol=1e-2)  # bf16 products round differently once compiled
+    assert compiled._compiled is not None and compiled._compiled.calls == 3  # no fallback to eager
+    assert compiled.active_optimizations.compile.active
+
+
+@pytest.mark.slow
+def test_a_new_learning_rate_and_loaded_parameters_are_used_without_a_new_compile(tmp_path):
+    eager, compiled = twins()
+    step_both(eager, compiled, steps=1)
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    for model in (eager, compiled):
+        model.policy.optimizer.param_groups[0]["lr"] = 0.01
+    step_both(eager, compiled, steps=1)
+    assert_same_training_state(eager, compiled)
+    eager.save(tmp_path / "eager.zip")
+    step_both(eager, compiled, steps=1)  # both move on; then both go back to the saved state
+    eager.set_parameters(str(tmp_path / "eager.zip"))
+    compiled.set_parameters(str(tmp_path / "eager.zip"))
+    step_both(eager, compiled, steps=1)
+    assert_same_training_state(eager, compiled)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs  # nothing compiled again
+    assert compiled._compiled.calls == 4
+
+
+def test_only_plain_adam_and_float_observations_are_compiled_whole():
+    model = small_dqn(EAGER, board_size=5)
+    assert unsupported_reason(model) == ""
+    model.policy.optimizer.param_groups[0]["amsgrad"] = True
+    assert unsupported_reason(model) == "the whole update is not compiled with Adam's amsgrad"
+    other = small_dqn(EAGER, board_size=5, policy_kwargs={"optimizer_class": torch.optim.AdamW})
+    assert unsupported_reason(other) == "the whole update is compiled for Adam only, not AdamW"

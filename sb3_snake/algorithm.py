@@ -453,11 +453,11 @@ class SnakeDQN(DQN):
     def _compiled_step(self, replay_data: ReplayBufferSamples) -> torch.Tensor | None:
         """The compiled update's loss; ``None`` when its first call (the compile) failed, which
         turns it off with the error as the reason."""
-        if self._compiled.calls:
-            return self._compiled(replay_data)
         try:
             return self._compiled(replay_data)
         except Exception as error:  # noqa: BLE001 - reported as the reason compile is off
+            if self._compiled.calls:  # it compiled and ran before: not a compile failure
+                raise
             reason = compile_failure(error)
             logger.warning("torch.compile requested but not active: %s; training eagerly", reason)
             self.active_optimizations = replace(self.active_optimizations, compile=Decision(True, False, reason))

@@ -84,6 +84,8 @@ def unsupported_reason(model: DQN) -> str:
     if len(optimizer.param_groups) != 1:
         return "the whole update is compiled for one parameter group only"
     group = optimizer.param_groups[0]
+    if {id(p) for p in group["params"]} != {id(p) for p in model.q_net.parameters()}:
+        return "the whole update is compiled for an optimizer of exactly the online network's parameters"
     for option in ("amsgrad", "maximize", "differentiable", "weight_decay"):
         if group.get(option):
             return f"the whole update is not compiled with Adam's {option}"
@@ -124,8 +126,6 @@ class CompiledUpdate:
         self.buffers = dict(self.online.named_buffers())
         self.optimizer = model.policy.optimizer
         self.group = self.optimizer.param_groups[0]
-        if {id(p) for p in self.group["params"]} != {id(p) for p in self.parameters}:
-            raise ValueError("the optimizer must hold exactly the online network's parameters")
         self.learning_rate = torch.zeros((), device=model.device)
         self.state: tuple[list[torch.Tensor], ...] = ()  #: Adam's exp_avg, exp_avg_sq and step, per parameter
         self.calls = 0  #: updates run (the first one compiles)

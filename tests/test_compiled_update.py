@@ -86,5 +86,9 @@ def test_only_plain_adam_and_float_observations_are_compiled_whole():
     assert unsupported_reason(model) == ""
     model.policy.optimizer.param_groups[0]["amsgrad"] = True
     assert unsupported_reason(model) == "the whole update is not compiled with Adam's amsgrad"
+    partial = small_dqn(EAGER, board_size=5)
+    partial.policy.optimizer.param_groups[0]["params"] = list(partial.q_net.parameters())[:-1]
+    expected = "the whole update is compiled for an optimizer of exactly the online network's parameters"
+    assert unsupported_reason(partial) == expected
     other = small_dqn(EAGER, board_size=5, policy_kwargs={"optimizer_class": torch.optim.AdamW})
     assert unsupported_reason(other) == "the whole update is compiled for Adam only, not AdamW"

@@ -102,7 +102,21 @@ class TransformerBlock(nn.Module):
 
 
 class AttentionPool(nn.Module):
-    """One learned query attending over all tokens (through SDPA), per head."""
+    """One learned query per head attending over all tokens (through SDPA).
+
+    Keys and values are one linear map (``kv``) of the normalised tokens ``n_t``, and the query
+    is a parameter, so the pool can be computed with the query moved through the key map and
+    the value map moved past the attention: per head, ``q . (W_k n_t + b_k) = (W_k^T q) . n_t +
+    q . b_k``, whose constant term cancels in the softmax, and ``sum_t p_t (W_v n_t + b_v) =
+    W_v (sum_t p_t n_t) + b_v``, since the weights ``p_t`` sum to one. So the attention runs with
+    the folded queries ``W_k^T q`` (one per head, as the query rows of one SDPA call) over the
+    normalised tokens themselves, and ``W_v`` maps each head's pooled vector once.
+
+    That is the same function of the same parameters (``query``, ``norm``, ``kv``; saved models
+    load unchanged), without the ``(batch, tokens, 2 * embed_dim)`` keys and values: with no
+    transformer block, the key-value projection of every token was about half the extractor's
+    multiply-adds and the largest activation of the gradient step.
+    """
 
     def __init__(self, embed_dim: int, num_heads: int):
         super().__init__()
@@ -113,11 +127,15 @@ class AttentionPool(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, tokens, dim = x.shape
-        k, v = (
-            self.kv(self.norm(x)).view(batch, tokens, 2, self.num_heads, dim // self.num_heads).permute(2, 0, 3, 1, 4)
-        )
-        query = self.query.expand(batch, -1, -1, -1).to(k.dtype)
-        return F.scaled_dot_product_attention(query, k, v).reshape(batch, dim)
+        head_dim = dim // self.num_heads
+        key_weight, value_weight = self.kv.weight.view(2, self.num_heads, head_dim, dim).unbind(0)
+        value_bias = self.kv.bias.view(2, self.num_heads, head_dim)[1]
+        normed = self.norm(x).unsqueeze(1)  # (batch, 1, tokens, dim): one SDPA head, whose query rows are ours
+        queries = (self.query.view(self.num_heads, 1, head_dim) @ key_weight).view(1, 1, self.num_heads, dim)
+        queries = queries.expand(batch, -1, -1, -1).to(normed.dtype)
+        pooled = F.scaled_dot_product_attention(queries, normed, normed, scale=head_dim**-0.5)
+        values = torch.einsum("bhe,hde->bhd", pooled.view(batch, self.num_heads, dim), value_weight)
+        return (values + value_bias.to(values.dtype)).reshape(batch, dim)
 
 
 class HeadView(nn.Module):

@@ -401,10 +401,12 @@ def apply_optimizations(
 
 def deferred_compile(active: ActiveOptimizations, compile_after: int) -> ActiveOptimizations:
     """``active`` with an active compile described as starting after ``compile_after`` gradient
-    steps (``sb3-snake train``'s ``--compile-after``; 0: as it is)."""
+    steps (``sb3-snake train``'s ``--compile-after``; 0: as it is), after what it says it compiles."""
     if not active.compile.active or compile_after <= 0:
         return active
-    return replace(active, compile=Decision(True, True, f"after the first {compile_after:,} gradient steps"))
+    when = f"after the first {compile_after:,} gradient steps"
+    reason = f"{when}: {active.compile.reason}" if active.compile.reason else when
+    return replace(active, compile=Decision(True, True, reason))
 
 
 #: The compile decision's reason when :class:`~sb3_snake.compiled_update.CompiledUpdate` is what runs.

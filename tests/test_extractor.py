@@ -8,7 +8,7 @@ from stable_baselines3 import DQN
 
 from sb3_snake import BatchedSnakeVecEnv
 from sb3_snake.envs.rules import COUNTDOWN, HEAD, board_space
-from sb3_snake.extractor import HeadView, SnakeAttentionExtractor, cut_patches, default_patch_size
+from sb3_snake.extractor import AttentionPool, HeadView, SnakeAttentionExtractor, cut_patches, default_patch_size
 
 
 @pytest.mark.parametrize("board_size", [4, 5, 8, 10, 13, 20])
@@ -42,6 +42,33 @@ def test_uses_sdpa_not_multihead_attention():
     finally:
         torch.nn.functional.scaled_dot_product_attention = original
     assert len(calls) == 2  # one block, one attention pool
+
+
+def attention_pool_by_definition(pool: AttentionPool, x: torch.Tensor) -> torch.Tensor:
+    """The pool as attention is defined: keys and values of every normalised token, one query per head."""
+    batch, tokens, dim = x.shape
+    heads = pool.num_heads
+    k, v = pool.kv(pool.norm(x)).view(batch, tokens, 2, heads, dim // heads).permute(2, 0, 3, 1, 4)
+    return torch.nn.functional.scaled_dot_product_attention(pool.query.expand(batch, -1, -1, -1), k, v).reshape(
+        batch, dim
+    )
+
+
+@pytest.mark.parametrize(("embed_dim", "num_heads"), [(32, 2), (24, 3), (8, 1)])
+def test_attention_pool_is_attention_with_keys_and_values_of_every_token(embed_dim, num_heads):
+    torch.manual_seed(0)
+    pool = AttentionPool(embed_dim, num_heads)
+    with torch.no_grad():  # a query that is not zero, so the attention weights are not uniform
+        pool.query.normal_()
+        pool.kv.bias.normal_()
+    x = torch.randn(5, 17, embed_dim, requires_grad=True)
+    folded, defined = pool(x), attention_pool_by_definition(pool, x)
+    torch.testing.assert_close(folded, defined, atol=1e-5, rtol=1e-5)
+    weights = torch.randn_like(defined)
+    folded_grads = torch.autograd.grad((folded * weights).sum(), [x, *pool.parameters()])
+    defined_grads = torch.autograd.grad((defined * weights).sum(), [x, *pool.parameters()])
+    for a, b in zip(folded_grads, defined_grads, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
 
 
 @pytest.mark.parametrize("patch_size", [1, 2, 3])

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sb3_snake.optimizations import ActiveOptimizations
+from sb3_snake.optimizations import WHOLE_UPDATE, ActiveOptimizations
 from sb3_snake.report import capability_report, format_capability_report, summary_lines
 from sb3_snake.settings import OptimizationSettings
 
@@ -65,8 +65,10 @@ def test_the_report_says_when_a_deferred_compile_starts(monkeypatch):
     monkeypatch.setattr("sb3_snake.system.compile_unavailable_reason", lambda: "")
     settings = OptimizationSettings(use_bf16=False, use_flash_attention=False, use_torch_compile=True, num_threads=1)
     deferred = capability_report(settings, "cpu", compile_after=50_000)
-    assert "torch.compile:    enabled (after the first 50,000 gradient steps) (from" in "\n".join(deferred["summary"])
-    assert capability_report(settings, "cpu")["active"]["torch_compile_reason"] == ""
+    assert f"torch.compile:    enabled (after the first 50,000 gradient steps: {WHOLE_UPDATE}) (from" in "\n".join(
+        deferred["summary"]
+    )
+    assert capability_report(settings, "cpu")["active"]["torch_compile_reason"] == WHOLE_UPDATE
     unavailable = "torch.compile is not supported on this Python or platform"
     monkeypatch.setattr("sb3_snake.system.compile_unavailable_reason", lambda: unavailable)
     off = capability_report(settings, "cpu", compile_after=50_000)["active"]

@@ -130,7 +130,8 @@ def test_flops_are_counted_per_sample_and_cover_both_passes_and_the_backward():
     from torch.utils.flop_counter import FlopCounterMode
 
     per_sample = count_flops_per_sample(batch_size=32, board_size=6)
-    assert per_sample == pytest.approx(count_flops_per_sample(batch_size=64, board_size=6))
+    # Per sample up to the attention pool's folded query, computed once per batch (a few kFLOP a step).
+    assert per_sample == pytest.approx(count_flops_per_sample(batch_size=64, board_size=6), rel=1e-3)
     from sb3_snake.algorithm import SnakeDQN
     from sb3_snake.envs import BatchedSnakeVecEnv
 

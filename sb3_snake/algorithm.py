@@ -48,6 +48,7 @@ from sb3_snake.optimizations import (
     compile_failure,
     compile_networks,
     decide_compiled_update,
+    deferred_compile,
 )
 from sb3_snake.replay import DeviceReplayBuffer, use_device_replay_buffer
 from sb3_snake.settings import OptimizationSettings
@@ -239,10 +240,16 @@ class SnakeCnnPolicy(_OptimizedQNetworks, CnnPolicy):
     """SB3's ``CnnPolicy`` with the optimization layer's forward context."""
 
 
+def compiled_update_decision(model: SnakeDQN) -> Decision:
+    """Whether a compile of ``model`` compiles its whole update
+    (:func:`~sb3_snake.optimizations.decide_compiled_update` for its device and its support)."""
+    return decide_compiled_update(model.device.type, unsupported_reason(model))
+
+
 def compile_model(model: SnakeDQN, active: ActiveOptimizations) -> ActiveOptimizations:
-    """Compile as :func:`~sb3_snake.optimizations.decide_compiled_update` says: the whole update
-    on the CPU (a :class:`CompiledUpdate`, which compiles at its first call), else the Q-networks."""
-    whole = decide_compiled_update(model.device.type, unsupported_reason(model))
+    """Compile as :func:`compiled_update_decision` says: the whole update on the CPU (a
+    :class:`CompiledUpdate`, which compiles at its first call), else the Q-networks."""
+    whole = compiled_update_decision(model)
     if not whole.active:
         if whole.requested:
             logger.info("compiling the Q-networks, not the whole update: %s", whole.reason)
@@ -354,8 +361,11 @@ class SnakeDQN(DQN):
             warnings.filterwarnings("ignore", message=r"`n_steps=\d+` is ignored because a custom")
             super()._setup_model()
         deferred = self.compile_after if self.compile_after > self._n_updates else 0
-        self.active_optimizations = apply_optimizations(self, self.optimizations, deferred, compile_model)
-        self._compile_pending = bool(deferred) and self.active_optimizations.compile.active
+        active = apply_optimizations(self, self.optimizations, deferred, compile_model)
+        self._compile_pending = bool(deferred) and active.compile.active
+        if self._compile_pending and (whole := compiled_update_decision(self)).active:
+            active = deferred_compile(replace(active, compile=whole), deferred)  # says what it will compile
+        self.active_optimizations = active
         self._setup_augmentation()
 
     def _setup_augmentation(self) -> None:

@@ -98,12 +98,19 @@ def test_a_deferred_compile_trains_eagerly_first_then_compiles_once(monkeypatch)
     monkeypatch.setattr("sb3_snake.algorithm.compile_model", fake_compile)
     model = small_dqn(COMPILED, board_size=6, transitions=64, compile_after=3)
     assert model._compiled is None and model.q_net._compiled_call_impl is None and compiled_at == []
-    assert model.active_optimizations.compile == Decision(True, True, "after the first 3 gradient steps")
+    deferred = f"after the first 3 gradient steps: {WHOLE_UPDATE}"  # when, and what it will compile
+    assert model.active_optimizations.compile == Decision(True, True, deferred)
     summary = summary_lines(model.active_optimizations)
-    assert any("enabled (after the first 3 gradient steps)" in line for line in summary)
+    assert any(f"enabled (after the first 3 gradient steps: {WHOLE_UPDATE})" in line for line in summary)
     for _ in range(5):
         model.train(gradient_steps=1, batch_size=32)
     assert compiled_at == [3]
+
+
+def test_a_deferred_compile_of_a_model_whose_update_is_not_compiled_whole_says_only_when():
+    policy_kwargs = {"optimizer_class": torch.optim.SGD, "features_extractor_kwargs": {"embed_dim": 8}}
+    model = small_dqn(COMPILED, board_size=6, transitions=64, compile_after=3, policy_kwargs=policy_kwargs)
+    assert model.active_optimizations.compile == Decision(True, True, "after the first 3 gradient steps")
 
 
 def test_on_the_cpu_compile_compiles_the_whole_update_when_the_model_is_built():

@@ -48,7 +48,7 @@ from sb3_snake.optimizations import (
     compile_failure,
     compile_networks,
     decide_compiled_update,
-    deferred_compile,
+    name_compile,
 )
 from sb3_snake.replay import DeviceReplayBuffer, use_device_replay_buffer
 from sb3_snake.settings import OptimizationSettings
@@ -255,7 +255,7 @@ def compile_model(model: SnakeDQN, active: ActiveOptimizations) -> ActiveOptimiz
             logger.info("compiling the Q-networks, not the whole update: %s", whole.reason)
         return compile_networks(model, active)
     model._compiled = CompiledUpdate(model, active)
-    return replace(active, compile=Decision(True, True, whole.reason))
+    return name_compile(active, whole)
 
 
 class SnakeDQN(DQN):
@@ -361,11 +361,10 @@ class SnakeDQN(DQN):
             warnings.filterwarnings("ignore", message=r"`n_steps=\d+` is ignored because a custom")
             super()._setup_model()
         deferred = self.compile_after if self.compile_after > self._n_updates else 0
-        active = apply_optimizations(self, self.optimizations, deferred, compile_model)
-        self._compile_pending = bool(deferred) and active.compile.active
-        if self._compile_pending and (whole := compiled_update_decision(self)).active:
-            active = deferred_compile(replace(active, compile=whole), deferred)  # says what it will compile
-        self.active_optimizations = active
+        self.active_optimizations = apply_optimizations(
+            self, self.optimizations, deferred, compile_model, compiled_update_decision(self)
+        )
+        self._compile_pending = bool(deferred) and self.active_optimizations.compile.active
         self._setup_augmentation()
 
     def _setup_augmentation(self) -> None:

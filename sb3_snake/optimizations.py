@@ -367,6 +367,7 @@ def apply_optimizations(
     settings: OptimizationSettings,
     compile_after: int = 0,
     compile_model: Callable[[DQN, ActiveOptimizations], ActiveOptimizations] | None = None,
+    compiles: Decision = Decision(False, False),
 ) -> ActiveOptimizations:
     """Apply ``settings`` to a DQN model in place and return what is really active.
 
@@ -374,7 +375,8 @@ def apply_optimizations(
     (default :func:`compile_networks`, whose compile that fails its warm-up forward pass is
     undone and reported off). With ``compile_after`` > 0 the compilation is left to the caller
     (once that many gradient steps ran; :class:`~sb3_snake.SnakeDQN` does it) and the decision
-    says when it starts. The thread
+    says when it starts, and what it will compile when ``compiles`` (:func:`decide_compiled_update`
+    for the model) says the whole update. The thread
     count is decided (``active.num_threads``) but not set: that is :func:`torch_threads`'s, for
     the entry point.
     """
@@ -396,7 +398,7 @@ def apply_optimizations(
             logger.warning("optimization requested but not active: %s", decision.reason)
     if active.compile.active and compile_after <= 0:
         return (compile_model or compile_networks)(model, active)
-    return deferred_compile(active, compile_after)
+    return deferred_compile(name_compile(active, compiles), compile_after)
 
 
 def deferred_compile(active: ActiveOptimizations, compile_after: int) -> ActiveOptimizations:
@@ -407,6 +409,12 @@ def deferred_compile(active: ActiveOptimizations, compile_after: int) -> ActiveO
     when = f"after the first {compile_after:,} gradient steps"
     reason = f"{when}: {active.compile.reason}" if active.compile.reason else when
     return replace(active, compile=Decision(True, True, reason))
+
+
+def name_compile(active: ActiveOptimizations, compiles: Decision) -> ActiveOptimizations:
+    """``active`` with an active compile's decision saying what it compiles, when ``compiles``
+    (:func:`decide_compiled_update`) says the whole update; otherwise as it is."""
+    return replace(active, compile=compiles) if active.compile.active and compiles.active else active
 
 
 #: The compile decision's reason when :class:`~sb3_snake.compiled_update.CompiledUpdate` is what runs.

@@ -8,7 +8,6 @@ requested optimization will not be. The training CLI prints the same summary bef
 from __future__ import annotations
 
 import platform
-from dataclasses import replace
 from typing import Any
 
 import torch
@@ -19,6 +18,7 @@ from sb3_snake.optimizations import (
     ActiveOptimizations,
     decide_compiled_update,
     deferred_compile,
+    name_compile,
     probe_bf16,
     probe_compile,
     probe_flash,
@@ -61,11 +61,8 @@ def capability_report(
         resolved = resolve_auto(
             settings, target, policy_kwargs, board_size, countdown=countdown, allow_measure=measure_auto
         )
-    active = ActiveOptimizations.decide(resolved, target)
     whole = decide_compiled_update(target.type, "")  # sb3-snake train's models (Adam, board observations) are supported
-    if active.compile.active and whole.active:
-        active = replace(active, compile=whole)
-    active = deferred_compile(active, compile_after)
+    active = deferred_compile(name_compile(ActiveOptimizations.decide(resolved, target), whole), compile_after)
     return {
         "torch": torch.__version__,
         "python": platform.python_version(),

@@ -147,11 +147,17 @@ class HeadView(nn.Module):
     The head channel (always just the centre) is replaced by an on-board channel, which is 0
     beyond the walls.
 
-    The view is one ``gather`` from the flat board plus one zero cell, with the on-board channel
-    (ones) in place of the head channel: for every head cell a precomputed row of indices says
-    which board cell, or the zero cell, each view cell shows. This touches the ``C x (HW + 1)``
-    board, not a zero-padded ``C x (3H - 2) x (3W - 2)`` one; on the 2-core CPU it made the
-    view's forward and backward at batch 512 about 2x faster (14 -> 6 ms).
+    The view is written by one ``scatter`` into zeros: with the head on cell ``h``, board cell
+    ``c`` lands on view cell ``c - h`` (plus the centre), a different one for every board cell,
+    so each channel's ``H x W`` values are written and the rest of the ``(2H - 1) x (2W - 1)``
+    view stays zero, which is what lies beyond the walls. Where a cell lands is where it lands
+    with the head on cell 0, less the head's shift: one subtraction, so nothing grows with the
+    board squared (a table of positions per head cell would take gigabytes on a 100x100 board).
+    The on-board channel is a channel of ones scattered the same way. Gathering every view cell
+    instead, from the board plus one zero cell, reads about 3.6x as many indices on 10x10: at
+    batch 128 on a 2-core AMD EPYC (torch 2.13.0+cpu) the scatter made the view 1.3x faster
+    eager and 2.3x compiled, and the whole gradient step 1.12x and 1.14x (the gather had in turn
+    been 2x faster than cutting windows from a zero-padded ``C x (3H - 2) x (3W - 2)`` board).
 
     :param board_shape: ``(C, H, W)`` of the observations; channel :data:`~sb3_snake.envs.rules.HEAD`
         marks the head.
@@ -162,30 +168,29 @@ class HeadView(nn.Module):
         super().__init__()
         channels, height, width = board_shape
         cells = height * width
-        rows, cols = torch.meshgrid(torch.arange(2 * height - 1), torch.arange(2 * width - 1), indexing="ij")
-        head_rows, head_cols = torch.arange(cells) // width, torch.arange(cells) % width
-        board_rows = head_rows[:, None] + rows.flatten() - (height - 1)
-        board_cols = head_cols[:, None] + cols.flatten() - (width - 1)
-        on_board = (board_rows >= 0) & (board_rows < height) & (board_cols >= 0) & (board_cols < width)
-        # Row h: the flat board cell each view cell shows when the head is on cell h (``cells``: off the board).
+        rows, cols = torch.arange(cells) // width, torch.arange(cells) % width
+        view_cells = (2 * height - 1) * (2 * width - 1)
+        # With the head on cell h, board cell c lands on view cell (row_c - row_h + H - 1) * (2W - 1)
+        # + col_c - col_h + W - 1: where it lands with the head on cell 0, less the head's own shift.
+        landing = (rows + height - 1) * (2 * width - 1) + cols + width - 1
         self.register_buffer(
-            "view_index", torch.where(on_board, board_rows * width + board_cols, cells), persistent=False
+            "landing", torch.cat([landing + k * view_cells for k in range(channels)]), persistent=False
         )
-        # The other channels in order, then the head channel's slot, which becomes the on-board channel.
-        order = [c for c in range(channels) if c != HEAD] + [HEAD]
-        self.register_buffer("channel_order", torch.tensor(order), persistent=False)
+        # The other channels in order; the on-board channel (ones) takes the head channel's place, last.
+        others = torch.tensor([c for c in range(channels) if c != HEAD])
+        self.register_buffer("other_channels", others, persistent=False)
         self.board_shape = board_shape
-        self.linear = nn.Linear(channels * self.view_index.shape[1], features_dim)
+        self.linear = nn.Linear(channels * view_cells, features_dim)
 
     def view(self, observations: torch.Tensor) -> torch.Tensor:
         """``(B, C, H, W)`` -> ``(B, C, 2H - 1, 2W - 1)``: the head-centred view (on-board channel last)."""
         channels, height, width = self.board_shape
         flat = observations.flatten(2)
         head = flat[:, HEAD].argmax(dim=1)
-        source = F.pad(flat[:, self.channel_order], (0, 1))  # one zero cell after the board
-        source[:, -1, :-1] = 1  # the on-board channel
-        index = self.view_index[head][:, None, :].expand(-1, channels, -1)
-        return source.gather(2, index).view(-1, channels, 2 * height - 1, 2 * width - 1)
+        shift = (head // width) * (2 * width - 1) + head % width
+        values = torch.cat([flat[:, self.other_channels], torch.ones_like(flat[:, :1])], dim=1).flatten(1)
+        view = flat.new_zeros(flat.shape[0], channels * (2 * height - 1) * (2 * width - 1))
+        return view.scatter_(1, self.landing - shift[:, None], values).view(-1, channels, 2 * height - 1, 2 * width - 1)
 
     def forward(self, observations: torch.Tensor) -> torch.Tensor:
         return F.relu(self.linear(self.view(observations).flatten(1)))

@@ -185,3 +185,18 @@ def test_channels_bounded_above_one_are_scaled_to_one_by_the_space():
     divided[:, COUNTDOWN] /= counted.high[COUNTDOWN, 0, 0]
     torch.testing.assert_close(scaled(obs), unscaled(divided))
     assert not torch.allclose(scaled(obs), unscaled(obs))
+
+
+def test_head_view_keeps_no_table_that_grows_with_the_board_squared():
+    """Where each cell lands is computed from the head, so a large board's view costs no more
+    memory than the board (a table of positions per head cell would need tens of gigabytes here)."""
+    channels, size = 5, 200
+    head_view = HeadView((channels, size, size), features_dim=1)
+    assert sum(buffer.numel() for buffer in head_view.buffers()) <= channels * size * size + channels
+    boards, heads = random_boards(2, channels, size, size, torch.Generator().manual_seed(0))
+    view, others = head_view.view(boards), [c for c in range(channels) if c != HEAD]
+    for b, head in enumerate(heads.tolist()):  # the board's corner cell (0, 0) as the head sees it
+        row, col = divmod(head, size)
+        corner = view[b, :, size - 1 - row, size - 1 - col]
+        torch.testing.assert_close(corner, torch.cat([boards[b, others, 0, 0], torch.ones(1)]), rtol=0, atol=0)
+        assert view[b, -1].sum() == size * size  # every board cell is in view, and nothing else

@@ -23,9 +23,11 @@ from sb3_snake.benchmark.gradient_step import (
     efficiency,
     format_table,
     is_out_of_memory,
+    matmul_ceiling,
     matmul_peak,
     measure_gradient_step,
     parse_combination,
+    step_products,
     sweep,
 )
 from sb3_snake.benchmark.results import save_results
@@ -124,6 +126,41 @@ def test_each_row_carries_its_gflops_and_fraction_of_its_own_precisions_peak():
     table = format_table({"results": rows, "matmul_peak_gflops": peaks, "flops_per_sample": 2e6})
     assert "512% fp32" in table and "2.00 MFLOP per sample" in table and "bf16 400 GFLOP/s" in table
     assert "gflops" not in sweep((256,), ("fp32",), measure=measure)[0]  # nothing made up without a count
+
+
+def test_each_row_carries_the_matmul_ceiling_of_its_batch_and_precision_measured_once():
+    measure, _ = fake_measure(fits_up_to=4096)
+    asked = []
+
+    def ceiling(batch_size, bf16):
+        asked.append((batch_size, bf16))
+        return 60.0 if bf16 else float(batch_size) / 8
+
+    peaks = {"fp32": 100.0, "bf16": 400.0}
+    rows = sweep((256, 512), ("fp32", "flash"), measure=measure, flops_per_sample=2e6, peaks=peaks, ceiling=ceiling)
+    assert asked == [(256, False), (512, False)]  # once per batch size and precision, not per row
+    assert [r["matmul_ceiling_gflops"] for r in rows] == [32.0, 64.0, 32.0, 64.0]
+    assert [r["matmul_ceiling_fraction"] for r in rows] == pytest.approx([0.32, 0.64, 0.32, 0.64])
+    bf16 = efficiency(1000.0, 3e6, active_bf16=True, peaks=peaks, ceiling_gflops=60.0)
+    assert bf16["matmul_ceiling_fraction"] == pytest.approx(0.15)  # of the bf16 peak, as the row's own share
+    table = format_table({"results": rows, "matmul_peak_gflops": peaks, "flops_per_sample": 2e6})
+    assert "ceiling" in table.splitlines()[0] and " 32% " in table and " 64% " in table
+    assert "replayed alone" in table
+    without = sweep((256,), ("fp32",), measure=measure, flops_per_sample=2e6, peaks=peaks)[0]
+    assert "matmul_ceiling_gflops" not in without  # nothing made up without a measurement
+
+
+def test_the_ceiling_replays_exactly_the_products_the_flop_count_counts():
+    """The products recorded from one step, replayed on fresh tensors, make the counted FLOPs of
+    a step (so ceiling and rows share one count), and a real ceiling is a rate."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    products = step_products(32, board_size=6)
+    with FlopCounterMode(display=False) as counter:
+        for product in products:
+            product()
+    assert counter.get_total_flops() == pytest.approx(32 * count_flops_per_sample(batch_size=32, board_size=6))
+    assert matmul_ceiling(16, board_size=6, repeats=2) > 0
 
 
 def test_flops_are_counted_per_sample_and_cover_both_passes_and_the_backward():

@@ -64,6 +64,7 @@ def run_benchmark(
         flops_per_sample=flops,
         peaks=peaks,
         seconds=plan.seconds_per_repeat,
+        ceiling=lambda batch_size, bf16: gradient_step.matmul_ceiling(batch_size, bf16, plan.device),
         progress=lambda r: progress(
             f"  {r.combination} batch {r.batch_size}: {r.samples_per_second:,.0f} samples/s"
             + (f" (out of memory at {', '.join(map(str, r.out_of_memory_at))})" if r.out_of_memory_at else "")

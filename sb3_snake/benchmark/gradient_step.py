@@ -22,6 +22,13 @@ the same run by :func:`matmul_peak`. The fraction is the distance to the physica
 compares across machines where samples/s do not. The count is taken on the eager fp32 model
 with the math SDPA path: FlopCounterMode counts matmuls and attention, not elementwise work,
 and does not see the flash CPU kernel or compiled code, whose FLOPs are the same.
+
+Between the peak and a row lies the shape of the work: the step's matrix products are small and
+thin, and small products run below the peak of a 2048 one even with nothing around them. So each
+row also carries the **matmul ceiling** of its batch size and precision (:func:`matmul_ceiling`):
+the GFLOP/s of the step's own products replayed back to back, alone. Peak to ceiling is what the
+shapes cost; ceiling to row is what everything else in the step costs (dispatch, elementwise work,
+the optimizer).
 """
 
 from __future__ import annotations
@@ -33,7 +40,9 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import torch
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_map_only
+from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
 from sb3_snake.autotune import BATCH_TOLERANCE, filled_model, smallest_fast_enough
 from sb3_snake.benchmark.results import peak_memory_mib, reset_peak_memory
@@ -131,18 +140,103 @@ def count_flops_per_sample(device: str = "cpu", batch_size: int = 256, board_siz
     return counter.get_total_flops() / batch_size
 
 
+@dataclass(frozen=True)
+class TensorLayout:
+    """What a recorded product needs of one of its tensors to be replayed on fresh data."""
+
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+    device: torch.device
+
+    @classmethod
+    def of(cls, tensor: torch.Tensor) -> TensorLayout:
+        return cls(tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype, tensor.device)
+
+    def fresh(self) -> torch.Tensor:
+        return torch.empty_strided(self.shape, self.stride, dtype=self.dtype, device=self.device).uniform_()
+
+
+class _ProductRecorder(TorchDispatchMode):
+    """Records every operator FlopCounterMode counts (matmuls, attention) with its tensors' layouts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.products: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func.overloadpacket in flop_registry:
+            self.products.append((func, *tree_map_only(torch.Tensor, TensorLayout.of, (args, kwargs))))
+        return func(*args, **kwargs)
+
+
+def step_products(
+    batch_size: int, bf16: bool = False, device: str = "cpu", board_size: int = 10
+) -> list[Callable[[], Any]]:
+    """The matrix products of one eager gradient step of the default policy (forward, backward
+    and the target pass, under bf16 autocast when ``bf16``), each as a call on fresh tensors of
+    the recorded shapes, strides and dtypes."""
+    settings = OptimizationSettings(
+        batch_size=batch_size, use_bf16=bf16, use_flash_attention=False, use_torch_compile=False
+    )
+    model = filled_model(settings, device, board_size, max(1024, batch_size), TrainConfig().policy_kwargs())
+    with _ProductRecorder() as recorder:
+        model.train(gradient_steps=1, batch_size=batch_size)
+    calls = []
+    for func, args, kwargs in recorder.products:
+        args, kwargs = tree_map_only(TensorLayout, TensorLayout.fresh, (args, kwargs))
+        calls.append(lambda func=func, args=args, kwargs=kwargs: func(*args, **kwargs))
+    return calls
+
+
+def matmul_ceiling(
+    batch_size: int, bf16: bool = False, device: str = "cpu", board_size: int = 10, repeats: int = 5
+) -> float:
+    """GFLOP/s of one gradient step's own matrix products (:func:`step_products`) replayed back
+    to back with nothing between them: what the step would reach if all else took no time.
+
+    Timed like the peak, the fastest of ``repeats`` runs of about 0.2 s each (after an untimed
+    one), and counted by FlopCounterMode like the rows, so a row's GFLOP/s cannot pass it but by
+    noise. The products are those of the eager step; a compiled step calls the same products,
+    some with their operands transposed."""
+    products = step_products(batch_size, bf16, device, board_size)
+
+    def replay() -> None:
+        for product in products:
+            product()
+
+    with FlopCounterMode(display=False) as counter:
+        replay()
+    sync = device_sync(device)
+    sync()
+    durations, calls = time_runs(replay, sync, seconds=0.2, repeats=repeats)
+    return counter.get_total_flops() * calls / min(durations) / 1e9
+
+
 def efficiency(
-    samples_per_second: float, flops_per_sample: float, active_bf16: bool, peaks: dict[str, float]
+    samples_per_second: float,
+    flops_per_sample: float,
+    active_bf16: bool,
+    peaks: dict[str, float],
+    ceiling_gflops: float | None = None,
 ) -> dict[str, Any]:
-    """GFLOP/s achieved and its fraction of the matmul peak of the precision it ran in."""
+    """GFLOP/s achieved and its fraction of the matmul peak of the precision it ran in; given
+    the :func:`matmul_ceiling` of the row's batch and precision, that too, as GFLOP/s and as a
+    fraction of the same peak."""
     gflops = samples_per_second * flops_per_sample / 1e9
     precision = "bf16" if active_bf16 else "fp32"
-    return {
+    peak = peaks.get(precision)
+    row = {
         "flops_per_sample": flops_per_sample,
         "gflops": gflops,
         "peak_precision": precision,
-        "peak_fraction": gflops / peaks[precision] if peaks.get(precision) else None,
+        "peak_fraction": gflops / peak if peak else None,
     }
+    if ceiling_gflops is not None:
+        row["matmul_ceiling_gflops"] = ceiling_gflops
+        row["matmul_ceiling_fraction"] = ceiling_gflops / peak if peak else None
+    return row
 
 
 def measure_gradient_step(
@@ -240,10 +334,13 @@ def sweep(
     flops_per_sample: float | None = None,
     peaks: dict[str, float] | None = None,
     seconds: float = 0.5,
+    ceiling: Callable[[int, bool], float] | None = None,
 ) -> list[dict[str, Any]]:
     """Every combination at every batch size (halved on out-of-memory), as JSON-ready rows
     with each row's speed relative to fp32 at the same batch size, and, given the counted
-    ``flops_per_sample`` and the matmul ``peaks``, its GFLOP/s and fraction of the peak."""
+    ``flops_per_sample`` and the matmul ``peaks``, its GFLOP/s and fraction of the peak; given
+    ``ceiling`` (GFLOP/s of a batch size's products alone, in bf16 or not: :func:`matmul_ceiling`),
+    each row's ceiling too, measured once per batch size and precision."""
     results = []
     timed = {"gradient_steps": gradient_steps, "repeats": repeats, "seconds": seconds}
     for combination in combinations:
@@ -253,6 +350,7 @@ def sweep(
             if progress:
                 progress(result)
     fp32 = {r.batch_size: r.samples_per_second for r in results if r.combination == "fp32"}
+    ceilings: dict[tuple[int, bool], float] = {}
     rows = []
     for r in results:
         row = {
@@ -260,7 +358,10 @@ def sweep(
             "speedup_vs_fp32": r.samples_per_second / fp32[r.batch_size] if r.batch_size in fp32 else None,
         }
         if flops_per_sample is not None and peaks is not None:
-            row.update(efficiency(r.samples_per_second, flops_per_sample, r.active["bf16"], peaks))
+            key = (r.batch_size, r.active["bf16"])
+            if ceiling is not None and key not in ceilings:
+                ceilings[key] = ceiling(*key)
+            row.update(efficiency(r.samples_per_second, flops_per_sample, r.active["bf16"], peaks, ceilings.get(key)))
         rows.append(row)
     return rows
 
@@ -321,6 +422,7 @@ def run_gradient_step_benchmark(
         flops_per_sample=flops,
         peaks=peaks,
         seconds=seconds,
+        ceiling=lambda batch_size, bf16: matmul_ceiling(batch_size, bf16, device),
     )
     return {
         "benchmark": "gradient_step",
@@ -351,7 +453,7 @@ def gradient_settings(device: str, gradient_steps: int, repeats: int, seconds: f
 
 def format_table(report: dict[str, Any]) -> str:
     header = f"{'combination':<13} {'batch':>6} {'samples/s':>11} {'spread':>15} {'updates/s':>10} {'vs fp32':>8}"
-    lines = [f"{header} {'GFLOP/s':>8} {'of peak':>8} {'peak MiB':>9}  active"]
+    lines = [f"{header} {'GFLOP/s':>8} {'of peak':>8} {'ceiling':>8} {'peak MiB':>9}  active"]
     for r in report["results"]:
         speedup = f"{r['speedup_vs_fp32']:.2f}x" if r["speedup_vs_fp32"] else "-"
         active = ",".join(k for k, v in r["active"].items() if v) or "none"
@@ -359,9 +461,10 @@ def format_table(report: dict[str, Any]) -> str:
         batch = f"{r['batch_size']}" + ("*" if r["out_of_memory_at"] else "")
         gflops = f"{r['gflops']:.1f}" if r.get("gflops") is not None else "-"
         of_peak = f"{r['peak_fraction']:.0%} {r['peak_precision']}" if r.get("peak_fraction") is not None else "-"
+        ceiling = f"{r['matmul_ceiling_fraction']:.0%}" if r.get("matmul_ceiling_fraction") is not None else "-"
         lines.append(
             f"{r['combination']:<13} {batch:>6} {r['samples_per_second']:>11,.0f} {spread:>15} "
-            f"{r['updates_per_second']:>10.2f} {speedup:>8} {gflops:>8} {of_peak:>8} "
+            f"{r['updates_per_second']:>10.2f} {speedup:>8} {gflops:>8} {of_peak:>8} {ceiling:>8} "
             f"{r['peak_memory_mib']:>9,.0f}  {active}"
         )
     if any(r["out_of_memory_at"] for r in report["results"]):
@@ -371,5 +474,10 @@ def format_table(report: dict[str, Any]) -> str:
         lines.append(
             f"{report['flops_per_sample'] / 1e6:.2f} MFLOP per sample (counted); matmul peak of this machine: "
             f"fp32 {peaks['fp32']:.0f} GFLOP/s, bf16 {peaks['bf16']:.0f} GFLOP/s"
+        )
+    if any(r.get("matmul_ceiling_fraction") is not None for r in report["results"]):
+        lines.append(
+            "ceiling: the step's own matrix products replayed alone, as a share of the same peak "
+            "(what the step would reach if all else took no time)"
         )
     return "\n".join(lines)

@@ -167,6 +167,16 @@ def test_summary_per_system_median_and_spread():
     table = format_summary({"summary": summary})
     assert "30s (15s-45s) 3/3" in table and "45s (30s--) 2/3" in table and "never 0/1" in table
     assert "23.00 (16.00-27.00)" in table and "at 60 s" in table
+    assert "*" not in table  # taken 0.1 s late: on time
+
+
+def test_the_summary_marks_a_score_at_a_time_whose_checkpoint_was_taken_late():
+    """A compile of 20 s just before the checkpoint due at 60 s: it is taken at 78 s, and the table says so."""
+    slow = fake_run("sb3_snake", 1, [11, 21, 26, 27])
+    slow["curve"][3]["seconds"] = 78.0
+    table = format_summary({"summary": summarize([fake_run("sb3_snake", 0, [5, 12, 22, 23]), slow])})
+    assert "25.00 (23.00-27.00)*" in table
+    assert "taken later" in table and "sb3_snake at 60 s: the last of them taken at 78 s" in table
 
 
 def test_the_score_at_a_time_no_checkpoint_of_some_seed_was_due_by_is_not_given():

@@ -197,9 +197,10 @@ def matmul_ceiling(
     to back with nothing between them: what the step would reach if all else took no time.
 
     Timed like the peak, the fastest of ``repeats`` runs of about 0.2 s each (after an untimed
-    one), and counted by FlopCounterMode like the rows, so a row's GFLOP/s cannot pass it but by
-    noise. The products are those of the eager step; a compiled step calls the same products,
-    some with their operands transposed."""
+    one), and counted by FlopCounterMode like the rows. The products are those of the eager
+    step; a compiled step calls the same ones, some with their operands laid out otherwise, which
+    can make them a little faster or slower, so a row can come near its ceiling but not
+    meaningfully pass it."""
     products = step_products(batch_size, bf16, device, board_size)
 
     def replay() -> None:

@@ -169,10 +169,11 @@ class HeadView(nn.Module):
         channels, height, width = board_shape
         cells = height * width
         rows, cols = torch.arange(cells) // width, torch.arange(cells) % width
-        view_cells = (2 * height - 1) * (2 * width - 1)
+        self.view_shape = (channels, 2 * height - 1, 2 * width - 1)
+        view_cells = self.view_shape[1] * self.view_shape[2]
         # With the head on cell h, board cell c lands on view cell (row_c - row_h + H - 1) * (2W - 1)
         # + col_c - col_h + W - 1: where it lands with the head on cell 0, less the head's own shift.
-        landing = (rows + height - 1) * (2 * width - 1) + cols + width - 1
+        landing = (rows + height - 1) * self.view_shape[2] + cols + width - 1
         self.register_buffer(
             "landing", torch.cat([landing + k * view_cells for k in range(channels)]), persistent=False
         )
@@ -184,13 +185,13 @@ class HeadView(nn.Module):
 
     def view(self, observations: torch.Tensor) -> torch.Tensor:
         """``(B, C, H, W)`` -> ``(B, C, 2H - 1, 2W - 1)``: the head-centred view (on-board channel last)."""
-        channels, height, width = self.board_shape
+        width, view_width = self.board_shape[2], self.view_shape[2]
         flat = observations.flatten(2)
         head = flat[:, HEAD].argmax(dim=1)
-        shift = (head // width) * (2 * width - 1) + head % width
+        shift = (head // width) * view_width + head % width
         values = torch.cat([flat[:, self.other_channels], torch.ones_like(flat[:, :1])], dim=1).flatten(1)
-        view = flat.new_zeros(flat.shape[0], channels * (2 * height - 1) * (2 * width - 1))
-        return view.scatter_(1, self.landing - shift[:, None], values).view(-1, channels, 2 * height - 1, 2 * width - 1)
+        view = flat.new_zeros(flat.shape[0], math.prod(self.view_shape))
+        return view.scatter_(1, self.landing - shift[:, None], values).view(-1, *self.view_shape)
 
     def forward(self, observations: torch.Tensor) -> torch.Tensor:
         return F.relu(self.linear(self.view(observations).flatten(1)))

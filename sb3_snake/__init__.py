@@ -5,12 +5,12 @@ Importing the package registers the Gymnasium id ``sb3_snake/Snake-v0``.
 
 import gymnasium as gym
 
-from sb3_snake.algorithm import AttentionPolicy, SnakeDQN
+from sb3_snake.acceleration.optimizations import ActiveOptimizations
+from sb3_snake.acceleration.settings import OptimizationSettings, SettingsError
+from sb3_snake.dqn.extractor import SnakeAttentionExtractor
+from sb3_snake.dqn.snake_dqn import AttentionPolicy, SnakeDQN
 from sb3_snake.envs import BatchedSnakeVecEnv, SnakeEnv
-from sb3_snake.extractor import SnakeAttentionExtractor
-from sb3_snake.optimizations import ActiveOptimizations
 from sb3_snake.persistence import load_model
-from sb3_snake.settings import OptimizationSettings, SettingsError
 
 __version__ = "0.2.0"
 __all__ = [

@@ -3,7 +3,7 @@
 **Loading safely.** An SB3 zip holds pickled entries (spaces, schedules, the policy class),
 and SB3's loader unpickles them with cloudpickle: a crafted file runs any code it likes while
 it loads. :func:`load_model` never does that. It reads the ``sb3_snake.json`` entry that
-:meth:`SnakeDQN.save <sb3_snake.algorithm.SnakeDQN.save>` writes (plain JSON: policy name,
+:meth:`SnakeDQN.save <sb3_snake.dqn.snake_dqn.SnakeDQN.save>` writes (plain JSON: policy name,
 spaces, hyperparameters, counters), rebuilds the model from it, and loads the weights with
 ``torch.load(weights_only=True)``. A file without that entry (made by plain SB3, by another
 program, or by sb3-snake before 0.2) is refused with the way out: ``trusted=True`` (the CLI's
@@ -13,7 +13,7 @@ program, or by sb3-snake before 0.2) is refused with the way out: ``trusted=True
 time order, read back with ``numpy.load(allow_pickle=False)``, so a resumed run never
 unpickles either. SB3's ``<stem>.replay.pkl`` is read only when trusted.
 
-**Atomic writes.** Every file goes through :func:`sb3_snake.paths.atomic_write`: a unique
+**Atomic writes.** Every file goes through :func:`sb3_snake.common.paths.atomic_write`: a unique
 temporary name, then a rename, so a crash or a second Ctrl-C leaves the previous file intact
 and no temporary file behind.
 """
@@ -32,10 +32,10 @@ import torch
 from gymnasium import spaces
 from stable_baselines3.common.buffers import ReplayBuffer
 
-from sb3_snake.algorithm import METADATA_ENTRY, METADATA_FORMAT, PORTABLE_CLASSES, SnakeDQN
+from sb3_snake.acceleration.settings import OptimizationSettings
+from sb3_snake.common.paths import atomic_write, write_text_atomically
+from sb3_snake.dqn.snake_dqn import METADATA_ENTRY, METADATA_FORMAT, PORTABLE_CLASSES, SnakeDQN
 from sb3_snake.envs.rules import BASE_CHANNELS, MIN_BOARD_SIZE, NUM_CHANNELS, board_space, has_countdown
-from sb3_snake.paths import atomic_write, write_text_atomically
-from sb3_snake.settings import OptimizationSettings
 
 #: The arrays of an SB3 replay buffer that a saved buffer holds (``next_observations`` too,
 #: unless the buffer was made with ``optimize_memory_usage``).
@@ -86,7 +86,7 @@ def _time_ordered(buffer: ReplayBuffer, array: np.ndarray | torch.Tensor) -> np.
 
 def save_replay_buffer(buffer: ReplayBuffer, path: Path) -> None:
     """The filled rows of ``buffer``'s arrays, oldest first, as an uncompressed ``.npz`` (SB3's
-    NumPy buffers and :class:`~sb3_snake.replay.DeviceReplayBuffer` alike)."""
+    NumPy buffers and :class:`~sb3_snake.dqn.replay.DeviceReplayBuffer` alike)."""
     names = [*REPLAY_ARRAYS, *(() if buffer.optimize_memory_usage else ("next_observations",))]
     arrays = {name: _time_ordered(buffer, getattr(buffer, name)) for name in names}
     with open(path, "wb") as file:
@@ -198,8 +198,8 @@ def _metadata_problem(metadata: Any) -> str:
 
 
 def decode_policy_kwargs(value: Any) -> Any:
-    """The inverse of :func:`~sb3_snake.algorithm.encode_policy_kwargs`: names of
-    :data:`~sb3_snake.algorithm.PORTABLE_CLASSES` back to classes; any other name is refused."""
+    """The inverse of :func:`~sb3_snake.dqn.snake_dqn.encode_policy_kwargs`: names of
+    :data:`~sb3_snake.dqn.snake_dqn.PORTABLE_CLASSES` back to classes; any other name is refused."""
     if isinstance(value, list):
         return [decode_policy_kwargs(element) for element in value]
     if isinstance(value, dict):

@@ -99,7 +99,7 @@ def pytest_collection_modifyitems(config, items):
 def one_torch_thread():
     """The suite is the entry point here and owns the thread count (the library never sets it):
     one thread, so that tests and the programs some of them start do not fight over 2 cores."""
-    from sb3_snake.optimizations import torch_threads
+    from sb3_snake.acceleration.optimizations import torch_threads
 
     with torch_threads(1):
         yield
@@ -123,7 +123,7 @@ def auto_settings_cache(tmp_path_factory):
 def no_other_load():
     """``auto`` measurements of the suite see no other load, so whether they are cached does not
     depend on the host of CI's virtual machine; yields the real meter, for the tests of it."""
-    from sb3_snake import system
+    from sb3_snake.common import system
 
     real = system.other_load_meter
     with pytest.MonkeyPatch.context() as patch:
@@ -149,7 +149,7 @@ def small_dqn(
     from stable_baselines3.common.logger import Logger
 
     from sb3_snake import SnakeDQN
-    from sb3_snake.autotune import fill_replay_buffer
+    from sb3_snake.acceleration.autotune import fill_replay_buffer
 
     env = BatchedSnakeVecEnv(8, board_size=board_size, seed=0, countdown=countdown)
     model = SnakeDQN(
@@ -214,7 +214,7 @@ def rewrite_metadata(path, target, edit):
     import json
     import zipfile
 
-    from sb3_snake.algorithm import METADATA_ENTRY
+    from sb3_snake.dqn.snake_dqn import METADATA_ENTRY
 
     with zipfile.ZipFile(path) as archive:
         entries = {name: archive.read(name) for name in archive.namelist()}

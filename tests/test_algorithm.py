@@ -9,8 +9,8 @@ import torch.nn.functional as F
 from stable_baselines3 import DQN
 
 from sb3_snake import SnakeDQN
-from sb3_snake.algorithm import TrainingDiverged, half_life_factor
-from sb3_snake.settings import OptimizationSettings
+from sb3_snake.acceleration.settings import OptimizationSettings
+from sb3_snake.dqn.snake_dqn import TrainingDiverged, half_life_factor
 from tests.conftest import fixed_batch, small_dqn
 
 PLAIN = OptimizationSettings(use_bf16=False, use_flash_attention=False, use_torch_compile=False, num_threads=1)

@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from sb3_snake.autotune import (
+from sb3_snake.acceleration.autotune import (
     BATCH_CANDIDATES,
     ROUNDS,
     Candidate,
@@ -19,9 +19,9 @@ from sb3_snake.autotune import (
     search,
     smallest_fast_enough,
 )
-from sb3_snake.optimizations import ActiveOptimizations
-from sb3_snake.report import summary_lines
-from sb3_snake.settings import OptimizationSettings
+from sb3_snake.acceleration.optimizations import ActiveOptimizations
+from sb3_snake.acceleration.report import summary_lines
+from sb3_snake.acceleration.settings import OptimizationSettings
 from tests.conftest import SMALL_POLICY
 
 CPU_WITH_BF16 = Machine("cpu", hardware_bf16=True, compile_unavailable="", kernels=("flash", "auto"))

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from sb3_snake.acceleration.settings import WRITTEN_BY, OptimizationSettings, SettingsError, write_env_file
 from sb3_snake.benchmark import results, timing
 from sb3_snake.benchmark.end_to_end import SB3_REPLAY_RATIO, measure_plain_sb3, measure_sb3_snake
 from sb3_snake.benchmark.env_throughput import format_table as format_env_table
@@ -31,10 +32,9 @@ from sb3_snake.benchmark.gradient_step import (
     sweep,
 )
 from sb3_snake.benchmark.results import save_results
-from sb3_snake.settings import WRITTEN_BY, OptimizationSettings, SettingsError, write_env_file
-from sb3_snake.system import system_info
-from sb3_snake.tracking import WandbRun
-from sb3_snake.training import TrainConfig
+from sb3_snake.common.system import system_info
+from sb3_snake.training.run import TrainConfig
+from sb3_snake.training.tracking import WandbRun
 
 
 def test_report_holds_every_configuration_and_the_system(tmp_path):
@@ -169,7 +169,7 @@ def test_flops_are_counted_per_sample_and_cover_both_passes_and_the_backward():
     per_sample = count_flops_per_sample(batch_size=32, board_size=6)
     # Per sample up to the attention pool's folded query, computed once per batch (a few kFLOP a step).
     assert per_sample == pytest.approx(count_flops_per_sample(batch_size=64, board_size=6), rel=1e-3)
-    from sb3_snake.algorithm import SnakeDQN
+    from sb3_snake.dqn.snake_dqn import SnakeDQN
     from sb3_snake.envs import BatchedSnakeVecEnv
 
     # FlopCounterMode sees math SDPA

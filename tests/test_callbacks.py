@@ -5,10 +5,10 @@ import threading
 import numpy as np
 import pytest
 
-from sb3_snake.callbacks import EpisodeBudget, EpisodeCheckpoint, EpisodeRecord, StopRequest
+from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.persistence import load_model
-from sb3_snake.settings import OptimizationSettings
-from sb3_snake.training import TrainConfig, train
+from sb3_snake.training.callbacks import EpisodeBudget, EpisodeCheckpoint, EpisodeRecord, StopRequest
+from sb3_snake.training.run import TrainConfig, train
 from tests.conftest import small_dqn
 
 FAST = OptimizationSettings(batch_size=16, use_torch_compile=False, use_bf16=False, num_threads=1)
@@ -80,8 +80,8 @@ def test_checkpoint_every_n_episodes_is_atomic_and_loadable(tmp_path):
 @pytest.mark.slow
 def test_best_model_selection_keeps_the_best_greedy_evaluation(tmp_path, monkeypatch):
     """Evaluations on their own seeds; best_model.zip is rewritten only when the mean improves."""
-    import sb3_snake.callbacks as callbacks
-    from sb3_snake.evaluation import EVAL_SEED_OFFSET, SELECTION_SEED_OFFSET
+    import sb3_snake.training.callbacks as callbacks
+    from sb3_snake.training.evaluation import EVAL_SEED_OFFSET, SELECTION_SEED_OFFSET
 
     means, calls, saves = iter([1.0, 3.0, 2.0, 0.5]), [], []
 

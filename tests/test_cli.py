@@ -12,13 +12,13 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from sb3_snake import cli
+from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.benchmark import results
-from sb3_snake.cli import app, signal_exit_code, stop_on_signals
-from sb3_snake.paths import atomic_write
+from sb3_snake.cli import app as cli
+from sb3_snake.cli.app import app, signal_exit_code, stop_on_signals
+from sb3_snake.common.paths import atomic_write
 from sb3_snake.persistence import load_model
-from sb3_snake.settings import OptimizationSettings
-from sb3_snake.training import StopRequest
+from sb3_snake.training.run import StopRequest
 
 runner = CliRunner()
 
@@ -165,7 +165,9 @@ def test_eval_json(trained_run):
 @pytest.mark.parametrize("command", [["eval", "--episodes", "2"], ["play", "--fps", "0"]])
 def test_eval_and_play_never_compile_even_when_the_env_file_says_so(trained_run, tmp_path, monkeypatch, command):
     compiled = []
-    monkeypatch.setattr("sb3_snake.algorithm.compile_model", lambda model, active: compiled.append(active) or active)
+    monkeypatch.setattr(
+        "sb3_snake.dqn.snake_dqn.compile_model", lambda model, active: compiled.append(active) or active
+    )
     env_file = tmp_path / "compile.env"
     env_file.write_text("USE_TORCH_COMPILE=true\n")
     model = str(trained_run[0] / "model.zip")
@@ -403,7 +405,7 @@ def test_second_signal_aborts_and_signals_before_training_abort_at_once():
 
 
 def test_an_abort_during_the_final_save_leaves_the_previous_files_and_no_temporary(tmp_path, monkeypatch):
-    import sb3_snake.training as training
+    import sb3_snake.training.run as training
 
     first = runner.invoke(app, ["train", "--episodes", "3", *TINY, "--output", str(tmp_path), "--save-replay-buffer"])
     assert first.exit_code == 0, first.output
@@ -589,7 +591,7 @@ def test_an_unwritable_output_fails_before_training(tmp_path):
     ("gif", "message"), [("nodir/x.gif", "folder nodir does not exist"), ("game.txt", "must end in .gif")]
 )
 def test_play_checks_the_gif_before_the_game(trained_run, monkeypatch, gif, message):
-    import sb3_snake.evaluation as evaluation
+    import sb3_snake.training.evaluation as evaluation
 
     monkeypatch.setattr(evaluation, "play", lambda *a, **k: pytest.fail("the game ran before the check"))
     result = runner.invoke(app, ["play", str(trained_run[0] / "model.zip"), "--gif", gif])

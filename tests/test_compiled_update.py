@@ -4,9 +4,9 @@ on the optimizer's own state, and refused where it would differ."""
 import pytest
 import torch
 
-from sb3_snake.compiled_update import CompiledUpdate, unsupported_reason
-from sb3_snake.settings import OptimizationSettings
-from sb3_snake.system import cpu_has_native_bf16
+from sb3_snake.acceleration.settings import OptimizationSettings
+from sb3_snake.common.system import cpu_has_native_bf16
+from sb3_snake.dqn.update.compiled import CompiledUpdate, unsupported_reason
 from tests.conftest import small_dqn
 
 EAGER = OptimizationSettings(use_bf16=False, use_flash_attention=False, use_torch_compile=False, num_threads=1)

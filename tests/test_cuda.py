@@ -16,13 +16,13 @@ from stable_baselines3 import DQN
 from torch.profiler import ProfilerActivity, profile
 from typer.testing import CliRunner
 
-from sb3_snake.autotune import Machine, resolve_auto
+from sb3_snake.acceleration.autotune import Machine, resolve_auto
+from sb3_snake.acceleration.optimizations import probe_sdpa
+from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.benchmark.gradient_step import measure_halving_on_oom
-from sb3_snake.cli import app
-from sb3_snake.cuda_graph import WARMUP_STEPS, CapturedUpdate
-from sb3_snake.optimizations import probe_sdpa
-from sb3_snake.replay import DeviceReplayBuffer
-from sb3_snake.settings import OptimizationSettings
+from sb3_snake.cli.app import app
+from sb3_snake.dqn.replay import DeviceReplayBuffer
+from sb3_snake.dqn.update.captured import WARMUP_STEPS, CapturedUpdate
 from tests.conftest import SMALL_POLICY, cuda, fixed_batch, small_dqn
 
 pytestmark = cuda

@@ -8,9 +8,9 @@ drawing from a device tensor and ``SnakeDQN.gradient_step``, runs eagerly on the
 import pytest
 import torch
 
-from sb3_snake.cuda_graph import CapturedUpdate
-from sb3_snake.replay import DeviceReplayBuffer
-from sb3_snake.settings import OptimizationSettings
+from sb3_snake.acceleration.settings import OptimizationSettings
+from sb3_snake.dqn.replay import DeviceReplayBuffer
+from sb3_snake.dqn.update.captured import CapturedUpdate
 from tests.conftest import small_dqn
 
 PLAIN = OptimizationSettings(use_bf16=False, use_flash_attention=False, use_torch_compile=False, num_threads=1)

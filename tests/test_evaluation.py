@@ -4,7 +4,7 @@ import numpy as np
 
 from sb3_snake import BatchedSnakeVecEnv, SnakeEnv
 from sb3_snake.envs.rules import HEAD, NECK, UP
-from sb3_snake.evaluation import GAME_ENDS, evaluate, game_end
+from sb3_snake.training.evaluation import GAME_ENDS, evaluate, game_end
 
 
 class Scripted:

@@ -8,10 +8,7 @@ from torch.nn.attention import SDPBackend
 from torch.profiler import profile
 
 from sb3_snake import BatchedSnakeVecEnv
-from sb3_snake.algorithm import SnakeDQN
-from sb3_snake.compiled_update import CompiledUpdate
-from sb3_snake.extractor import AttentionPool, SelfAttention
-from sb3_snake.optimizations import (
+from sb3_snake.acceleration.optimizations import (
     WHOLE_UPDATE,
     ActiveOptimizations,
     Decision,
@@ -27,9 +24,12 @@ from sb3_snake.optimizations import (
     threads_for,
     torch_threads,
 )
-from sb3_snake.report import summary_lines
-from sb3_snake.settings import OptimizationSettings
-from sb3_snake.system import cpu_cores, cpu_has_native_bf16
+from sb3_snake.acceleration.report import summary_lines
+from sb3_snake.acceleration.settings import OptimizationSettings
+from sb3_snake.common.system import cpu_cores, cpu_has_native_bf16
+from sb3_snake.dqn.extractor import AttentionPool, SelfAttention
+from sb3_snake.dqn.snake_dqn import SnakeDQN
+from sb3_snake.dqn.update.compiled import CompiledUpdate
 from tests.conftest import SMALL_POLICY, small_dqn
 
 FLASH_KERNEL = "aten::_scaled_dot_product_flash_attention_for_cpu"
@@ -95,7 +95,7 @@ def test_a_deferred_compile_trains_eagerly_first_then_compiles_once(monkeypatch)
         compiled_at.append(model._n_updates)
         return active
 
-    monkeypatch.setattr("sb3_snake.algorithm.compile_model", fake_compile)
+    monkeypatch.setattr("sb3_snake.dqn.snake_dqn.compile_model", fake_compile)
     model = small_dqn(COMPILED, board_size=6, transitions=64, compile_after=3)
     assert model._compiled is None and model.q_net._compiled_call_impl is None and compiled_at == []
     deferred = f"after the first 3 gradient steps: {WHOLE_UPDATE}"  # when, and what it will compile
@@ -121,8 +121,10 @@ def test_on_the_cpu_compile_compiles_the_whole_update_when_the_model_is_built():
 
 def test_where_the_update_cannot_be_compiled_whole_the_networks_are(monkeypatch):
     calls = []
-    monkeypatch.setattr("sb3_snake.optimizations._compile_networks", lambda model, mode: calls.append(mode) or "")
-    monkeypatch.setattr("sb3_snake.algorithm.unsupported_reason", lambda model: "not Adam")
+    monkeypatch.setattr(
+        "sb3_snake.acceleration.optimizations._compile_networks", lambda model, mode: calls.append(mode) or ""
+    )
+    monkeypatch.setattr("sb3_snake.dqn.snake_dqn.unsupported_reason", lambda model: "not Adam")
     model = small_dqn(COMPILED, board_size=6, transitions=64)
     assert calls == ["default"] and model.active_optimizations.compile == Decision(True, True)
     assert model._compiled is None
@@ -153,8 +155,8 @@ def test_a_whole_update_whose_compile_fails_is_reported_off_and_training_goes_on
 
 def test_a_deferred_network_compile_that_fails_is_reported_off(monkeypatch):
     failure = "compile failed: BackendCompilerFailed: no C++ compiler"
-    monkeypatch.setattr("sb3_snake.optimizations._compile_networks", lambda model, mode: failure)
-    monkeypatch.setattr("sb3_snake.algorithm.unsupported_reason", lambda model: "not Adam")
+    monkeypatch.setattr("sb3_snake.acceleration.optimizations._compile_networks", lambda model, mode: failure)
+    monkeypatch.setattr("sb3_snake.dqn.snake_dqn.unsupported_reason", lambda model: "not Adam")
     model = small_dqn(COMPILED, board_size=6, transitions=64, compile_after=1)
     assert model.active_optimizations.compile.active
     model.train(gradient_steps=1, batch_size=32)
@@ -165,7 +167,7 @@ def test_a_deferred_network_compile_that_fails_is_reported_off(monkeypatch):
 
 
 def test_a_deferred_compile_is_not_saved_and_a_loaded_model_defers_what_is_left(tmp_path, monkeypatch):
-    monkeypatch.setattr("sb3_snake.algorithm.compile_model", lambda model, active: active)
+    monkeypatch.setattr("sb3_snake.dqn.snake_dqn.compile_model", lambda model, active: active)
     model = small_dqn(COMPILED, board_size=6, transitions=64, compile_after=4)
     model.train(gradient_steps=2, batch_size=32)
     model.save(tmp_path / "m.zip")
@@ -175,7 +177,7 @@ def test_a_deferred_compile_is_not_saved_and_a_loaded_model_defers_what_is_left(
     done.train(gradient_steps=2, batch_size=32)
     done.save(tmp_path / "done.zip")
     calls = []
-    monkeypatch.setattr("sb3_snake.algorithm.compile_model", lambda model, active: calls.append(active) or active)
+    monkeypatch.setattr("sb3_snake.dqn.snake_dqn.compile_model", lambda model, active: calls.append(active) or active)
     assert not SnakeDQN.load(tmp_path / "done.zip", optimizations=COMPILED)._compile_pending and len(calls) == 1
 
 
@@ -324,7 +326,7 @@ def test_probes_run_real_ops_on_cpu():
 
 
 def test_requested_but_inactive_is_logged(caplog, monkeypatch):
-    monkeypatch.setattr("sb3_snake.system.cpu_has_native_bf16", lambda: False)
+    monkeypatch.setattr("sb3_snake.common.system.cpu_has_native_bf16", lambda: False)
     with caplog.at_level("WARNING"):
         model = make_model(use_bf16=True)
     assert not model.active_optimizations.bf16.active
@@ -371,7 +373,7 @@ def test_unresolved_auto_takes_the_unmeasured_values_with_a_warning(caplog):
 
 
 def test_an_unmeasured_auto_asks_for_nothing_that_may_not_run(caplog, monkeypatch):
-    monkeypatch.setattr("sb3_snake.system.cpu_has_native_bf16", lambda: False)
+    monkeypatch.setattr("sb3_snake.common.system.cpu_has_native_bf16", lambda: False)
     with caplog.at_level("WARNING"):
         make_model(use_bf16=True)
     assert "requested but not active" in caplog.text  # asked for explicitly: warned

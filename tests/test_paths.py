@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sb3_snake.paths import (
+from sb3_snake.common.paths import (
     TEMPORARY_MARK,
     atomic_write,
     check_writable_dir,

@@ -11,8 +11,8 @@ import torch
 from stable_baselines3 import DQN
 
 from sb3_snake import BatchedSnakeVecEnv, SnakeDQN
-from sb3_snake.algorithm import METADATA_ENTRY
-from sb3_snake.evaluation import evaluate
+from sb3_snake.acceleration.settings import OptimizationSettings
+from sb3_snake.dqn.snake_dqn import METADATA_ENTRY
 from sb3_snake.persistence import (
     load_model,
     load_replay_buffer,
@@ -21,7 +21,7 @@ from sb3_snake.persistence import (
     save_model,
     save_replay_buffer,
 )
-from sb3_snake.settings import OptimizationSettings
+from sb3_snake.training.evaluation import evaluate
 from tests.conftest import rewrite_metadata, small_dqn
 
 FAST = OptimizationSettings(batch_size=16, use_torch_compile=False, use_bf16=False, num_threads=1)

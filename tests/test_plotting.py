@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from sb3_snake.plotting import moving_average, plot_learning_curve
+from sb3_snake.training.plotting import moving_average, plot_learning_curve
 
 
 def test_moving_average():

@@ -7,9 +7,9 @@ from gymnasium import spaces
 from stable_baselines3.common.buffers import NStepReplayBuffer, ReplayBuffer
 
 from sb3_snake import BatchedSnakeVecEnv, SnakeDQN
+from sb3_snake.acceleration.settings import OptimizationSettings
+from sb3_snake.dqn.replay import EXTRA_BYTES_PER_TRANSITION, DeviceReplayBuffer, use_device_replay_buffer
 from sb3_snake.persistence import load_model, load_replay_buffer, save_model, save_replay_buffer
-from sb3_snake.replay import EXTRA_BYTES_PER_TRANSITION, DeviceReplayBuffer, use_device_replay_buffer
-from sb3_snake.settings import OptimizationSettings
 from tests.conftest import SMALL_POLICY, cuda
 
 FAST = OptimizationSettings(batch_size=16, use_torch_compile=False, use_bf16=False, num_threads=1)
@@ -158,7 +158,7 @@ def greedy_model(replay_buffer_class):
 
 
 def test_the_tensor_rollout_loop_stores_what_sb3s_loop_stores():
-    from sb3_snake.callbacks import EpisodeBudget, EpisodeRecord
+    from sb3_snake.training.callbacks import EpisodeBudget, EpisodeRecord
 
     on_tensors, reference = greedy_model(DeviceReplayBuffer), greedy_model(ReplayBuffer)
     reference.q_net.load_state_dict(on_tensors.q_net.state_dict())

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from sb3_snake.optimizations import WHOLE_UPDATE, ActiveOptimizations
-from sb3_snake.report import capability_report, format_capability_report, summary_lines
-from sb3_snake.settings import OptimizationSettings
+from sb3_snake.acceleration.optimizations import WHOLE_UPDATE, ActiveOptimizations
+from sb3_snake.acceleration.report import capability_report, format_capability_report, summary_lines
+from sb3_snake.acceleration.settings import OptimizationSettings
 
 SCRIPT = Path(__file__).resolve().parent.parent / "test_optimizations.py"
 
@@ -55,14 +55,14 @@ def test_malformed_env_exits_2_naming_the_key(tmp_path):
 
 
 def test_requested_but_unavailable_shows_its_reason(monkeypatch):
-    monkeypatch.setattr("sb3_snake.system.cpu_has_native_bf16", lambda: False)
+    monkeypatch.setattr("sb3_snake.common.system.cpu_has_native_bf16", lambda: False)
     report = capability_report(OptimizationSettings(use_bf16=True, num_threads=1), "cpu")
     text = format_capability_report(report)
     assert "BF16 autocast:    disabled (this CPU has neither AVX512-BF16 nor AMX)" in text
 
 
 def test_the_report_says_when_a_deferred_compile_starts(monkeypatch):
-    monkeypatch.setattr("sb3_snake.system.compile_unavailable_reason", lambda: "")
+    monkeypatch.setattr("sb3_snake.common.system.compile_unavailable_reason", lambda: "")
     settings = OptimizationSettings(use_bf16=False, use_flash_attention=False, use_torch_compile=True, num_threads=1)
     deferred = capability_report(settings, "cpu", compile_after=50_000)
     assert f"torch.compile:    enabled (after the first 50,000 gradient steps: {WHOLE_UPDATE}) (from" in "\n".join(
@@ -70,7 +70,7 @@ def test_the_report_says_when_a_deferred_compile_starts(monkeypatch):
     )
     assert capability_report(settings, "cpu")["active"]["torch_compile_reason"] == WHOLE_UPDATE
     unavailable = "torch.compile is not supported on this Python or platform"
-    monkeypatch.setattr("sb3_snake.system.compile_unavailable_reason", lambda: unavailable)
+    monkeypatch.setattr("sb3_snake.common.system.compile_unavailable_reason", lambda: unavailable)
     off = capability_report(settings, "cpu", compile_after=50_000)["active"]
     assert not off["torch_compile_active"] and off["torch_compile_reason"] == unavailable
 
@@ -79,7 +79,7 @@ def test_every_flag_in_the_report_is_an_option_of_train():
     """The report's flags are derived from the settings, and train's options from the same place."""
     from typer.main import get_command
 
-    from sb3_snake.cli import app
+    from sb3_snake.cli.app import app
 
     train = get_command(app).commands["train"]
     options = {opt for param in train.params for opt in (*param.opts, *param.secondary_opts)}
@@ -106,7 +106,7 @@ def test_summary_lines_cover_every_setting():
 
 
 def test_auto_settings_show_the_cached_measurement_or_say_they_were_not_measured(tmp_path, monkeypatch):
-    from sb3_snake.autotune import Machine, resolve_auto
+    from sb3_snake.acceleration.autotune import Machine, resolve_auto
     from tests.conftest import SMALL_POLICY
 
     monkeypatch.setenv("SB3_SNAKE_CACHE_DIR", str(tmp_path))

@@ -6,9 +6,9 @@ from datetime import datetime
 
 import pytest
 
-import sb3_snake.run_directory as run_directory
-from sb3_snake.paths import TEMPORARY_MARK
-from sb3_snake.run_directory import LOCK_NAME, RunDirectoryError, claim_run_directory
+import sb3_snake.training.run_directory as run_directory
+from sb3_snake.common.paths import TEMPORARY_MARK
+from sb3_snake.training.run_directory import LOCK_NAME, RunDirectoryError, claim_run_directory
 
 FROZEN = datetime(2026, 11, 22, 11, 0, 0)
 

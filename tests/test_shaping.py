@@ -7,11 +7,11 @@ import torch
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
 from sb3_snake import BatchedSnakeVecEnv, SnakeDQN, SnakeEnv
+from sb3_snake.acceleration.settings import OptimizationSettings
+from sb3_snake.dqn.replay import DeviceReplayBuffer
+from sb3_snake.dqn.shaping import food_potential, shaping_rewards
 from sb3_snake.envs.rules import BASE_CHANNELS, FOOD, HEAD
-from sb3_snake.replay import DeviceReplayBuffer
-from sb3_snake.settings import OptimizationSettings
-from sb3_snake.shaping import food_potential, shaping_rewards
-from sb3_snake.training import TrainConfig
+from sb3_snake.training.run import TrainConfig
 from tests.conftest import SMALL_POLICY
 
 PLAIN = OptimizationSettings(use_bf16=False, use_flash_attention=False, use_torch_compile=False, num_threads=1)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from sb3_snake.system import (
+from sb3_snake.common.system import (
     available_memory_bytes,
     capabilities,
     check_device,

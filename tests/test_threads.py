@@ -8,10 +8,15 @@ import pytest
 import torch
 from rich.console import Console
 
-from sb3_snake.optimizations import ActiveOptimizations, Decision, adaptive_thread_counts, choose_num_threads
-from sb3_snake.settings import OptimizationSettings
-from sb3_snake.threads import AdaptiveThreads, ThreadTuner
-from sb3_snake.training import TrainConfig, train
+from sb3_snake.acceleration.optimizations import (
+    ActiveOptimizations,
+    Decision,
+    adaptive_thread_counts,
+    choose_num_threads,
+)
+from sb3_snake.acceleration.settings import OptimizationSettings
+from sb3_snake.acceleration.threads import AdaptiveThreads, ThreadTuner
+from sb3_snake.training.run import TrainConfig, train
 from tests.conftest import small_dqn
 
 
@@ -115,7 +120,7 @@ def test_only_auto_on_a_cpu_of_several_cores_adapts():
 
 
 def test_the_active_set_says_which_counts_a_run_chooses_between(monkeypatch):
-    monkeypatch.setattr("sb3_snake.system.cpu_cores", lambda: 2)
+    monkeypatch.setattr("sb3_snake.common.system.cpu_cores", lambda: 2)
     adaptive = ActiveOptimizations.decide(OptimizationSettings(use_bf16=False, use_flash_attention=False), "cpu")
     fixed = ActiveOptimizations.decide(
         OptimizationSettings(use_bf16=False, use_flash_attention=False, num_threads=2), "cpu"
@@ -177,7 +182,7 @@ def test_the_callback_keeps_the_count_once_the_networks_are_compiled(monkeypatch
 
 
 def test_a_run_with_auto_threads_records_what_it_measured(tmp_path, monkeypatch):
-    monkeypatch.setattr("sb3_snake.system.cpu_cores", lambda: 2)
+    monkeypatch.setattr("sb3_snake.common.system.cpu_cores", lambda: 2)
     before = torch.get_num_threads()
     config = TrainConfig(
         episodes=30, n_envs=4, board_size=5, seed=1, learning_starts=16, buffer_size=2_000, device="cpu"

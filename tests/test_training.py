@@ -11,13 +11,12 @@ import pytest
 import torch
 from rich.console import Console
 
+from sb3_snake.acceleration.settings import OptimizationSettings
+from sb3_snake.dqn.extractor import HeadView
 from sb3_snake.envs import BatchedSnakeVecEnv
-from sb3_snake.evaluation import evaluate
-from sb3_snake.extractor import HeadView
 from sb3_snake.persistence import load_model, read_metadata
-from sb3_snake.settings import OptimizationSettings
-from sb3_snake.tracking import WandbRun
-from sb3_snake.training import (
+from sb3_snake.training.evaluation import evaluate
+from sb3_snake.training.run import (
     DEFAULT_EPISODES,
     Outcome,
     RunCallbacks,
@@ -31,6 +30,7 @@ from sb3_snake.training import (
     resume_config,
     train,
 )
+from sb3_snake.training.tracking import WandbRun
 from tests.conftest import rewrite_metadata
 
 FAST = OptimizationSettings(batch_size=16, use_torch_compile=False, use_bf16=False, num_threads=1)
@@ -137,7 +137,7 @@ def test_resume_continues_with_the_replay_buffer(tmp_path):
 
 @pytest.mark.slow
 def test_symmetry_augmentation_is_used_in_training_and_kept_on_save(tmp_path, monkeypatch):
-    import sb3_snake.symmetry as symmetry
+    import sb3_snake.dqn.symmetry as symmetry
 
     augmented = []
     original_call = symmetry.SymmetryAugmentation.__call__
@@ -328,7 +328,7 @@ def test_resume_refuses_what_cannot_change(tmp_path, change, flag):
 
 @pytest.mark.slow
 def test_a_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
-    from sb3_snake.algorithm import SnakeDQN
+    from sb3_snake.dqn.snake_dqn import SnakeDQN
 
     real_train, calls = SnakeDQN.train, []
 

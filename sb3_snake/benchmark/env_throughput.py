@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from sb3_snake.benchmark.timing import device_sync, time_runs
+from sb3_snake.common.system import system_info
+from sb3_snake.common.timing import device_sync, time_runs
 from sb3_snake.envs import BatchedSnakeVecEnv, SnakeEnv
-from sb3_snake.system import system_info
 
 DEFAULT_NUM_ENVS = (1, 64, 1024, 4096, 16384)
 

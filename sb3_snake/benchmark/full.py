@@ -12,9 +12,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.benchmark import end_to_end, gradient_step
-from sb3_snake.settings import OptimizationSettings
-from sb3_snake.system import system_info
+from sb3_snake.common.system import system_info
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,7 @@ def format_report(report: dict[str, Any]) -> str:
 
 
 def log_to_wandb(report: dict[str, Any], run: Any) -> None:
-    """Log a report to a :class:`~sb3_snake.tracking.WandbRun`: one step per gradient
+    """Log a report to a :class:`~sb3_snake.training.tracking.WandbRun`: one step per gradient
     measurement, the chosen configuration and the end-to-end figures in the summary."""
     for row in report["gradient_step"]:
         run.log(

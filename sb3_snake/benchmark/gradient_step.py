@@ -7,7 +7,7 @@ The replay buffer is filled with real transitions from ``BatchedSnakeVecEnv`` un
 actions; then, per configuration, a fresh model is built (and compiled, when asked), warmed up
 with a few gradient steps that are not timed, and timed over ``repeats`` runs through
 ``SnakeDQN.train``, each of as many calls of ``gradient_steps`` steps as last about
-``seconds`` (calibrated first, :func:`~sb3_snake.benchmark.timing.time_runs`). The figure is
+``seconds`` (calibrated first, :func:`~sb3_snake.common.timing.time_runs`). The figure is
 the median run, with the slowest and fastest runs beside it, and the peak memory of the configuration
 (``torch.cuda.max_memory_allocated`` on GPU, peak RSS on CPU).
 
@@ -44,12 +44,12 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map_only
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
-from sb3_snake.autotune import BATCH_TOLERANCE, filled_model, smallest_fast_enough
+from sb3_snake.acceleration.autotune import BATCH_TOLERANCE, filled_model, smallest_fast_enough
+from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.benchmark.results import peak_memory_mib, reset_peak_memory
-from sb3_snake.benchmark.timing import device_sync, time_runs
-from sb3_snake.settings import OptimizationSettings
-from sb3_snake.system import system_info
-from sb3_snake.training import TrainConfig
+from sb3_snake.common.system import system_info
+from sb3_snake.common.timing import device_sync, time_runs
+from sb3_snake.training.run import TrainConfig
 
 DEFAULT_BATCH_SIZES = (256, 512, 1024, 2048, 4096, 8192)
 

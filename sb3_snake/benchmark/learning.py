@@ -17,7 +17,7 @@ wall-clock budget and judges the models saved along the way:
    (the same games for each), and the run's curve is greedy mean score against minutes.
 
 Two systems run the same way: ``sb3_snake`` is ``sb3-snake train`` with the ``.env`` settings
-and the default config (or a hyperparameter file), through :func:`sb3_snake.training.train`;
+and the default config (or a hyperparameter file), through :func:`sb3_snake.training.run.train`;
 ``plain_sb3`` is what a user would otherwise write, ``DQN("MlpPolicy", SnakeEnv())`` with SB3's
 defaults. SB3's exploration schedule is a fraction of ``total_timesteps``, so plain SB3 is given
 the env steps it reaches in the budget, at the rate measured by a short calibration run before
@@ -50,7 +50,7 @@ from typing import Any
 
 from stable_baselines3.common.callbacks import BaseCallback
 
-from sb3_snake.system import system_info
+from sb3_snake.common.system import system_info
 
 SYSTEMS = ("sb3_snake", "plain_sb3")
 #: Greedy mean scores whose time to reach the report gives.
@@ -323,10 +323,10 @@ def _train_sb3_snake(spec: RunSpec, stopwatch: Stopwatch, checkpoints_dir: Path,
     import torch
     from rich.console import Console
 
-    from sb3_snake.optimizations import threads_for, torch_threads
+    from sb3_snake.acceleration.optimizations import threads_for, torch_threads
+    from sb3_snake.acceleration.settings import OptimizationSettings
     from sb3_snake.persistence import save_model
-    from sb3_snake.settings import OptimizationSettings
-    from sb3_snake.training import TrainConfig, split_hyperparameters, train
+    from sb3_snake.training.run import TrainConfig, split_hyperparameters, train
 
     config_values, setting_values = split_hyperparameters(spec.hyperparameters)
     settings = OptimizationSettings.load(spec.env_file, **setting_values)
@@ -400,8 +400,8 @@ def evaluate_checkpoints(run: dict[str, Any], episodes: int, settings: Any = Non
     """Every checkpoint of ``run`` played greedily on the evaluation seeds: the run's curve."""
     from stable_baselines3 import DQN
 
-    from sb3_snake.evaluation import evaluate
     from sb3_snake.persistence import load_model
+    from sb3_snake.training.evaluation import evaluate
 
     curve = []
     for checkpoint in run["checkpoints"]:
@@ -500,7 +500,7 @@ def run_learning_benchmark(
 
 def _evaluate_with_plan_settings(plan: LearningPlan) -> Callable[[dict[str, Any], int], list[dict[str, Any]]]:
     def evaluate_run(run: dict[str, Any], episodes: int) -> list[dict[str, Any]]:
-        from sb3_snake.settings import OptimizationSettings
+        from sb3_snake.acceleration.settings import OptimizationSettings
 
         # The run's settings; load_model does not compile a model loaded for acting.
         return evaluate_checkpoints(run, episodes, OptimizationSettings.load(plan.env_file))

@@ -1,4 +1,4 @@
-"""Replay sampling time: SB3's NumPy buffers against :class:`~sb3_snake.replay.DeviceReplayBuffer`.
+"""Replay sampling time: SB3's NumPy buffers against :class:`~sb3_snake.dqn.replay.DeviceReplayBuffer`.
 
 Both buffers are filled with the same random Snake-shaped transitions, warmed up, then each
 figure is the median over ``repeats`` timed runs of ``batches`` samples; the two buffers
@@ -20,9 +20,9 @@ import torch
 from gymnasium import spaces
 from stable_baselines3.common.buffers import NStepReplayBuffer, ReplayBuffer
 
+from sb3_snake.common.system import system_info
+from sb3_snake.dqn.replay import DeviceReplayBuffer
 from sb3_snake.envs.rules import BASE_CHANNELS, board_space
-from sb3_snake.replay import DeviceReplayBuffer
-from sb3_snake.system import system_info
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from sb3_snake.paths import claim_new_path
+from sb3_snake.common.paths import claim_new_path
 
 #: Where benchmark JSON files go, relative to the working directory.
 RESULTS_DIR = Path("benchmark_results")

@@ -66,6 +66,7 @@ from gymnasium import spaces
 from stable_baselines3.common.vec_env import VecEnv
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvObs, VecEnvStepReturn, tile_images
 
+from sb3_snake.common.system import check_torch_device
 from sb3_snake.envs.render import render_ansi, render_rgb
 from sb3_snake.envs.rules import (
     BODY,
@@ -79,7 +80,6 @@ from sb3_snake.envs.rules import (
     SnakeRules,
     check_actions,
 )
-from sb3_snake.system import check_torch_device
 
 #: How many games ``render("rgb_array")`` tiles into one image.
 RENDERED_GAMES = 16

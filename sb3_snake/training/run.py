@@ -27,22 +27,15 @@ from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 from stable_baselines3.common.logger import HumanOutputFormat, KVWriter, Logger, TensorBoardOutputFormat
 from stable_baselines3.common.utils import get_latest_run_id
 
-from sb3_snake.algorithm import SnakeDQN, TrainingDiverged
-from sb3_snake.autotune import batch_candidates, resolve_auto
-from sb3_snake.callbacks import (
-    BestModelSelection,
-    EpisodeBudget,
-    EpisodeCheckpoint,
-    EpisodeMetrics,
-    EpisodeRecord,
-    ProgressReport,
-    RunCancelled,
-    StopRequest,
-)
+from sb3_snake.acceleration.autotune import batch_candidates, resolve_auto
+from sb3_snake.acceleration.report import summary_lines
+from sb3_snake.acceleration.settings import AUTO, OptimizationSettings
+from sb3_snake.acceleration.threads import AdaptiveThreads
+from sb3_snake.common.system import available_memory_bytes, capabilities, check_device, resolve_device
+from sb3_snake.dqn.extractor import SnakeAttentionExtractor
+from sb3_snake.dqn.snake_dqn import SnakeDQN, TrainingDiverged
 from sb3_snake.envs import BatchedSnakeVecEnv
 from sb3_snake.envs.rules import SnakeRules, board_space, has_countdown
-from sb3_snake.evaluation import MAX_SEED
-from sb3_snake.extractor import SnakeAttentionExtractor
 from sb3_snake.persistence import (
     MAX_BOARD_SIZE,
     legacy_replay_buffer_path,
@@ -53,12 +46,19 @@ from sb3_snake.persistence import (
     saved_metadata,
     write_json,
 )
-from sb3_snake.report import summary_lines
-from sb3_snake.run_directory import claim_run_directory
-from sb3_snake.settings import AUTO, OptimizationSettings
-from sb3_snake.system import available_memory_bytes, capabilities, check_device, resolve_device
-from sb3_snake.threads import AdaptiveThreads
-from sb3_snake.tracking import WandbOutput, WandbRun, resolve_mode
+from sb3_snake.training.callbacks import (
+    BestModelSelection,
+    EpisodeBudget,
+    EpisodeCheckpoint,
+    EpisodeMetrics,
+    EpisodeRecord,
+    ProgressReport,
+    RunCancelled,
+    StopRequest,
+)
+from sb3_snake.training.evaluation import MAX_SEED
+from sb3_snake.training.run_directory import claim_run_directory
+from sb3_snake.training.tracking import WandbOutput, WandbRun, resolve_mode
 
 #: Upper bound on env steps of a run that stops by episodes, so ``learn`` always has a total.
 MAX_TIMESTEPS = 10**12
@@ -547,7 +547,7 @@ def resolve_settings(
     config: TrainConfig, settings: OptimizationSettings, console: Console | None = None
 ) -> OptimizationSettings:
     """``settings`` with each ``auto`` measured on this machine for this run's policy (or read
-    from the cache of an earlier measurement): :func:`sb3_snake.autotune.resolve_auto`."""
+    from the cache of an earlier measurement): :func:`sb3_snake.acceleration.autotune.resolve_auto`."""
     if not settings.auto_fields:
         return settings
     notify = (lambda line: console.print(line, highlight=False, soft_wrap=True)) if console else (lambda line: None)

@@ -59,13 +59,13 @@ import numpy as np
 import torch
 from stable_baselines3.common.logger import Logger
 
-from sb3_snake import system
-from sb3_snake.algorithm import SnakeDQN
-from sb3_snake.cuda_graph import WARMUP_STEPS
+from sb3_snake.acceleration.optimizations import probe_sdpa
+from sb3_snake.acceleration.settings import AUTO, OptimizationSettings
+from sb3_snake.common import system
+from sb3_snake.common.paths import write_text_atomically
+from sb3_snake.dqn.snake_dqn import SnakeDQN
+from sb3_snake.dqn.update.captured import WARMUP_STEPS
 from sb3_snake.envs import BatchedSnakeVecEnv
-from sb3_snake.optimizations import probe_sdpa
-from sb3_snake.paths import write_text_atomically
-from sb3_snake.settings import AUTO, OptimizationSettings
 
 logger = logging.getLogger(__name__)
 
@@ -489,7 +489,7 @@ def resolve_auto(
 
     A measurement during which other processes (or the host of a virtual machine) took
     :data:`CONTENDED_CORES` or more (``load_meter``, by default
-    :func:`sb3_snake.system.other_load_meter`) decides this run but is not cached: beside a busy
+    :func:`sb3_snake.common.system.other_load_meter`) decides this run but is not cached: beside a busy
     process the gradient step ran 10x slower with every core, and a choice measured then would
     stand for every later run on the machine.
     """

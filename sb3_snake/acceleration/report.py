@@ -12,9 +12,8 @@ from typing import Any
 
 import torch
 
-from sb3_snake import system
-from sb3_snake.autotune import cache_dir, resolve_auto
-from sb3_snake.optimizations import (
+from sb3_snake.acceleration.autotune import cache_dir, resolve_auto
+from sb3_snake.acceleration.optimizations import (
     ActiveOptimizations,
     decide_compiled_update,
     deferred_compile,
@@ -23,7 +22,8 @@ from sb3_snake.optimizations import (
     probe_compile,
     probe_flash,
 )
-from sb3_snake.settings import OptimizationSettings
+from sb3_snake.acceleration.settings import OptimizationSettings
+from sb3_snake.common import system
 
 
 def capability_report(

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
-from sb3_snake.paths import check_writable_dir, claim_new_path, remove_temporary_files
+from sb3_snake.common.paths import check_writable_dir, claim_new_path, remove_temporary_files
 
 #: Where runs without a name go.
 RUNS_DIR = Path("runs")

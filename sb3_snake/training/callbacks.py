@@ -3,7 +3,7 @@ best-model selection, W&B episodes.
 
 Each callback does one thing and reads what SB3 hands every callback (``self.locals``:
 ``dones`` and ``infos`` of the step just taken). They are combined in
-:meth:`sb3_snake.training.RunCallbacks.build`.
+:meth:`sb3_snake.training.run.RunCallbacks.build`.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from stable_baselines3.common.callbacks import BaseCallback
 
-from sb3_snake.evaluation import SELECTION_SEED_OFFSET, evaluate
 from sb3_snake.persistence import save_model
+from sb3_snake.training.evaluation import SELECTION_SEED_OFFSET, evaluate
 
 logger = logging.getLogger(__name__)
 
@@ -217,7 +217,7 @@ class BestModelSelection(BaseCallback):
 
     The model with the highest mean score is saved as ``best_model.zip`` in ``run_dir``,
     atomically, as SB3's ``EvalCallback`` keeps ``best_model``. The games are seeded from
-    :data:`~sb3_snake.evaluation.SELECTION_SEED_OFFSET`, apart from training's seeds and from
+    :data:`~sb3_snake.training.evaluation.SELECTION_SEED_OFFSET`, apart from training's seeds and from
     ``sb3-snake eval``'s, and each evaluation plays new games (its seed is its index). The
     time spent here counts in the run's wall time.
     """

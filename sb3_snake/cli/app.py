@@ -1,15 +1,15 @@
 """The ``sb3-snake`` command line: parses options, builds settings, calls library functions.
 
-Each option is declared once: ``train``'s options are made from :class:`~sb3_snake.training.TrainConfig`'s
+Each option is declared once: ``train``'s options are made from :class:`~sb3_snake.training.run.TrainConfig`'s
 fields (name, help, group, default) and the optimization flags from the settings' keys
-(:meth:`OptimizationSettings.flag <sb3_snake.settings.OptimizationSettings.flag>`). An option
+(:meth:`OptimizationSettings.flag <sb3_snake.acceleration.settings.OptimizationSettings.flag>`). An option
 left out is ``None`` and falls through to the config's default, to ``.env``, or, on
 ``--resume``, to what the model trained with.
 
 Every user error, from Click's parser or from the library, is one line on stderr
 (``error: ...``) and exit code 2 (:func:`fail`). The process state belongs here: the CLI sets
 torch's thread count for the command (``torch_threads``) and turns SIGINT/SIGTERM into a
-:class:`~sb3_snake.callbacks.StopRequest`.
+:class:`~sb3_snake.training.callbacks.StopRequest`.
 """
 
 from __future__ import annotations
@@ -30,13 +30,13 @@ import click
 import typer
 from typer.core import TyperGroup
 
+from sb3_snake.acceleration.settings import COMPILE_MODES, SDPA_BACKENDS, OptimizationSettings, check_env_file_writable
 from sb3_snake.benchmark.env_throughput import DEFAULT_NUM_ENVS
 from sb3_snake.benchmark.gradient_step import DEFAULT_BATCH_SIZES
 from sb3_snake.benchmark.results import RESULTS_DIR, save_results, utc_stamp
-from sb3_snake.paths import check_writable_dir, check_writable_file, claim_new_path
-from sb3_snake.settings import COMPILE_MODES, SDPA_BACKENDS, OptimizationSettings, check_env_file_writable
-from sb3_snake.system import check_device, cpu_cores, resolve_device
-from sb3_snake.tracking import WANDB_MODES, resolve_mode
+from sb3_snake.common.paths import check_writable_dir, check_writable_file, claim_new_path
+from sb3_snake.common.system import check_device, cpu_cores, resolve_device
+from sb3_snake.training.tracking import WANDB_MODES, resolve_mode
 
 #: Click's exception classes: recent Typer vendors its own Click (``typer._click``), older
 #: Typer uses the ``click`` package; both raise usage errors as ``ClickException``.
@@ -125,7 +125,7 @@ def _switch(flag: str) -> list[str]:
 
 def config_parameters() -> list[inspect.Parameter]:
     """One option per TrainConfig field: its flag, help, group and shown default."""
-    from sb3_snake.training import TrainConfig, option_flag
+    from sb3_snake.training.run import TrainConfig, option_flag
 
     hints = get_type_hints(TrainConfig)
     parameters = []
@@ -253,8 +253,8 @@ def train(
     **options: Any,
 ) -> None:
     """Train SnakeDQN with the attention policy until the first of --episodes, --timesteps, --time-limit."""
-    from sb3_snake.optimizations import threads_for, torch_threads
-    from sb3_snake.training import (
+    from sb3_snake.acceleration.optimizations import threads_for, torch_threads
+    from sb3_snake.training.run import (
         RunCancelled,
         StopRequest,
         TrainConfig,
@@ -264,7 +264,7 @@ def train(
         resume_config,
         split_hyperparameters,
     )
-    from sb3_snake.training import train as run_training
+    from sb3_snake.training.run import train as run_training
 
     env_file = options.pop("env_file")
     with user_errors():
@@ -371,7 +371,7 @@ def evaluate_command(
 ) -> None:
     """Greedy evaluation on fresh seeds: mean, median and max score, mean length, win rate, and how
     the games ended (walled in, died with a way out, truncated, won)."""
-    from sb3_snake.evaluation import check_evaluation, evaluate
+    from sb3_snake.training.evaluation import check_evaluation, evaluate
 
     with user_errors():
         check_evaluation(episodes, seed)
@@ -402,8 +402,8 @@ def play(
     trust_model: TrustModelOption = False,
 ) -> None:
     """Play one greedy game, animated in the terminal or recorded as a GIF."""
-    from sb3_snake.evaluation import check_evaluation
-    from sb3_snake.evaluation import play as play_game
+    from sb3_snake.training.evaluation import check_evaluation
+    from sb3_snake.training.evaluation import play as play_game
 
     with user_errors():
         check_evaluation(1, seed)
@@ -426,7 +426,7 @@ def plot(
     window: Annotated[int, typer.Option(min=1, help="Episodes in the moving average.")] = 100,
 ) -> None:
     """Draw the learning curve: score per episode and its moving average, against env steps and time."""
-    from sb3_snake.plotting import plot_learning_curve
+    from sb3_snake.training.plotting import plot_learning_curve
 
     with user_errors():
         if output is not None:
@@ -488,7 +488,7 @@ def _benchmark_target(device: Device, threads: str | None, output: Path) -> tupl
 
 @contextmanager
 def _maybe_threads(count: int | None) -> Iterator[None]:
-    from sb3_snake.optimizations import torch_threads
+    from sb3_snake.acceleration.optimizations import torch_threads
 
     if count is None:
         yield
@@ -644,7 +644,7 @@ def benchmark_learning(
         plot_learning_benchmark,
         run_learning_benchmark,
     )
-    from sb3_snake.training import read_hyperparameters
+    from sb3_snake.training.run import read_hyperparameters
 
     with user_errors():
         load_settings(env_file, {})  # a bad .env is reported now, not by the first run's process
@@ -705,11 +705,11 @@ def benchmark(
     sweep tries every combination itself. Results go to
     benchmark_results/benchmark_results_full_<UTC>.json.
     """
+    from sb3_snake.acceleration.optimizations import threads_for, torch_threads
+    from sb3_snake.acceleration.settings import write_env_file
     from sb3_snake.benchmark import gradient_step
     from sb3_snake.benchmark.full import BenchmarkPlan, format_report, log_to_wandb, run_benchmark
-    from sb3_snake.optimizations import threads_for, torch_threads
-    from sb3_snake.settings import write_env_file
-    from sb3_snake.tracking import WandbRun
+    from sb3_snake.training.tracking import WandbRun
 
     env_file = options.pop("env_file")
     target_env = env_file or Path(".env")
@@ -813,10 +813,10 @@ def tune(
     """Hyperparameter search on Optuna: one machine by default, many with the same --storage URL."""
     from optuna import logging as optuna_logging
 
-    from sb3_snake.optimizations import threads_for, torch_threads
-    from sb3_snake.training import TrainConfig
-    from sb3_snake.tuning import TuneConfig, best_line, load_study, write_report
-    from sb3_snake.tuning import tune as run_tune
+    from sb3_snake.acceleration.optimizations import threads_for, torch_threads
+    from sb3_snake.training.run import TrainConfig
+    from sb3_snake.training.tuning import TuneConfig, best_line, load_study, write_report
+    from sb3_snake.training.tuning import tune as run_tune
 
     env_file = options.pop("env_file")
     with user_errors():

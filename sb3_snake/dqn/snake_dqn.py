@@ -37,11 +37,7 @@ from stable_baselines3.common.utils import LinearSchedule, should_collect_more_s
 from stable_baselines3.dqn.policies import CnnPolicy, DQNPolicy, MlpPolicy, QNetwork
 from torch import nn
 
-from sb3_snake.compiled_update import CompiledUpdate, td_targets, unsupported_reason
-from sb3_snake.cuda_graph import CapturedUpdate
-from sb3_snake.envs import BatchedSnakeVecEnv
-from sb3_snake.extractor import SnakeAttentionExtractor
-from sb3_snake.optimizations import (
+from sb3_snake.acceleration.optimizations import (
     ActiveOptimizations,
     Decision,
     apply_optimizations,
@@ -50,10 +46,14 @@ from sb3_snake.optimizations import (
     decide_compiled_update,
     name_compile,
 )
-from sb3_snake.replay import DeviceReplayBuffer, use_device_replay_buffer
-from sb3_snake.settings import OptimizationSettings
-from sb3_snake.shaping import shaping_rewards
-from sb3_snake.symmetry import SymmetryAugmentation
+from sb3_snake.acceleration.settings import OptimizationSettings
+from sb3_snake.dqn.extractor import SnakeAttentionExtractor
+from sb3_snake.dqn.replay import DeviceReplayBuffer, use_device_replay_buffer
+from sb3_snake.dqn.shaping import shaping_rewards
+from sb3_snake.dqn.symmetry import SymmetryAugmentation
+from sb3_snake.dqn.update.captured import CapturedUpdate
+from sb3_snake.dqn.update.compiled import CompiledUpdate, td_targets, unsupported_reason
+from sb3_snake.envs import BatchedSnakeVecEnv
 
 logger = logging.getLogger(__name__)
 
@@ -242,7 +242,7 @@ class SnakeCnnPolicy(_OptimizedQNetworks, CnnPolicy):
 
 def compiled_update_decision(model: SnakeDQN) -> Decision:
     """Whether a compile of ``model`` compiles its whole update
-    (:func:`~sb3_snake.optimizations.decide_compiled_update` for its device and its support)."""
+    (:func:`~sb3_snake.acceleration.optimizations.decide_compiled_update` for its device and its support)."""
     return decide_compiled_update(model.device.type, unsupported_reason(model))
 
 
@@ -274,13 +274,13 @@ class SnakeDQN(DQN):
     :param double_dqn: compute TD targets with Double DQN (van Hasselt et al., 2016): the
         online network picks the next action, the target network values it.
     :param symmetry_augmentation: show each replayed transition under a random one of the
-        board's eight symmetries (:mod:`sb3_snake.symmetry`); needs square observations.
+        board's eight symmetries (:mod:`sb3_snake.dqn.symmetry`); needs square observations.
     :param compile_after: with ``torch.compile`` on, train this many gradient steps eagerly and
         compile then (0: compile when the model is built). A cold compile stalls training (the
         two networks took 70-90 s on a 2-core CPU; the whole update, as a CPU now compiles it,
         about 26 s), so a deferred compile keeps the first minute learning and still speeds up
-        the rest of a run. On a CPU the whole update is compiled (:mod:`sb3_snake.compiled_update`),
-        on CUDA the two networks (:func:`~sb3_snake.optimizations.decide_compiled_update`).
+        the rest of a run. On a CPU the whole update is compiled (:mod:`sb3_snake.dqn.update.compiled`),
+        on CUDA the two networks (:func:`~sb3_snake.acceleration.optimizations.decide_compiled_update`).
     :param early_steps: for this many env steps (all envs together), train
         ``early_update_fraction`` of the scheduled gradient steps: a replay ratio for the first
         minutes of a run. Early on the replay buffer is small and the policy changes fast, so
@@ -290,7 +290,7 @@ class SnakeDQN(DQN):
         ``early_steps``, kept exact over calls (0.5 with one gradient step per update trains on
         every other update).
     :param food_shaping: scale of potential-based reward shaping towards the food
-        (:mod:`sb3_snake.shaping`; 0: off): replayed rewards gain ``scale * (gamma * phi(s') -
+        (:mod:`sb3_snake.dqn.shaping`; 0: off): replayed rewards gain ``scale * (gamma * phi(s') -
         phi(s))``, which leaves the optimal policy as it is. The env's own rewards, and so episode
         returns and scores, are unchanged.
     :param learning_rate_half_life: after ``early_steps``, the learning rate (SB3's, from its
@@ -301,9 +301,9 @@ class SnakeDQN(DQN):
     :param kwargs: any other ``DQN`` argument (``n_steps`` gives n-step returns; a dueling
         head is ``policy_kwargs={"dueling": True}``).
 
-    The replay buffer is :class:`~sb3_snake.replay.DeviceReplayBuffer` when the model trains on
+    The replay buffer is :class:`~sb3_snake.dqn.replay.DeviceReplayBuffer` when the model trains on
     CUDA (sampled on the GPU, no copy per batch) and SB3's own on the CPU, unless
-    ``replay_buffer_class`` is given (see :func:`~sb3_snake.replay.use_device_replay_buffer`).
+    ``replay_buffer_class`` is given (see :func:`~sb3_snake.dqn.replay.use_device_replay_buffer`).
 
     After construction, ``model.active_optimizations`` says what is really active and why
     anything requested is not (the compile decision's reason says what is compiled).
@@ -404,7 +404,7 @@ class SnakeDQN(DQN):
         time; here the losses stay on the device and are read once per call. That one read
         also checks them: a NaN or infinite loss raises :class:`TrainingDiverged`.
         Before ``early_steps`` it trains ``early_update_fraction`` of ``gradient_steps``.
-        With the CUDA graph active, the steps replay one captured graph (:mod:`sb3_snake.cuda_graph`).
+        With the CUDA graph active, the steps replay one captured graph (:mod:`sb3_snake.dqn.update.captured`).
         """
         if self.num_timesteps < self.early_steps:
             self._early_credit += gradient_steps * self.early_update_fraction
@@ -444,7 +444,7 @@ class SnakeDQN(DQN):
     def gradient_step(self, replay_data: ReplayBufferSamples) -> torch.Tensor:
         """One update from one sampled batch: augmentation, TD targets (Double DQN when on), the
         Huber loss, backward, gradient clipping and the optimizer step; the loss, detached.
-        With the whole update compiled (:mod:`sb3_snake.compiled_update`) one call does it all."""
+        With the whole update compiled (:mod:`sb3_snake.dqn.update.compiled`) one call does it all."""
         if self._augmentation is not None:
             replay_data = self._augmentation(replay_data)
         if self._compiled is not None and (loss := self._compiled_step(replay_data)) is not None:
@@ -544,7 +544,7 @@ class SnakeDQN(DQN):
         dones: np.ndarray,
         infos: list[dict[str, Any]],
     ) -> None:
-        """SB3's, with :mod:`~sb3_snake.shaping`'s term added to the stored rewards when
+        """SB3's, with :mod:`~sb3_snake.dqn.shaping`'s term added to the stored rewards when
         ``food_shaping`` is on (the tensor loop of :meth:`collect_rollouts` adds it there)."""
         if self.food_shaping:
             next_obs = np.array(new_obs)
@@ -592,7 +592,7 @@ class SnakeDQN(DQN):
         Takes the names of :data:`HYPERPARAMETERS` (except ``n_steps``, which fixes the replay
         buffer's kind), ``train_freq`` and ``verbose``. The learning-rate and exploration
         schedules are rebuilt; a new ``buffer_size`` gives a new, empty replay buffer. A captured
-        update (:mod:`sb3_snake.cuda_graph`) is dropped and captured again with the new values.
+        update (:mod:`sb3_snake.dqn.update.captured`) is dropped and captured again with the new values.
         """
         unknown = set(values) - (set(HYPERPARAMETERS) - {"n_steps"}) - {"train_freq", "verbose"}
         if unknown:

@@ -12,7 +12,7 @@ This module compiles the update itself, ``torch.compile(fullgraph=True)`` over o
 - **Gradients inside the graph**: ``torch.func.grad_and_value`` of the Huber loss with respect
   to the online network's parameters (``functional_call``), so the backward pass is traced too.
   The target network's values and Double DQN's choice are taken under ``no_grad`` as
-  :meth:`~sb3_snake.algorithm.SnakeDQN.gradient_step` takes them.
+  :meth:`~sb3_snake.dqn.snake_dqn.SnakeDQN.gradient_step` takes them.
 - **Clipping** as ``torch.nn.utils.clip_grad_norm_`` computes it (the norm of the parameters'
   norms, ``max_norm / (norm + 1e-6)`` capped at 1).
 - **Adam as ``torch.optim.Adam`` computes it, on the optimizer's own state**: ``exp_avg``,
@@ -32,7 +32,7 @@ that SB3 would preprocess beyond ``float()`` (images, dicts). Those keep compili
 A compile that fails (at the first call, which compiles) turns this off for the model, with
 the error as the compile decision's reason, and training goes on eagerly.
 
-On CUDA the gradient step is captured as a CUDA graph instead (:mod:`sb3_snake.cuda_graph`),
+On CUDA the gradient step is captured as a CUDA graph instead (:mod:`sb3_snake.dqn.update.captured`),
 which removes the launch overhead this removes on the CPU.
 """
 
@@ -53,7 +53,7 @@ from torch.nn.attention import sdpa_kernel
 if TYPE_CHECKING:
     from stable_baselines3 import DQN
 
-    from sb3_snake.optimizations import ActiveOptimizations
+    from sb3_snake.acceleration.optimizations import ActiveOptimizations
 
 
 def td_targets(

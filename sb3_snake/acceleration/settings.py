@@ -23,7 +23,7 @@ USE_CUDA_GRAPH         use_cuda_graph         --cuda-graph/...          true/fal
 =====================  =====================  ========================  ==================================
 
 ``auto`` for the batch size and the three switches means "measured on this machine": see
-:mod:`sb3_snake.autotune`, which resolves it into a plain value before a model is built and
+:mod:`sb3_snake.acceleration.autotune`, which resolves it into a plain value before a model is built and
 records how in the field's source. ``SDPA_BACKEND`` restricts scaled-dot-product attention to
 one kernel; ``auto`` leaves the choice to ``USE_FLASH_ATTENTION`` (flash, or PyTorch's pick of
 the others), or to the measurement when that is ``auto`` too. The two must agree: a backend
@@ -48,12 +48,12 @@ from typing import Any
 from dotenv import set_key
 from dotenv.parser import parse_stream
 
-from sb3_snake.paths import check_writable_file
+from sb3_snake.common.paths import check_writable_file
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 #: ``SDPA_BACKEND`` values: ``auto`` or one ``torch.nn.attention.SDPBackend`` kernel.
 SDPA_BACKENDS = ("auto", "flash", "efficient", "math", "cudnn")
-#: The value of a setting that is measured on the machine that runs it (:mod:`sb3_snake.autotune`).
+#: The value of a setting that is measured on the machine that runs it (:mod:`sb3_snake.acceleration.autotune`).
 AUTO = "auto"
 #: Fields that accept ``auto``.
 AUTO_FIELDS = ("batch_size", "use_torch_compile", "use_flash_attention", "use_bf16")
@@ -215,7 +215,7 @@ class OptimizationSettings:
     #: torch intra-op threads; ``auto`` chooses by the rule in ``optimizations.choose_num_threads``.
     num_threads: int | str = "auto"
     #: On CUDA, capture the whole gradient step in one CUDA graph and replay it
-    #: (:mod:`sb3_snake.cuda_graph`); nothing to capture on a CPU.
+    #: (:mod:`sb3_snake.dqn.update.captured`); nothing to capture on a CPU.
     use_cuda_graph: bool = True
     #: Where each field's value came from: override, environment, .env or default (a resumed
     #: run's batch size: resumed model).
@@ -275,7 +275,7 @@ class OptimizationSettings:
         """The built-in defaults as a model built in Python without settings takes them: each
         ``auto`` at its :data:`UNMEASURED` value and no compile, so building a model measures
         nothing and stalls for no cold compile (a minute or more on a CPU). Ask for compile
-        or ``auto`` explicitly (and resolve it with :func:`sb3_snake.autotune.resolve_auto`)."""
+        or ``auto`` explicitly (and resolve it with :func:`sb3_snake.acceleration.autotune.resolve_auto`)."""
         return cls().resolved(UNMEASURED, {name: UNMEASURED_SOURCE for name in UNMEASURED})
 
     @property

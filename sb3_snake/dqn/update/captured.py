@@ -12,7 +12,7 @@ What a graph needs, and how this module meets it:
   updates; they live in a small device tensor (:attr:`CapturedUpdate.extent`) written before
   each call, and rows are drawn as ``floor(rand * filled)`` on the device
   (:meth:`DeviceReplayBuffer.samples_at` takes the last row as a tensor). Only buffers on the
-  device qualify (:func:`sb3_snake.optimizations.decide_cuda_graph`).
+  device qualify (:func:`sb3_snake.acceleration.optimizations.decide_cuda_graph`).
 - **Fixed memory.** Batches, activations and gradients live in the graph's private pool; the
   parameters and Adam's state are updated in place, as are the target network's copies, so
   SB3's target updates, ``load_state_dict`` and saving see the same tensors.
@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 import torch
 from stable_baselines3.common.type_aliases import ReplayBufferSamples
 
-from sb3_snake.replay import DeviceReplayBuffer
+from sb3_snake.dqn.replay import DeviceReplayBuffer
 
 if TYPE_CHECKING:
     from stable_baselines3 import DQN

@@ -16,14 +16,14 @@ the one context that wraps the networks' forward passes:
   on CUDA when the GPU supports bf16 and on CPU when the CPU has native bf16 (AVX512-BF16 or
   AMX). The Q-networks return float32, so TD targets and the loss stay in float32.
 - **torch.compile**: on a CPU the whole gradient step is compiled as one graph (forward,
-  backward, clipping and Adam on the optimizer's own state; :mod:`sb3_snake.compiled_update`,
+  backward, clipping and Adam on the optimizer's own state; :mod:`sb3_snake.dqn.update.compiled`,
   :func:`decide_compiled_update`). Elsewhere, and for updates it does not cover, ``q_net`` and
   ``q_net_target`` are compiled in place (``nn.Module.compile``). Either way the networks keep
   their state_dict keys, so models save and load the same with and without it. A compile error
   (the networks' warm-up forward pass, the update's first call) turns it off, with the error as
   the reason.
 - **CUDA graph**: on CUDA the whole gradient step (sampling, both networks, loss, backward,
-  clipping, Adam) is captured once and replayed as one graph (:mod:`sb3_snake.cuda_graph`),
+  clipping, Adam) is captured once and replayed as one graph (:mod:`sb3_snake.dqn.update.captured`),
   when the replay buffer is on the device and no compile mode captures graphs of its own.
 - **Threads**: the number is decided here (:func:`choose_num_threads`), but set only by the
   entry point that owns the process, through :func:`torch_threads` (the CLI wraps each command
@@ -42,9 +42,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from sb3_snake import system
-from sb3_snake.replay import DeviceReplayBuffer, use_device_replay_buffer
-from sb3_snake.settings import OptimizationSettings
+from sb3_snake.acceleration.settings import OptimizationSettings
+from sb3_snake.common import system
+from sb3_snake.dqn.replay import DeviceReplayBuffer, use_device_replay_buffer
 
 if TYPE_CHECKING:
     from stable_baselines3.dqn import DQN
@@ -176,7 +176,7 @@ def choose_num_threads(setting: int | str, device_type: str, cpu_cores: int | No
 
 
 def adaptive_thread_counts(setting: int | str, device_type: str, cpu_cores: int | None) -> tuple[int, ...]:
-    """The thread counts a training run chooses between as it trains (:mod:`sb3_snake.threads`),
+    """The thread counts a training run chooses between as it trains (:mod:`sb3_snake.acceleration.threads`),
     the starting one first; empty where the count stays as :func:`choose_num_threads` set it.
 
     Only ``auto`` on a CPU of more than one core: one thread per core is fastest while every core
@@ -270,7 +270,8 @@ class ActiveOptimizations:
         cls, settings: OptimizationSettings, device: torch.device | str, device_buffer: bool | None = None
     ) -> ActiveOptimizations:
         """What is active with ``settings`` on ``device``; ``auto`` settings nobody resolved
-        (:mod:`sb3_snake.autotune`) take their unmeasured values (``settings.UNMEASURED``), and their sources say so.
+        (:mod:`sb3_snake.acceleration.autotune`) take their unmeasured values
+        (``settings.UNMEASURED``), and their sources say so.
         ``device_buffer``: whether the model's replay buffer is on the device (``None``: the
         default buffer for ``device``, as a model built there gets)."""
         settings = settings.without_auto() if settings.auto_fields else settings
@@ -384,7 +385,7 @@ def apply_optimizations(
         logger.warning(
             "%s: auto, but not measured for this model, so the values that run everywhere are used "
             "(fp32, PyTorch's attention kernel, no compile, batch 128); "
-            "sb3_snake.autotune.resolve_auto measures them, as sb3-snake train does",
+            "sb3_snake.acceleration.autotune.resolve_auto measures them, as sb3-snake train does",
             ", ".join(OptimizationSettings.env_key(name) for name in settings.auto_fields),
         )
     device_buffer = isinstance(getattr(model, "replay_buffer", None), DeviceReplayBuffer)
@@ -417,13 +418,13 @@ def name_compile(active: ActiveOptimizations, compiles: Decision) -> ActiveOptim
     return replace(active, compile=compiles) if active.compile.active and compiles.active else active
 
 
-#: The compile decision's reason when :class:`~sb3_snake.compiled_update.CompiledUpdate` is what runs.
+#: The compile decision's reason when :class:`~sb3_snake.dqn.update.compiled.CompiledUpdate` is what runs.
 WHOLE_UPDATE = "the whole update as one graph: forward, backward, clipping and Adam"
 
 
 def decide_compiled_update(device_type: str, unsupported: str) -> Decision:
     """Whether an active compile compiles the whole gradient step
-    (:class:`~sb3_snake.compiled_update.CompiledUpdate`) rather than the two Q-networks: on a
+    (:class:`~sb3_snake.dqn.update.compiled.CompiledUpdate`) rather than the two Q-networks: on a
     CPU, where the update is bound by dispatching its ~1,000 small operators, unless the model
     is one it cannot compile (``unsupported``, its reason). On CUDA the update is captured as a
     CUDA graph instead, with the networks compiled inside it."""

@@ -1,0 +1,24 @@
+"""User errors: bad input, told in one line that says what was wrong and how to fix it.
+
+:class:`UsageError` is raised where input is checked (a flag, a ``.env`` line, a file, a saved
+model). The command line turns exactly these into one line on stderr and exit code 2; every
+other exception is a bug or a failure of the machine and keeps its traceback (exit 1), so a
+bug never looks like a user's mistake. It subclasses ``ValueError`` so that Python callers who
+catch ``ValueError`` for bad arguments keep working.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Sequence
+
+
+class UsageError(ValueError):
+    """Input that cannot be used; the message names the value, where it came from, and the fix."""
+
+
+def did_you_mean(given: str, known: Sequence[str]) -> str:
+    """The hint for an unknown name: ``"did you mean X?"`` for a close known name, else the list
+    of known names (``"known: a, b, c"``)."""
+    nearest = difflib.get_close_matches(str(given), list(known), n=1, cutoff=0.5)
+    return f"did you mean {nearest[0]}?" if nearest else f"known: {', '.join(known)}"

@@ -21,7 +21,7 @@ from sb3_snake.acceleration.optimizations import threads_for, torch_threads
 from sb3_snake.acceleration.report import capability_report, format_capability_report
 from sb3_snake.acceleration.settings import OptimizationSettings, SettingsError
 from sb3_snake.common.system import check_device
-from sb3_snake.training.run import TrainConfig
+from sb3_snake.training.config import TrainConfig
 
 
 def main(argv: list[str] | None = None) -> int:

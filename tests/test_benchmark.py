@@ -33,7 +33,7 @@ from sb3_snake.benchmark.gradient_step import (
 )
 from sb3_snake.benchmark.results import save_results
 from sb3_snake.common.system import system_info
-from sb3_snake.training.run import TrainConfig
+from sb3_snake.training.config import TrainConfig
 from sb3_snake.training.tracking import WandbRun
 
 

@@ -8,7 +8,8 @@ import pytest
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.persistence import load_model
 from sb3_snake.training.callbacks import EpisodeBudget, EpisodeCheckpoint, EpisodeRecord, StopRequest
-from sb3_snake.training.run import TrainConfig, train
+from sb3_snake.training.config import TrainConfig
+from sb3_snake.training.run import train
 from tests.conftest import small_dqn
 
 FAST = OptimizationSettings(batch_size=16, use_torch_compile=False, use_bf16=False, num_threads=1)

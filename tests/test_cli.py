@@ -12,13 +12,14 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+import sb3_snake.cli as cli
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.benchmark import results
-from sb3_snake.cli import app as cli
-from sb3_snake.cli.app import app, signal_exit_code, stop_on_signals
+from sb3_snake.cli import app
+from sb3_snake.cli.common import signal_exit_code, stop_on_signals
 from sb3_snake.common.paths import atomic_write
 from sb3_snake.persistence import load_model
-from sb3_snake.training.run import StopRequest
+from sb3_snake.training.callbacks import StopRequest
 
 runner = CliRunner()
 

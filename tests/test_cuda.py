@@ -20,7 +20,7 @@ from sb3_snake.acceleration.autotune import Machine, resolve_auto
 from sb3_snake.acceleration.optimizations import probe_sdpa
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.benchmark.gradient_step import measure_halving_on_oom
-from sb3_snake.cli.app import app
+from sb3_snake.cli import app
 from sb3_snake.dqn.replay import DeviceReplayBuffer
 from sb3_snake.dqn.update.captured import WARMUP_STEPS, CapturedUpdate
 from tests.conftest import SMALL_POLICY, cuda, fixed_batch, small_dqn

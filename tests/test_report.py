@@ -79,7 +79,7 @@ def test_every_flag_in_the_report_is_an_option_of_train():
     """The report's flags are derived from the settings, and train's options from the same place."""
     from typer.main import get_command
 
-    from sb3_snake.cli.app import app
+    from sb3_snake.cli import app
 
     train = get_command(app).commands["train"]
     options = {opt for param in train.params for opt in (*param.opts, *param.secondary_opts)}

@@ -11,7 +11,7 @@ from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.dqn.replay import DeviceReplayBuffer
 from sb3_snake.dqn.shaping import food_potential, shaping_rewards
 from sb3_snake.envs.rules import BASE_CHANNELS, FOOD, HEAD
-from sb3_snake.training.run import TrainConfig
+from sb3_snake.training.config import TrainConfig
 from tests.conftest import SMALL_POLICY
 
 PLAIN = OptimizationSettings(use_bf16=False, use_flash_attention=False, use_torch_compile=False, num_threads=1)

@@ -16,7 +16,8 @@ from sb3_snake.acceleration.optimizations import (
 )
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.acceleration.threads import AdaptiveThreads, ThreadTuner
-from sb3_snake.training.run import TrainConfig, train
+from sb3_snake.training.config import TrainConfig
+from sb3_snake.training.run import train
 from tests.conftest import small_dqn
 
 

@@ -5,7 +5,8 @@ import json
 import pytest
 
 from sb3_snake.acceleration.settings import OptimizationSettings
-from sb3_snake.training.run import TrainConfig, WandbOptions, train
+from sb3_snake.training.config import TrainConfig, WandbOptions
+from sb3_snake.training.run import train
 from sb3_snake.training.tracking import INIT_TIMEOUT_SECONDS, WandbRun, resolve_mode
 
 FAST = OptimizationSettings(batch_size=16, use_torch_compile=False, use_bf16=False, num_threads=1)

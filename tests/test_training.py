@@ -13,23 +13,15 @@ from rich.console import Console
 
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.dqn.extractor import HeadView
+from sb3_snake.dqn.snake_dqn import TrainingDiverged
 from sb3_snake.envs import BatchedSnakeVecEnv
 from sb3_snake.persistence import load_model, read_metadata
+from sb3_snake.training.callbacks import RunCancelled, StopRequest
+from sb3_snake.training.config import DEFAULT_EPISODES, TrainConfig, check_memory
 from sb3_snake.training.evaluation import evaluate
-from sb3_snake.training.run import (
-    DEFAULT_EPISODES,
-    Outcome,
-    RunCallbacks,
-    RunCancelled,
-    StopRequest,
-    TrainConfig,
-    TrainingDiverged,
-    build_model,
-    build_summary,
-    check_memory,
-    resume_config,
-    train,
-)
+from sb3_snake.training.resume import resume_config
+from sb3_snake.training.run import RunCallbacks, build_model, train
+from sb3_snake.training.summary import Outcome, build_summary
 from sb3_snake.training.tracking import WandbRun
 from tests.conftest import rewrite_metadata
 

@@ -17,8 +17,9 @@ from typer.testing import CliRunner
 
 import sb3_snake.training.tuning as tuning
 from sb3_snake.acceleration.settings import OptimizationSettings
-from sb3_snake.cli.app import app
-from sb3_snake.training.run import TrainConfig, split_hyperparameters
+from sb3_snake.cli import app
+from sb3_snake.training.config import TrainConfig
+from sb3_snake.training.hyperparameters import split_hyperparameters
 from sb3_snake.training.tuning import TuneConfig, finish, load_study, sample_hyperparameters, tune, write_report
 
 FAST = OptimizationSettings(use_torch_compile=False, use_bf16=False, num_threads=1)
@@ -172,14 +173,14 @@ def test_a_bad_hyperparameter_file_is_one_line(tmp_path, content, message):
 def test_yaml_hyperparameters_as_rl_zoo_writes_them(tmp_path):
     path = tmp_path / "hyper.yml"
     path.write_text("learning_rate: 0.002\nbatch_size: 64\n")
-    from sb3_snake.training.run import read_hyperparameters
+    from sb3_snake.training.hyperparameters import read_hyperparameters
 
     assert read_hyperparameters(path) == {"learning_rate": 0.002, "batch_size": 64}
 
 
 def test_hyperparameter_values_take_their_fields_types():
     """A whole float is a whole number (1e5 as JSON may write it), an int is a number, null where allowed."""
-    from sb3_snake.training.run import split_hyperparameters
+    from sb3_snake.training.hyperparameters import split_hyperparameters
 
     config_values, _ = split_hyperparameters(
         {"buffer_size": 1e5, "learning_rate": 1, "train_freq": None, "double_dqn": True}

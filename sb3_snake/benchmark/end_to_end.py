@@ -26,7 +26,8 @@ from stable_baselines3.common.logger import Logger
 from sb3_snake.acceleration.optimizations import torch_threads
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.envs import SnakeEnv
-from sb3_snake.training.run import TrainConfig, build_model
+from sb3_snake.training.config import TrainConfig
+from sb3_snake.training.run import build_model
 
 #: SB3 DQN's default replay ratio: batch 32, one gradient step every 4 env steps.
 SB3_REPLAY_RATIO = 8.0

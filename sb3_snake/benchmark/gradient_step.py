@@ -49,7 +49,7 @@ from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.benchmark.results import peak_memory_mib, reset_peak_memory
 from sb3_snake.common.system import system_info
 from sb3_snake.common.timing import device_sync, time_runs
-from sb3_snake.training.run import TrainConfig
+from sb3_snake.training.config import TrainConfig
 
 DEFAULT_BATCH_SIZES = (256, 512, 1024, 2048, 4096, 8192)
 

@@ -326,7 +326,9 @@ def _train_sb3_snake(spec: RunSpec, stopwatch: Stopwatch, checkpoints_dir: Path,
     from sb3_snake.acceleration.optimizations import threads_for, torch_threads
     from sb3_snake.acceleration.settings import OptimizationSettings
     from sb3_snake.persistence import save_model
-    from sb3_snake.training.run import TrainConfig, split_hyperparameters, train
+    from sb3_snake.training.config import TrainConfig
+    from sb3_snake.training.hyperparameters import split_hyperparameters
+    from sb3_snake.training.run import train
 
     config_values, setting_values = split_hyperparameters(spec.hyperparameters)
     settings = OptimizationSettings.load(spec.env_file, **setting_values)

@@ -53,8 +53,10 @@ from stable_baselines3.common.callbacks import BaseCallback
 from sb3_snake.acceleration.optimizations import threads_for
 from sb3_snake.acceleration.settings import AUTO, OptimizationSettings
 from sb3_snake.dqn.snake_dqn import TrainingDiverged
+from sb3_snake.training.config import TrainConfig
 from sb3_snake.training.evaluation import evaluate
-from sb3_snake.training.run import TrainConfig, split_hyperparameters, train
+from sb3_snake.training.hyperparameters import split_hyperparameters
+from sb3_snake.training.run import train
 
 #: Seeds of the evaluations inside trials: apart from training's (small), ``eval``'s
 #: (1,000,000,007 on) and best-model selection's (2,000,000,011 on).

@@ -1,0 +1,359 @@
+"""The benchmark commands: ``benchmark-env``, ``benchmark-grad``, ``benchmark-replay``,
+``benchmark-learning`` and the full ``benchmark``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from sb3_snake.acceleration.settings import OptimizationSettings, check_env_file_writable
+from sb3_snake.benchmark.env_throughput import DEFAULT_NUM_ENVS
+from sb3_snake.benchmark.gradient_step import DEFAULT_BATCH_SIZES
+from sb3_snake.benchmark.results import RESULTS_DIR, save_results, utc_stamp
+
+#: Click's exception classes: recent Typer vendors its own Click (``typer._click``), older
+from sb3_snake.cli.common import (
+    ONLINE,
+    Device,
+    EnvFileOption,
+    WandbMode,
+    app,
+    load_settings,
+    settings_parameters,
+    user_errors,
+    with_parameters,
+)
+from sb3_snake.common.paths import check_writable_dir, claim_new_path
+from sb3_snake.common.system import check_device, cpu_cores, resolve_device
+from sb3_snake.training.tracking import resolve_mode
+
+# ---------------------------------------------------------------------- benchmarks
+
+
+def _parse_int_list(text: str, option: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        raise ValueError(f"{option}: expected comma-separated positive integers such as 64,4096, got {text!r}")
+    return values
+
+
+def _parse_combinations(text: str) -> tuple[str, ...]:
+    """Comma-separated optimization combinations of the gradient benchmark."""
+    from sb3_snake.benchmark import gradient_step
+
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    known = gradient_step.combination_names("cuda")
+    unknown = [name for name in names if name not in known]
+    if unknown or not names:
+        raise ValueError(
+            f"--combinations: unknown {', '.join(unknown) or '(none given)'}; "
+            f"choose from {', '.join(gradient_step.COMBINATIONS)}, each optionally with "
+            f"{gradient_step.GRAPH_SUFFIX} (CUDA)"
+        )
+    return names
+
+
+ThreadsOption = Annotated[str | None, typer.Option(help="torch intra-op threads (default: torch's).")]
+DeviceOption = Annotated[Device, typer.Option(help="cpu or cuda.")]
+RepeatsOption = Annotated[int, typer.Option(min=1, help="Timed runs per figure (median reported).")]
+OutputOption = Annotated[Path, typer.Option(help="Folder for the JSON results.")]
+
+
+def _benchmark_threads(threads: str | None) -> int | None:
+    if threads is None:
+        return None
+    value = OptimizationSettings.parse("num_threads", threads)
+    return cpu_cores() if value == "auto" else value
+
+
+def _benchmark_target(device: Device, threads: str | None, output: Path) -> tuple[str, int | None]:
+    """A single-device benchmark's checks, before it measures: the device, the thread count, the folder."""
+    with user_errors():
+        target = resolve_device(device.value).type
+        count = _benchmark_threads(threads)
+        check_writable_dir(output, what="--output folder", create=True)
+    return target, count
+
+
+@contextmanager
+def _maybe_threads(count: int | None) -> Iterator[None]:
+    from sb3_snake.acceleration.optimizations import torch_threads
+
+    if count is None:
+        yield
+    else:
+        with torch_threads(count):
+            yield
+
+
+@app.command("benchmark-env")
+def benchmark_env(
+    num_envs: Annotated[str, typer.Option(help="Comma-separated numbers of games.")] = ",".join(
+        map(str, DEFAULT_NUM_ENVS)
+    ),
+    device: Annotated[
+        list[Device] | None, typer.Option(help="cpu or cuda; repeat for both (default: all present).")
+    ] = None,
+    repeats: RepeatsOption = 5,
+    seconds: Annotated[float, typer.Option(min=0.01, help="Seconds per timed run.")] = 0.5,
+    threads: ThreadsOption = None,
+    output: OutputOption = RESULTS_DIR,
+) -> None:
+    """Env steps/s of the batched env at several sizes against a Python loop over one SnakeEnv."""
+    import torch
+
+    from sb3_snake.benchmark.env_throughput import format_table, run_env_benchmark
+
+    with user_errors():
+        sizes = _parse_int_list(num_envs, "--num-envs")
+        devices = [check_device(d.value, allow_auto=False) for d in device or []]
+        count = _benchmark_threads(threads)
+        check_writable_dir(output, what="--output folder", create=True)
+    with _maybe_threads(count):
+        typer.echo(
+            f"Measuring {len(sizes)} sizes, {repeats} runs of {seconds:g}s each, "
+            f"{torch.get_num_threads()} torch threads..."
+        )
+        report = run_env_benchmark(
+            sizes,
+            devices or None,
+            seconds_per_repeat=seconds,
+            repeats=repeats,
+            progress=lambda r: typer.echo(
+                f"  {r.env} {r.api} {r.device} x{r.num_envs}: {r.steps_per_second:,.0f} steps/s"
+            ),
+        )
+    typer.echo(format_table(report))
+    typer.echo(f"Saved {save_results('env_throughput', report, output)}")
+
+
+@app.command("benchmark-grad")
+def benchmark_grad(
+    batch_sizes: Annotated[str, typer.Option(help="Comma-separated batch sizes.")] = ",".join(
+        map(str, DEFAULT_BATCH_SIZES)
+    ),
+    combinations: Annotated[
+        str | None, typer.Option(help="Comma-separated combinations (default: all; on CUDA each also with +graph).")
+    ] = None,
+    device: DeviceOption = Device.cpu,
+    gradient_steps: Annotated[int, typer.Option(min=1, help="Gradient steps per call of SnakeDQN.train.")] = 4,
+    seconds: Annotated[
+        float, typer.Option(min=0, help="Seconds per timed run, in whole calls (0: one call a run).")
+    ] = 0.5,
+    repeats: RepeatsOption = 5,
+    threads: ThreadsOption = None,
+    output: OutputOption = RESULTS_DIR,
+) -> None:
+    """Gradient samples/s of SnakeDQN for each batch size and optimization combination."""
+    from sb3_snake.benchmark import gradient_step
+
+    with user_errors():
+        sizes = _parse_int_list(batch_sizes, "--batch-sizes")
+        default = gradient_step.combination_names(device.value)
+        names = _parse_combinations(combinations) if combinations is not None else default
+    target, count = _benchmark_target(device, threads, output)
+    with _maybe_threads(count):
+        report = gradient_step.run_gradient_step_benchmark(
+            sizes,
+            names,
+            target,
+            gradient_steps,
+            repeats,
+            progress=lambda r: typer.echo(
+                f"  {r.combination} batch {r.batch_size}: {r.samples_per_second:,.0f} samples/s"
+            ),
+            seconds=seconds,
+        )
+    typer.echo(gradient_step.format_table(report))
+    typer.echo(f"Saved {save_results('gradient_step', report, output)}")
+
+
+@app.command("benchmark-replay")
+def benchmark_replay(
+    device: DeviceOption = Device.cpu,
+    repeats: RepeatsOption = 7,
+    batch_size: Annotated[int, typer.Option(min=1, help="Transitions per sampled batch.")] = 512,
+    threads: ThreadsOption = None,
+    output: OutputOption = RESULTS_DIR,
+) -> None:
+    """Replay sampling time of SB3's buffers against the device-resident buffer, 1-step and n-step."""
+    from sb3_snake.benchmark.replay_sampling import run_replay_benchmark
+
+    target, count = _benchmark_target(device, threads, output)
+    with _maybe_threads(count):
+        report = run_replay_benchmark(
+            target,
+            batch_size=batch_size,
+            repeats=repeats,
+            progress=lambda r: typer.echo(
+                f"  {r.buffer} buffer, n_steps {r.n_steps}: {r.milliseconds_per_batch:.3f} ms per batch"
+            ),
+        )
+    typer.echo(f"Saved {save_results('replay_sampling', report, output)}")
+
+
+@app.command("benchmark-learning")
+def benchmark_learning(
+    minutes: Annotated[float | None, typer.Option(help="Wall-clock budget of each run (default 15; quick: 2).")] = None,
+    seeds: Annotated[int, typer.Option(min=1, help="Seeds per system (0, 1, ...).")] = 3,
+    first_seed: Annotated[
+        int, typer.Option(min=0, help="The first seed (so several machines or sessions can split the seeds).")
+    ] = 0,
+    every: Annotated[
+        float | None, typer.Option(help="Seconds between checkpoints, not counted (default 15; quick: 10).")
+    ] = None,
+    episodes: Annotated[int, typer.Option(min=1, help="Greedy games per checkpoint evaluation.")] = 100,
+    quick: Annotated[bool, typer.Option("--quick", help="2-minute runs, a checkpoint every 10 s.")] = False,
+    baseline: Annotated[
+        bool, typer.Option("--baseline/--no-baseline", help='Also train plain SB3 DQN("MlpPolicy") the same way.')
+    ] = True,
+    cold_cache: Annotated[
+        bool,
+        typer.Option(
+            "--cold-cache/--warm-cache", help="Empty compile and auto-settings caches per run, or the user's."
+        ),
+    ] = True,
+    hyperparams: Annotated[
+        Path | None, typer.Option(help="Train sb3-snake with this hyperparameter file (as train --hyperparams).")
+    ] = None,
+    env_file: EnvFileOption = None,
+    output: OutputOption = RESULTS_DIR,
+) -> None:
+    """Greedy score against wall-clock minutes: sb3-snake train against plain SB3 DQN, per seed.
+
+    Each run trains in a fresh process for the budget (imports and compilation counted),
+    saving a checkpoint every few seconds off the clock; every checkpoint then plays greedy
+    games. Writes learning_<UTC>.json and .png into --output; checkpoints go under
+    runs/benchmark-learning/.
+    """
+    from sb3_snake.benchmark.learning import (
+        SYSTEMS,
+        LearningPlan,
+        format_summary,
+        plot_learning_benchmark,
+        run_learning_benchmark,
+    )
+    from sb3_snake.training.hyperparameters import read_hyperparameters
+
+    with user_errors():
+        load_settings(env_file, {})  # a bad .env is reported now, not by the first run's process
+        changes: dict[str, Any] = {
+            "seeds": tuple(range(first_seed, first_seed + seeds)),
+            "episodes": episodes,
+            "systems": SYSTEMS if baseline else ("sb3_snake",),
+            "cold_cache": cold_cache,
+            "env_file": str(env_file) if env_file else None,
+            "hyperparameters": read_hyperparameters(hyperparams) if hyperparams else {},
+        }
+        given = {"minutes": minutes, "every_seconds": every}
+        changes.update({key: value for key, value in given.items() if value is not None})
+        plan = LearningPlan.quick(**changes) if quick else LearningPlan(**changes)
+        check_writable_dir(output, what="--output folder", create=True)
+        runs_folder = Path("runs") / "benchmark-learning"
+        check_writable_dir(runs_folder, what="runs folder", create=True)
+        work_dir = claim_new_path(runs_folder, utc_stamp(), folder=True)
+    runs = len(plan.seeds) * len(plan.systems)
+    typer.echo(f"{runs} runs of {plan.minutes:g} min ({', '.join(plan.systems)}; seeds {list(plan.seeds)})")
+    report = run_learning_benchmark(plan, work_dir, progress=typer.echo)
+    typer.echo(format_summary(report))
+    path = save_results("learning", report, output)
+    picture = plot_learning_benchmark(report, path.with_suffix(".png"))
+    typer.echo(f"Saved {path} and {picture}")
+
+
+@app.command()
+@with_parameters(settings_parameters())
+def benchmark(
+    batch_sizes: Annotated[
+        str | None,
+        typer.Option(help="Comma-separated batch sizes of the sweep (default: 256,...,8192; quick: 256,1024)."),
+    ] = None,
+    combinations: Annotated[
+        str | None,
+        typer.Option(help="Comma-separated optimization combinations (default: all; quick: those without compile)."),
+    ] = None,
+    device: Annotated[Device, typer.Option(help="auto, cpu or cuda.")] = Device.auto,
+    repeats: RepeatsOption = 3,
+    quick: Annotated[bool, typer.Option("--quick", help="A short run: under 2 minutes on a 2-core CPU.")] = False,
+    end_to_end: Annotated[
+        bool,
+        typer.Option("--end-to-end/--no-end-to-end", help="Also time sb3-snake train against plain SB3 DQN."),
+    ] = True,
+    write_env: Annotated[
+        bool, typer.Option("--write-env", help="Write the chosen batch size and flags into the .env file.")
+    ] = False,
+    wandb: Annotated[bool, typer.Option("--wandb/--no-wandb", help="Log the results to Weights & Biases.")] = False,
+    wandb_project: Annotated[str, typer.Option(help="W&B project.")] = "sb3-snake",
+    wandb_mode: Annotated[WandbMode, typer.Option(help="W&B mode (WANDB_MODE wins).")] = ONLINE,
+    output: OutputOption = RESULTS_DIR,
+    **options: Any,
+) -> None:
+    """Gradient-step sweep and end-to-end training speed against plain SB3, in one run.
+
+    The end-to-end run of sb3-snake train uses the settings of .env and the flags given; the
+    sweep tries every combination itself. Results go to
+    benchmark_results/benchmark_results_full_<UTC>.json.
+    """
+    from sb3_snake.acceleration.optimizations import threads_for, torch_threads
+    from sb3_snake.acceleration.settings import write_env_file
+    from sb3_snake.benchmark import gradient_step
+    from sb3_snake.benchmark.full import BenchmarkPlan, format_report, log_to_wandb, run_benchmark
+    from sb3_snake.training.tracking import WandbRun
+
+    env_file = options.pop("env_file")
+    target_env = env_file or Path(".env")
+    with user_errors():
+        settings = load_settings(env_file, options)
+        changes: dict[str, object] = {"repeats": repeats, "end_to_end": end_to_end}
+        changes["device"] = resolve_device(device.value).type
+        if batch_sizes is not None:
+            changes["batch_sizes"] = tuple(_parse_int_list(batch_sizes, "--batch-sizes"))
+        if combinations is not None:
+            changes["combinations"] = _parse_combinations(combinations)
+        else:
+            base = (BenchmarkPlan.quick() if quick else BenchmarkPlan()).combinations
+            changes["combinations"] = gradient_step.combination_names(changes["device"], base)
+        mode = resolve_mode(wandb_mode.value) if wandb else "disabled"
+        check_writable_dir(output, what="--output folder", create=True)
+        if write_env:
+            check_env_file_writable(target_env)
+    plan = BenchmarkPlan.quick(**changes) if quick else BenchmarkPlan(**changes)
+
+    typer.echo(
+        f"Gradient sweep: {len(plan.combinations)} combinations x {len(plan.batch_sizes)} batch sizes on "
+        f"{plan.device}, {plan.repeats} repeats each" + ("; then end-to-end training speed" if end_to_end else "")
+    )
+    with torch_threads(threads_for(settings, plan.device)):
+        report = run_benchmark(plan, settings, progress=typer.echo)
+    typer.echo(format_report(report))
+    path = save_results("benchmark_results_full", report, output)
+    typer.echo(f"Saved {path}")
+
+    if write_env:
+        best = report["best"]
+        with user_errors():
+            write_env_file(
+                target_env,
+                note=f"{path.name}: {best['combination']} at batch {best['batch_size']}",
+                batch_size=best["batch_size"],
+                use_bf16=best["use_bf16"],
+                use_flash_attention=best["use_flash_attention"],
+                use_torch_compile=best["use_torch_compile"],
+                use_cuda_graph=best["use_cuda_graph"],
+            )
+        typer.echo(
+            f"Wrote OPTIMAL_BATCH_SIZE={best['batch_size']}, USE_BF16, USE_FLASH_ATTENTION, "
+            f"USE_TORCH_COMPILE and USE_CUDA_GRAPH ({best['combination']}) into {target_env}"
+        )
+    if wandb:
+        config = {key: report[key] for key in ("system", "plan", "settings")}
+        tracking = WandbRun(wandb_project, mode, config, Path("runs") / path.stem, name=path.stem, notify=typer.echo)
+        log_to_wandb(report, tracking)
+        typer.echo(f"W&B: {tracking.mode}")

@@ -1,0 +1,105 @@
+"""``sb3-snake tune``: a hyperparameter search on Optuna."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated, Any
+
+import typer
+
+#: Click's exception classes: recent Typer vendors its own Click (``typer._click``), older
+from sb3_snake.cli.common import app, load_settings, settings_parameters, user_errors, with_parameters
+from sb3_snake.common.paths import check_writable_dir
+
+# ---------------------------------------------------------------------- tune
+
+TUNE = "Search"
+TRIAL = "One trial"
+Sampler = Enum("Sampler", {name: name for name in ("tpe", "random")}, type=str)
+Pruner = Enum("Pruner", {name: name for name in ("median", "halving", "none")}, type=str)
+TPE, MEDIAN = Sampler("tpe"), Pruner("median")
+
+
+@app.command()
+@with_parameters(settings_parameters())
+def tune(
+    n_trials: Annotated[int, typer.Option(help="Trials this worker runs.", rich_help_panel=TUNE)] = 20,
+    max_total_trials: Annotated[
+        int | None, typer.Option(help="Trials of all workers together, at most.", rich_help_panel=TUNE)
+    ] = None,
+    n_jobs: Annotated[int, typer.Option(help="Trials this worker runs at once.", rich_help_panel=TUNE)] = 1,
+    sampler: Annotated[Sampler, typer.Option(help="Optuna sampler.", rich_help_panel=TUNE)] = TPE,
+    pruner: Annotated[Pruner, typer.Option(help="Optuna pruner.", rich_help_panel=TUNE)] = MEDIAN,
+    n_startup_trials: Annotated[
+        int, typer.Option(help="Random, unpruned trials before TPE and pruning start.", rich_help_panel=TUNE)
+    ] = 5,
+    storage: Annotated[
+        str | None,
+        typer.Option(
+            help="A journal file (.log) or a database URL (default: runs/tune/STUDY/journal.log).",
+            rich_help_panel=TUNE,
+        ),
+    ] = None,
+    study_name: Annotated[str, typer.Option(help="The study's name in its storage.", rich_help_panel=TUNE)] = "snake",
+    report: Annotated[
+        bool,
+        typer.Option("--report", help="Run no trial: print the best and write the files again.", rich_help_panel=TUNE),
+    ] = False,
+    seed: Annotated[int | None, typer.Option(help="Seed of the sampler.", rich_help_panel=TUNE)] = None,
+    n_evaluations: Annotated[
+        int, typer.Option(help="Greedy evaluations per trial, reported to the pruner.", rich_help_panel=TRIAL)
+    ] = 4,
+    eval_episodes: Annotated[int, typer.Option(help="Greedy games per evaluation.", rich_help_panel=TRIAL)] = 16,
+    timesteps: Annotated[int | None, typer.Option(help="Env steps per trial.", rich_help_panel=TRIAL)] = None,
+    time_limit: Annotated[
+        float | None, typer.Option(help="Minutes per trial (default 2 without --timesteps).", rich_help_panel=TRIAL)
+    ] = None,
+    board_size: Annotated[int, typer.Option(help="Side of the board.", rich_help_panel=TRIAL)] = 10,
+    n_envs: Annotated[int, typer.Option(help="Games stepped together.", rich_help_panel=TRIAL)] = 16,
+    **options: Any,
+) -> None:
+    """Hyperparameter search on Optuna: one machine by default, many with the same --storage URL."""
+    from optuna import logging as optuna_logging
+
+    from sb3_snake.acceleration.optimizations import threads_for, torch_threads
+    from sb3_snake.training.config import TrainConfig
+    from sb3_snake.training.tuning import TuneConfig, best_line, load_study, write_report
+    from sb3_snake.training.tuning import tune as run_tune
+
+    env_file = options.pop("env_file")
+    with user_errors():
+        settings = load_settings(env_file, options)
+        if timesteps is None and time_limit is None:
+            time_limit = 2.0
+        trial = TrainConfig(
+            episodes=None, timesteps=timesteps, time_limit_minutes=time_limit, board_size=board_size, n_envs=n_envs
+        )
+        config = TuneConfig(
+            study_name=study_name,
+            storage=storage,
+            n_trials=n_trials,
+            max_total_trials=max_total_trials,
+            n_jobs=n_jobs,
+            sampler=sampler.value,
+            pruner=pruner.value,
+            n_startup_trials=n_startup_trials,
+            n_evaluations=n_evaluations,
+            eval_episodes=eval_episodes,
+            trial=trial,
+            seed=seed,
+        )
+        if report:
+            study = load_study(config, create=False)
+        else:
+            check_writable_dir(config.folder, what="study folder", create=True)
+    if not report:
+        optuna_logging.set_verbosity(optuna_logging.WARNING)  # this command prints one line per trial itself
+        try:
+            with torch_threads(threads_for(settings, "auto")), user_errors():
+                study = run_tune(config, settings, notify=typer.echo)
+        except KeyboardInterrupt:
+            typer.echo("stopped: the running trial was marked failed; run the same command to continue", err=True)
+            raise typer.Exit(130) from None
+    typer.echo(best_line(study))
+    for path in write_report(study, config.folder):
+        typer.echo(f"wrote {path}")

@@ -1,0 +1,309 @@
+"""``TrainConfig``: everything a training run is asked to do, each option declared once (value,
+one-line help, group), from which the CLI builds its options; and the memory a run will need."""
+
+from __future__ import annotations
+
+import inspect
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import torch
+
+from sb3_snake.common.system import available_memory_bytes, check_device
+from sb3_snake.dqn.extractor import SnakeAttentionExtractor
+from sb3_snake.envs.rules import SnakeRules, board_space
+from sb3_snake.persistence import (
+    MAX_BOARD_SIZE,
+)
+from sb3_snake.training.evaluation import MAX_SEED
+
+#: Upper bound on env steps of a run that stops by episodes, so ``learn`` always has a total.
+MAX_TIMESTEPS = 10**12
+#: Episodes of a run given no limit at all.
+DEFAULT_EPISODES = 1000
+#: Share of the available memory a run may plan to use.
+MEMORY_HEADROOM = 0.9
+#: The extractor's sizes a run sets (TrainConfig fields of the same name).
+EXTRACTOR_SIZES = ("embed_dim", "num_layers", "head_view_dim")
+#: What the extractor builds for a keyword that a saved model's ``policy_kwargs`` leave out.
+EXTRACTOR_DEFAULTS = {
+    name: parameter.default
+    for name, parameter in inspect.signature(SnakeAttentionExtractor).parameters.items()
+    if parameter.default is not parameter.empty
+}
+
+RUN, ENVIRONMENT, DQN = "Run, checkpoints and logging", "Environment", "DQN hyperparameters"
+
+
+def option(default: Any, help: str, group: str, flag: str | None = None) -> Any:
+    """A config field with its one-line help and option group (the CLI's ``--help`` panels)."""
+    return field(default=default, metadata={"help": help, "group": group, "flag": flag})
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything a run is asked to do. Defaults make ``sb3-snake train --episodes 1000`` a short,
+    visibly learning run on a 2-core CPU. A value that cannot work raises one ValueError."""
+
+    episodes: int | None = option(None, "Stop once this many episodes (all games) finished; 1000 with no limit.", RUN)
+    timesteps: int | None = option(None, "Stop after this many env steps (all games together).", RUN)
+    time_limit_minutes: float | None = option(None, "Stop after this many minutes of training.", RUN, "--time-limit")
+    n_envs: int = option(16, "Games stepped together.", ENVIRONMENT)
+    board_size: int = option(10, f"Side of the board (4 to {MAX_BOARD_SIZE}).", ENVIRONMENT)
+    seed: int = option(0, "Seed of envs, networks and exploration.", ENVIRONMENT)
+    device: str = option("auto", "auto, cpu or cuda.", ENVIRONMENT)
+    countdown: bool = option(
+        False, "Observe a countdown channel: on each body cell, the moves until it is free.", ENVIRONMENT
+    )
+    learning_rate: float = option(5e-4, "Adam step size.", DQN)
+    learning_rate_half_life: int = option(
+        200_000, "Env steps after --early-steps in which the learning rate halves (0: constant).", DQN
+    )
+    buffer_size: int = option(100_000, "Replay capacity (transitions).", DQN)
+    learning_starts: int = option(1_000, "Env steps of random play before learning.", DQN)
+    replay_ratio: float = option(32.0, "Gradient samples per env step (SB3's DQN default: 8).", DQN)
+    early_replay_ratio: float = option(16.0, "Gradient samples per env step for the first --early-steps.", DQN)
+    early_steps: int = option(50_000, "Env steps trained at --early-replay-ratio (0: none).", DQN)
+    train_freq: int | None = option(None, "Vector-env steps between updates (default: from --replay-ratio).", DQN)
+    gradient_steps: int | None = option(None, "Gradient steps per update (default: from --replay-ratio).", DQN)
+    gamma: float = option(0.99, "Discount.", DQN)
+    target_update_interval: int = option(1_000, "Env steps between target network copies.", DQN)
+    exploration_initial_eps: float = option(1.0, "Epsilon at the start.", DQN)
+    exploration_final_eps: float = option(0.02, "Epsilon after the decay.", DQN)
+    exploration_steps: int = option(10_000, "Env steps of linear epsilon decay.", DQN)
+    double_dqn: bool = option(False, "Double DQN targets (online net picks, target net values).", DQN)
+    dueling: bool = option(False, "Dueling head: Q = V + A - mean(A).", DQN)
+    head_view: bool = option(True, "The extractor also sees the board re-centred on the snake's head.", DQN)
+    head_view_dim: int = option(64, "Features of the head view (with --head-view).", DQN)
+    embed_dim: int = option(32, "Width of the extractor's transformer (a multiple of its 2 heads).", DQN)
+    num_layers: int = option(0, "Transformer blocks of the extractor (0: token embedding and attention pooling).", DQN)
+    n_steps: int = option(1, "n-step returns (SB3's NStepReplayBuffer).", DQN)
+    symmetry_augmentation: bool = option(False, "Replay each transition under a random board symmetry.", DQN)
+    food_shaping: float = option(
+        1.0, "Potential-based reward shaping towards the food, its scale (0: off; scores are unchanged).", DQN
+    )
+    compile_after: int = option(
+        8_000, "With torch.compile on: gradient steps trained eagerly before compiling (0: compile at once).", RUN
+    )
+    checkpoint_every: int | None = option(None, "Episodes between atomic checkpoints (checkpoint.zip).", RUN)
+    select_every: int | None = option(None, "Env steps between greedy evaluations that keep best_model.zip.", RUN)
+    select_episodes: int = option(32, "Greedy games per --select-every evaluation.", RUN)
+    save_replay_buffer: bool = option(False, "Save the replay buffer beside checkpoints and the model.", RUN)
+    tensorboard_log: str | None = option(None, "Folder for SB3's TensorBoard logs (needs the tensorboard extra).", RUN)
+    verbose: int = option(0, "1: print SB3's training metrics.", RUN)
+
+    def __post_init__(self) -> None:
+        if self.episodes is None and self.timesteps is None and self.time_limit_minutes is None:
+            object.__setattr__(self, "episodes", DEFAULT_EPISODES)
+        problem = self._first_problem()
+        if problem:
+            raise ValueError(problem)
+
+    def _first_problem(self) -> str:
+        def finite(value: float) -> bool:
+            return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+        checks = [
+            (self.episodes is None or self.episodes >= 1, f"episodes must be at least 1, got {self.episodes}"),
+            (self.timesteps is None or self.timesteps >= 1, f"timesteps must be at least 1, got {self.timesteps}"),
+            (
+                self.time_limit_minutes is None or (finite(self.time_limit_minutes) and self.time_limit_minutes > 0),
+                f"time limit must be a positive number of minutes, got {self.time_limit_minutes}",
+            ),
+            (self.n_envs >= 1, f"n_envs must be at least 1, got {self.n_envs}"),
+            (
+                self.board_size <= MAX_BOARD_SIZE,
+                f"board_size must be at most {MAX_BOARD_SIZE}, got {self.board_size}",
+            ),
+            (0 <= self.seed <= MAX_SEED, f"seed must be from 0 to {MAX_SEED}, got {self.seed}"),
+            (
+                finite(self.learning_rate) and self.learning_rate > 0,
+                f"learning_rate must be a positive finite number, got {self.learning_rate}",
+            ),
+            (
+                self.learning_rate_half_life >= 0,
+                f"learning_rate_half_life must be at least 0, got {self.learning_rate_half_life}",
+            ),
+            (self.buffer_size >= 1, f"buffer_size must be at least 1, got {self.buffer_size}"),
+            (self.learning_starts >= 0, f"learning_starts must be at least 0, got {self.learning_starts}"),
+            (
+                finite(self.replay_ratio) and self.replay_ratio > 0,
+                f"replay_ratio must be a positive finite number, got {self.replay_ratio}",
+            ),
+            (
+                finite(self.early_replay_ratio) and self.early_replay_ratio > 0,
+                f"early_replay_ratio must be a positive finite number, got {self.early_replay_ratio}",
+            ),
+            (self.early_steps >= 0, f"early_steps must be at least 0, got {self.early_steps}"),
+            (self.train_freq is None or self.train_freq >= 1, f"train_freq must be at least 1, got {self.train_freq}"),
+            (
+                self.gradient_steps is None or self.gradient_steps >= 1,
+                f"gradient_steps must be at least 1, got {self.gradient_steps}",
+            ),
+            (finite(self.gamma) and 0 <= self.gamma <= 1, f"gamma must be from 0 to 1, got {self.gamma}"),
+            (
+                self.target_update_interval >= 1,
+                f"target_update_interval must be at least 1, got {self.target_update_interval}",
+            ),
+            *[
+                (finite(eps) and 0 <= eps <= 1, f"{name} must be from 0 to 1, got {eps}")
+                for name, eps in (
+                    ("exploration_initial_eps", self.exploration_initial_eps),
+                    ("exploration_final_eps", self.exploration_final_eps),
+                )
+            ],
+            (self.exploration_steps >= 1, f"exploration_steps must be at least 1, got {self.exploration_steps}"),
+            (self.n_steps >= 1, f"n_steps must be at least 1, got {self.n_steps}"),
+            (
+                finite(self.food_shaping) and self.food_shaping >= 0,
+                f"food_shaping must be a finite number of at least 0, got {self.food_shaping}",
+            ),
+            (self.compile_after >= 0, f"compile_after must be at least 0, got {self.compile_after}"),
+            (self.head_view_dim >= 1, f"head_view_dim must be at least 1, got {self.head_view_dim}"),
+            (
+                self.embed_dim >= 2 and self.embed_dim % 2 == 0,
+                f"embed_dim must be an even number (2 attention heads), got {self.embed_dim}",
+            ),
+            (self.num_layers >= 0, f"num_layers must be at least 0, got {self.num_layers}"),
+            (
+                self.checkpoint_every is None or self.checkpoint_every >= 1,
+                f"checkpoint_every must be at least 1, got {self.checkpoint_every}",
+            ),
+            (
+                self.select_every is None or self.select_every >= 1,
+                f"select_every must be at least 1, got {self.select_every}",
+            ),
+            (self.select_episodes >= 1, f"select_episodes must be at least 1, got {self.select_episodes}"),
+            (0 <= self.verbose <= 2, f"verbose must be 0, 1 or 2, got {self.verbose}"),
+        ]
+        problem = next((message for ok, message in checks if not ok), "")
+        if problem:
+            return problem
+        SnakeRules(self.board_size, countdown=self.countdown)  # raises a ValueError naming a bad board size
+        try:
+            check_device(self.device, option="device")
+        except ValueError as error:
+            return str(error)
+        return ""
+
+    def update_schedule(self, batch_size: int) -> tuple[int, int]:
+        """``(train_freq, gradient_steps)``: given ones win, else the pair that meets ``replay_ratio``.
+
+        One update of ``gradient_steps`` batches every ``train_freq`` vector steps samples
+        ``batch_size * gradient_steps / (train_freq * n_envs)`` per env step.
+        """
+        steps_per_update = batch_size / (self.replay_ratio * self.n_envs)
+        train_freq = self.train_freq or max(1, round(steps_per_update))
+        gradient_steps = self.gradient_steps or max(1, round(self.replay_ratio * self.n_envs * train_freq / batch_size))
+        return train_freq, gradient_steps
+
+    def schedule_kwargs(self, batch_size: int) -> dict[str, Any]:
+        """The update schedule as :class:`SnakeDQN` arguments: ``update_schedule``'s pair, and the
+        fraction of it trained before ``early_steps`` (the early replay ratio over the ratio that
+        pair really gives, which rounds ``replay_ratio``)."""
+        train_freq, gradient_steps = self.update_schedule(batch_size)
+        return {
+            "batch_size": batch_size,
+            "train_freq": train_freq,
+            "gradient_steps": gradient_steps,
+            "early_steps": self.early_steps,
+            "early_update_fraction": self.early_replay_ratio * train_freq * self.n_envs / (batch_size * gradient_steps),
+        }
+
+    def check_batch_size(self, batch_size: int) -> None:
+        """Raise ValueError unless ``batch_size`` fits this config's replay buffer."""
+        if batch_size > self.buffer_size:
+            raise ValueError(
+                f"batch size {batch_size} is larger than the replay buffer ({self.buffer_size} transitions); "
+                "lower --batch-size or raise --buffer-size"
+            )
+
+    def network(self) -> dict[str, Any]:
+        """What shapes the network and the replay buffer: fixed once a model is built."""
+        return {
+            "board_size": self.board_size,
+            "countdown": self.countdown,
+            "dueling": self.dueling,
+            "embed_dim": self.embed_dim,
+            "num_layers": self.num_layers,
+            "head_view_dim": self.head_view_dim if self.head_view else 0,
+            "n_steps": self.n_steps,
+        }
+
+    def policy_kwargs(self) -> dict[str, Any]:
+        network = self.network()
+        extractor = {name: network[name] for name in EXTRACTOR_SIZES}
+        return {"dueling": self.dueling, "features_extractor_kwargs": extractor}
+
+    def dqn_kwargs(self, batch_size: int) -> dict[str, Any]:
+        """The arguments of :class:`SnakeDQN` this config sets, for a given batch size."""
+        return {
+            **{name: getattr(self, name) for name in _MODEL_FIELDS},
+            "seed": self.seed,
+            "verbose": self.verbose,
+            "compile_after": self.compile_after,
+            **self.schedule_kwargs(batch_size),
+            "policy_kwargs": self.policy_kwargs(),
+        }
+
+    def memory_estimate(self, batch_size: int) -> dict[str, int]:
+        """Bytes a run of this config will hold, by part (an estimate, stated before training)."""
+        space = board_space(self.board_size, self.countdown)
+        channels, cells = space.shape[0], self.board_size**2
+        observation = channels * cells
+        with torch.device("meta"):
+            extractor = SnakeAttentionExtractor(space, **self.policy_kwargs()["features_extractor_kwargs"])
+        parameters = sum(parameter.numel() for parameter in extractor.parameters())
+        head_view_inputs = channels * (2 * self.board_size - 1) ** 2 if self.head_view else 0
+        return {
+            "replay buffer": self.buffer_size * (2 * observation + 24),
+            "games": self.n_envs * (4 * observation + cells + 128) + 8 * cells * cells,
+            # online and target networks, gradients, Adam's two moments
+            "networks": 5 * 4 * parameters,
+            "one batch": 4 * 4 * batch_size * (head_view_inputs + observation),
+        }
+
+
+#: TrainConfig fields that are SnakeDQN arguments of the same name.
+_MODEL_FIELDS = (
+    "learning_rate",
+    "buffer_size",
+    "learning_starts",
+    "gamma",
+    "target_update_interval",
+    "exploration_initial_eps",
+    "exploration_final_eps",
+    "exploration_steps",
+    "double_dqn",
+    "n_steps",
+    "symmetry_augmentation",
+    "food_shaping",
+    "learning_rate_half_life",
+)
+
+
+@dataclass(frozen=True)
+class WandbOptions:
+    enabled: bool = False
+    project: str = "sb3-snake"
+    mode: str = "online"
+
+
+def check_memory(config: TrainConfig, batch_size: int, available: int | None = None) -> None:
+    """Raise ValueError, stating what is needed, when the run would not fit in memory."""
+    available = available_memory_bytes() if available is None else available
+    parts = config.memory_estimate(batch_size)
+    needed = sum(parts.values())
+    if available is not None and needed > MEMORY_HEADROOM * available:
+        detail = ", ".join(f"{name} {size / 2**30:.1f} GiB" for name, size in parts.items())
+        raise ValueError(
+            f"this run needs about {needed / 2**30:.1f} GiB ({detail}) but {available / 2**30:.1f} GiB are "
+            "available; lower --buffer-size, --n-envs or --board-size"
+        )
+
+
+def option_flag(name: str) -> str:
+    """The command-line spelling of TrainConfig field ``name``."""
+    meta = next(f for f in fields(TrainConfig) if f.name == name).metadata
+    return meta.get("flag") or "--" + name.replace("_", "-")

@@ -1,0 +1,78 @@
+"""Resuming: the config a saved model trained with, and applying a config to a loaded model
+(what cannot change on resume, such as the board or the network's shape, is refused)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sb3_snake.dqn.snake_dqn import SnakeDQN
+from sb3_snake.envs.rules import has_countdown
+from sb3_snake.persistence import (
+    saved_metadata,
+)
+from sb3_snake.training.config import _MODEL_FIELDS, EXTRACTOR_DEFAULTS, EXTRACTOR_SIZES, TrainConfig, option_flag
+
+
+def resume_config(path: Path, trusted: bool = False, **changes: Any) -> TrainConfig:
+    """The config the saved model at ``path`` trained with, with ``changes`` applied.
+
+    Run limits and run options are not part of a model and come from ``changes`` or the
+    defaults. The update schedule is kept as the replay ratio, so it follows a new batch size
+    or number of games; ``train_freq`` and ``gradient_steps`` are kept as such only where the
+    model had them set explicitly (they differ from what its replay ratio gives).
+    """
+    metadata = saved_metadata(path, trusted)
+    saved, policy_kwargs = metadata["hyperparameters"], metadata["policy_kwargs"] or {}
+    extractor = trained_extractor(policy_kwargs)
+    values = {name: saved[name] for name in _MODEL_FIELDS if name in saved}
+    head_view_dim = extractor["head_view_dim"]
+    replay_ratio = saved["batch_size"] * saved["gradient_steps"] / (saved["train_freq"] * metadata["n_envs"])
+    values.update(
+        n_envs=metadata["n_envs"],
+        board_size=metadata["observation_shape"][-1],
+        countdown=has_countdown(metadata["observation_shape"]),
+        dueling=bool(policy_kwargs.get("dueling", False)),
+        head_view=head_view_dim != 0,
+        head_view_dim=head_view_dim or TrainConfig.head_view_dim,
+        embed_dim=extractor["embed_dim"],
+        num_layers=extractor["num_layers"],
+        seed=saved.get("seed") or 0,
+        replay_ratio=replay_ratio,
+        early_steps=saved.get("early_steps", 0),
+        food_shaping=saved.get("food_shaping", 0.0),  # models saved before shaping trained without it
+        early_replay_ratio=saved.get("early_update_fraction", 1.0) * replay_ratio,
+        learning_rate_half_life=saved.get("learning_rate_half_life", 0),  # older models trained at one rate
+    )
+    schedule = (saved["train_freq"], saved["gradient_steps"])
+    if TrainConfig(**values).update_schedule(saved["batch_size"]) != schedule:
+        values.update(train_freq=schedule[0], gradient_steps=schedule[1])
+    return TrainConfig(**{**values, **changes})
+
+
+def trained_extractor(policy_kwargs: dict[str, Any]) -> dict[str, int]:
+    """The extractor sizes a saved model was built with (``embed_dim``, ``num_layers``,
+    ``head_view_dim``), taking the extractor's own default for a size its ``policy_kwargs`` leave
+    out (``num_layers`` before sb3-snake had the option)."""
+    given = policy_kwargs.get("features_extractor_kwargs") or {}
+    return {name: given.get(name, EXTRACTOR_DEFAULTS[name]) for name in EXTRACTOR_SIZES}
+
+
+def apply_config(model: SnakeDQN, config: TrainConfig, batch_size: int) -> None:
+    """Make a loaded model train as ``config`` says; refuse what cannot change on resume."""
+    trained = {
+        "board_size": model.observation_space.shape[-1],
+        "countdown": has_countdown(model.observation_space.shape),
+        "dueling": bool(model.policy_kwargs.get("dueling", False)),
+        **trained_extractor(model.policy_kwargs),
+        "n_steps": model.n_steps,
+    }
+    for name, wanted in config.network().items():
+        if wanted != trained[name]:
+            flag = option_flag("head_view" if name == "head_view_dim" and 0 in (wanted, trained[name]) else name)
+            raise ValueError(
+                f"{flag} cannot change on resume: the model was trained with {trained[name]}, this run asks for "
+                f"{wanted}; leave {flag} out or start a new run"
+            )
+    changes = {name: getattr(config, name) for name in _MODEL_FIELDS if name != "n_steps"}
+    model.set_hyperparameters(**changes, **config.schedule_kwargs(batch_size), verbose=config.verbose)

@@ -1,0 +1,90 @@
+"""What a finished run reports and keeps: the hyperparameters it really trained with (read back
+from the model), ``summary.json``, and the files saved atomically, the summary last."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sb3_snake.dqn.snake_dqn import SnakeDQN, TrainingDiverged
+from sb3_snake.persistence import (
+    save_model,
+    write_json,
+)
+from sb3_snake.training.callbacks import (
+    EpisodeRecord,
+)
+from sb3_snake.training.config import _MODEL_FIELDS, TrainConfig
+
+if TYPE_CHECKING:
+    from sb3_snake.training.run import RunCallbacks
+
+
+@dataclass(frozen=True)
+class Outcome:
+    wall_seconds: float
+    env_steps: int
+    diverged: TrainingDiverged | None
+
+
+def trained_hyperparameters(model: SnakeDQN, config: TrainConfig) -> dict[str, Any]:
+    """What the model really trains with (read from it), beside the run's own options."""
+    values = model.hyperparameters()
+    actual_ratio = values["batch_size"] * values["gradient_steps"] / (values["train_freq"] * model.n_envs)
+    run_options = {name: value for name, value in asdict(config).items() if name not in _MODEL_FIELDS}
+    return {
+        **run_options,
+        **values,
+        "policy": "AttentionPolicy",
+        "replay_buffer": type(model.replay_buffer).__name__,
+        "n_envs": model.n_envs,
+        "replay_ratio": actual_ratio,
+        "train_freq": values["train_freq"],
+        "gradient_steps": values["gradient_steps"],
+    }
+
+
+def build_summary(model: SnakeDQN, config: TrainConfig, callbacks: RunCallbacks, outcome: Outcome) -> dict[str, Any]:
+    """The run's ``summary.json``: limits, speed, scores, what trained, what was active."""
+    settings, record, budget = model.active_optimizations.settings, callbacks.record, callbacks.budget
+    stopped_by = "diverged" if outcome.diverged is not None else budget.stopped_by
+    selection = callbacks.selection
+    return {
+        "episodes": len(record),
+        "target_episodes": config.episodes,
+        "stopped_by": stopped_by,
+        "stop_reason": budget.stop.reason if stopped_by == "stop" else None,
+        "error": str(outcome.diverged) if outcome.diverged is not None else None,
+        "env_steps": outcome.env_steps,
+        "total_env_steps": model.num_timesteps,
+        "wall_seconds": outcome.wall_seconds,
+        "env_steps_per_second": outcome.env_steps / outcome.wall_seconds if outcome.wall_seconds > 0 else 0.0,
+        "mean_score_last_100": record.mean_score_last(100),
+        "best_score": record.best_score,
+        "mean_episode_steps_last_100": sum(record.lengths[-100:]) / max(1, len(record.lengths[-100:])),
+        "hyperparameters": trained_hyperparameters(model, config),
+        "optimizations": {
+            name: {"value": value, "source": settings.source(name)} for name, value in settings.as_dict().items()
+        },
+        "active": model.optimizations_in_effect().as_dict(),
+        "threads": callbacks.threads.tuner.as_dict() if callbacks.threads else None,
+        "best_model": selection.best if selection else None,
+        "selection_history": selection.history if selection else None,
+    }
+
+
+def save_run(
+    model: SnakeDQN,
+    run_dir: Path,
+    summary: dict[str, Any],
+    record: EpisodeRecord,
+    replay_buffer: bool,
+    save_model_file: bool = True,
+) -> None:
+    """Model (and replay buffer), episodes and summary, each atomically; the summary last, so
+    a summary on disk means everything it describes is there."""
+    if save_model_file:
+        save_model(model, run_dir / "model.zip", replay_buffer)
+    write_json(run_dir / "episodes.json", asdict(record))
+    write_json(run_dir / "summary.json", summary)

@@ -12,7 +12,7 @@ from stable_baselines3 import DQN
 
 from sb3_snake import BatchedSnakeVecEnv, SnakeDQN
 from sb3_snake.acceleration.settings import OptimizationSettings
-from sb3_snake.dqn.snake_dqn import METADATA_ENTRY
+from sb3_snake.dqn.save_format import METADATA_ENTRY
 from sb3_snake.persistence import (
     load_model,
     load_replay_buffer,

@@ -33,11 +33,11 @@ from sb3_snake.acceleration.settings import AUTO, OptimizationSettings
 from sb3_snake.acceleration.threads import AdaptiveThreads
 from sb3_snake.common.system import available_memory_bytes, capabilities, check_device, resolve_device
 from sb3_snake.dqn.extractor import SnakeAttentionExtractor
+from sb3_snake.dqn.save_format import MAX_BOARD_SIZE
 from sb3_snake.dqn.snake_dqn import SnakeDQN, TrainingDiverged
 from sb3_snake.envs import BatchedSnakeVecEnv
 from sb3_snake.envs.rules import SnakeRules, board_space, has_countdown
 from sb3_snake.persistence import (
-    MAX_BOARD_SIZE,
     legacy_replay_buffer_path,
     load_model,
     load_replay_buffer,

@@ -200,8 +200,8 @@ def load_model(
         model is for acting and gets a buffer of one transition, ``auto`` settings take their
         unmeasured values (a gradient-step measurement would decide nothing for acting), and it
         is not compiled: acting (``eval``, ``play``, a benchmark's checkpoints) is over before a
-        compilation pays for itself (a warm-cache eval of 20 games took 12 s compiled, 6 s not,
-        on a 2-core CPU; a cold compile takes a minute or more).
+        compilation pays for itself (even with a warm compile cache, a short eval ran slower
+        compiled than not, and a cold compile stalls it far longer).
     """
     if optimizations is not None and not for_training:
         optimizations = optimizations.without_auto() if optimizations.auto_fields else optimizations

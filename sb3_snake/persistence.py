@@ -128,8 +128,9 @@ def load_replay_buffer(model: SnakeDQN, path: Path) -> int:
             f"replay buffer {path} holds observations of shape {arrays['observations'].shape[2:]}, "
             f"the model {buffer.obs_shape}; it belongs to another board size"
         )
-    if not arrays.pop(ENV_REWARDS, False) and model.food_shaping:
-        arrays["rewards"] = _unshaped_rewards(arrays, model.food_shaping, model.gamma, path)
+    scale = getattr(model, "food_shaping", 0.0)
+    if not arrays.pop(ENV_REWARDS, False) and scale:
+        arrays["rewards"] = _unshaped_rewards(arrays, scale, model.gamma, path)
     if saved_envs != buffer.n_envs:
         if getattr(buffer, "n_steps", 1) > 1:
             raise UsageError(

@@ -40,8 +40,8 @@ def step_both(eager, compiled, steps=3, rtol=1e-4):
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "options",
-    [{}, {"double_dqn": True, "n_steps": 3, "policy_kwargs": {"dueling": True}}],
-    ids=["dqn", "double-dueling-3step"],
+    [{}, {"double_dqn": True, "n_steps": 3, "policy_kwargs": {"dueling": True}, "food_shaping": 0.5}],
+    ids=["dqn", "double-dueling-3step-shaped"],
 )
 def test_compiled_updates_train_as_the_eager_ones(options):
     eager, compiled = twins(**options)

@@ -137,9 +137,7 @@ def test_on_the_cpu_compile_compiles_the_whole_update_when_the_model_is_built():
 
 def test_where_the_update_cannot_be_compiled_whole_the_networks_are(monkeypatch):
     calls = []
-    monkeypatch.setattr(
-        "sb3_snake.dqn.update.compile.compile_networks", lambda model, mode: calls.append(mode) or ""
-    )
+    monkeypatch.setattr("sb3_snake.dqn.update.compile.compile_networks", lambda model, mode: calls.append(mode) or "")
     monkeypatch.setattr("sb3_snake.dqn.update.compile.unsupported_reason", lambda model: "not Adam")
     model = small_dqn(COMPILED, board_size=6, transitions=64)
     assert calls == ["default"] and model.active_optimizations.compile == Decision(True, True)

@@ -46,8 +46,9 @@ def food_potential(observations: torch.Tensor) -> torch.Tensor:
     distance from the head to the food. A board without food (a won game) counts as ``d = 0``;
     its transition is terminal, where :func:`shaping_rewards` uses zero."""
     *_, height, width = observations.shape
+    # As float: compiled for the CPU (torch 2.13), an argmax over uint8 returned 0 for every row.
     flat = observations.flatten(2)
-    head, food = flat[:, HEAD].argmax(dim=1), flat[:, FOOD].argmax(dim=1)
+    head, food = flat[:, HEAD].float().argmax(dim=1), flat[:, FOOD].float().argmax(dim=1)
     distance = (head // width - food // width).abs() + (head % width - food % width).abs()
     return 1 - distance.float() / (height + width - 2)
 

@@ -4,14 +4,17 @@
 and SB3's loader unpickles them with cloudpickle: a crafted file runs any code it likes while
 it loads. :func:`load_model` never does that. It reads the ``sb3_snake.json`` entry that
 :meth:`SnakeDQN.save <sb3_snake.dqn.snake_dqn.SnakeDQN.save>` writes (plain JSON: policy name,
-spaces, hyperparameters, counters), rebuilds the model from it, and loads the weights with
+spaces, hyperparameters, counters; both directions of that format are
+:mod:`sb3_snake.dqn.save_format`), rebuilds the model from it, and loads the weights with
 ``torch.load(weights_only=True)``. A file without that entry (made by plain SB3, by another
 program, or by sb3-snake before 0.2) is refused with the way out: ``trusted=True`` (the CLI's
 ``--trust-model``) uses SB3's full loader, for files whose origin you trust.
 
 **Replay buffers** are saved beside a model as ``<stem>.replay.npz``: the buffer's arrays in
 time order, read back with ``numpy.load(allow_pickle=False)``, so a resumed run never
-unpickles either. SB3's ``<stem>.replay.pkl`` is read only when trusted.
+unpickles either. SB3's ``<stem>.replay.pkl`` is read only when trusted. The rewards are the
+env's own (``env_rewards`` says so); a buffer saved before reward shaping moved into the TD
+targets holds shaped rewards, which :func:`load_replay_buffer` unshapes.
 
 **Atomic writes.** Every file goes through :func:`sb3_snake.common.paths.atomic_write`: a unique
 temporary name, then a rename, so a crash or a second Ctrl-C leaves the previous file intact
@@ -33,20 +36,24 @@ from gymnasium import spaces
 from stable_baselines3.common.buffers import ReplayBuffer
 
 from sb3_snake.acceleration.settings import OptimizationSettings
+from sb3_snake.common.errors import UsageError
 from sb3_snake.common.paths import atomic_write, write_text_atomically
-from sb3_snake.dqn.snake_dqn import METADATA_ENTRY, METADATA_FORMAT, PORTABLE_CLASSES, SnakeDQN
-from sb3_snake.envs.rules import BASE_CHANNELS, MIN_BOARD_SIZE, NUM_CHANNELS, board_space, has_countdown
+from sb3_snake.dqn.save_format import (
+    BOARD_SHAPES,
+    CHANNEL_COUNTS,
+    METADATA_ENTRY,
+    decode_policy_kwargs,
+    read_metadata,
+)
+from sb3_snake.dqn.snake_dqn import SnakeDQN
+from sb3_snake.dqn.targets import shaping_rewards
+from sb3_snake.envs.rules import board_space, has_countdown
 
 #: The arrays of an SB3 replay buffer that a saved buffer holds (``next_observations`` too,
 #: unless the buffer was made with ``optimize_memory_usage``).
 REPLAY_ARRAYS = ("observations", "actions", "rewards", "dones", "timeouts")
-#: The largest board a model file may describe (the head view alone grows with its square).
-MAX_BOARD_SIZE = 256
-#: Channels of a model's boards: without and with the countdown.
-CHANNEL_COUNTS = (BASE_CHANNELS, NUM_CHANNELS)
-BOARD_SHAPES = f"({BASE_CHANNELS}, n, n) or ({NUM_CHANNELS}, n, n)"
-
-TRUST_HINT = "if you trust where it came from, pass --trust-model (Python: load_model(path, trusted=True))"
+#: The flag of a saved buffer whose rewards are the env's own; one without it stored them shaped.
+ENV_REWARDS = "env_rewards"
 
 
 # ---------------------------------------------------------------------- saving
@@ -90,7 +97,7 @@ def save_replay_buffer(buffer: ReplayBuffer, path: Path) -> None:
     names = [*REPLAY_ARRAYS, *(() if buffer.optimize_memory_usage else ("next_observations",))]
     arrays = {name: _time_ordered(buffer, getattr(buffer, name)) for name in names}
     with open(path, "wb") as file:
-        np.savez(file, n_envs=np.int64(buffer.n_envs), **arrays)
+        np.savez(file, n_envs=np.int64(buffer.n_envs), **{ENV_REWARDS: np.bool_(True)}, **arrays)
 
 
 def load_replay_buffer(model: SnakeDQN, path: Path) -> int:
@@ -98,29 +105,35 @@ def load_replay_buffer(model: SnakeDQN, path: Path) -> int:
 
     The most recent transitions that fit are kept. With a different number of games than
     saved, 1-step transitions are repacked (each is independent); n-step ones are refused,
-    since their order per game is what their returns are computed from.
+    since their order per game is what their returns are computed from. A buffer saved while
+    shaping was added to the stored rewards (no ``env_rewards`` flag) has the model's
+    ``food_shaping`` term taken off again, so that it holds the env's rewards as the model
+    expects (:mod:`sb3_snake.dqn.targets`).
 
     :return: the number of transitions loaded.
-    :raises ValueError: one line, for a truncated, corrupt or mismatched file.
+    :raises UsageError: one line, for a truncated, corrupt or mismatched file.
     """
     buffer = model.replay_buffer
     try:
         with np.load(path, allow_pickle=False) as stored:
             arrays = {name: stored[name] for name in stored.files}
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as error:
-        raise ValueError(f"replay buffer {path} cannot be read ({type(error).__name__}: {error})") from None
+        raise UsageError(f"replay buffer {path} cannot be read ({type(error).__name__}: {error})") from None
     missing = [name for name in REPLAY_ARRAYS if name not in arrays]
     if missing or "n_envs" not in arrays:
-        raise ValueError(f"replay buffer {path} lacks {', '.join(missing or ['n_envs'])}; it is not a saved buffer")
+        raise UsageError(f"replay buffer {path} lacks {', '.join(missing or ['n_envs'])}; it is not a saved buffer")
     saved_envs = int(arrays.pop("n_envs"))
     if arrays["observations"].shape[2:] != buffer.obs_shape:
-        raise ValueError(
+        raise UsageError(
             f"replay buffer {path} holds observations of shape {arrays['observations'].shape[2:]}, "
             f"the model {buffer.obs_shape}; it belongs to another board size"
         )
+    scale = getattr(model, "food_shaping", 0.0)
+    if not arrays.pop(ENV_REWARDS, False) and scale:
+        arrays["rewards"] = _unshaped_rewards(arrays, scale, model.gamma, path)
     if saved_envs != buffer.n_envs:
         if getattr(buffer, "n_steps", 1) > 1:
-            raise ValueError(
+            raise UsageError(
                 f"replay buffer {path} holds n-step transitions of {saved_envs} games; resume with "
                 f"--n-envs {saved_envs} to keep it, or move it away to resume without it"
             )
@@ -134,9 +147,24 @@ def load_replay_buffer(model: SnakeDQN, path: Path) -> int:
                 torch.as_tensor(recent, device=target.device) if isinstance(target, torch.Tensor) else recent
             )
     if "next_observations" not in arrays and not buffer.optimize_memory_usage:
-        raise ValueError(f"replay buffer {path} holds no next observations; it was saved with optimize_memory_usage")
+        raise UsageError(f"replay buffer {path} holds no next observations; it was saved with optimize_memory_usage")
     buffer.pos, buffer.full = rows % buffer.buffer_size, rows == buffer.buffer_size
     return rows * buffer.n_envs
+
+
+def _unshaped_rewards(arrays: dict[str, np.ndarray], scale: float, gamma: float, path: Path) -> np.ndarray:
+    """The rewards of a buffer saved with shaping in them, less the term it added to each."""
+    if "next_observations" not in arrays:
+        raise UsageError(
+            f"replay buffer {path} holds shaped rewards and no next observations to unshape them with; "
+            "move it away to resume without it"
+        )
+    observations = torch.as_tensor(arrays["observations"]).flatten(0, 1)
+    next_observations = torch.as_tensor(arrays["next_observations"]).flatten(0, 1)
+    terminated = torch.as_tensor(arrays["dones"] * (1 - arrays["timeouts"])).flatten() > 0
+    shaping = shaping_rewards(scale, gamma, observations, next_observations, terminated).numpy()
+    rewards = arrays["rewards"]
+    return (rewards - shaping.reshape(rewards.shape)).astype(rewards.dtype)
 
 
 def _repack(array: np.ndarray, n_envs: int) -> np.ndarray:
@@ -148,67 +176,10 @@ def _repack(array: np.ndarray, n_envs: int) -> np.ndarray:
 # ---------------------------------------------------------------------- loading
 
 
-def read_metadata(path: Path) -> dict[str, Any]:
-    """The ``sb3_snake.json`` entry of a saved model, checked; ValueError (one line) otherwise."""
-    try:
-        with zipfile.ZipFile(path) as archive:
-            if METADATA_ENTRY not in archive.namelist():
-                raise ValueError(
-                    f"model file {path} has no sb3-snake description ({METADATA_ENTRY}): it was made by plain SB3, "
-                    f"another program or sb3-snake before 0.2, and loading it would unpickle code from it; "
-                    + TRUST_HINT
-                )
-            metadata = json.loads(archive.read(METADATA_ENTRY).decode("utf-8"))
-    except (zipfile.BadZipFile, OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"model file {path} cannot be loaded ({type(error).__name__}: {error})") from None
-    problem = _metadata_problem(metadata)
-    if problem:
-        raise ValueError(f"model file {path} has a malformed {METADATA_ENTRY}: {problem}")
-    return metadata
-
-
 def saved_metadata(path: Path, trusted: bool = False) -> dict[str, Any]:
     """A saved model's description: read from its JSON entry, or, when ``trusted``, from the model
     SB3's full loader rebuilds (so models saved without the entry work too)."""
     return load_model(path, trusted=True).metadata() if trusted else read_metadata(path)
-
-
-def _metadata_problem(metadata: Any) -> str:
-    if not isinstance(metadata, dict) or metadata.get("format") != METADATA_FORMAT:
-        return f"format is not {METADATA_FORMAT!r}"
-    shape = metadata.get("observation_shape")
-    if not (isinstance(shape, list) and len(shape) == 3 and all(type(n) is int for n in shape)):
-        return f"observation_shape {shape!r} is not three integers"
-    if shape[0] not in CHANNEL_COUNTS or shape[1] != shape[2] or not MIN_BOARD_SIZE <= shape[1] <= MAX_BOARD_SIZE:
-        return f"observation_shape {shape} is not that of a Snake board ({BOARD_SHAPES}), 4 <= n <= 256"
-    if metadata.get("n_actions") != 4:
-        return f"n_actions is {metadata.get('n_actions')!r}, not 4"
-    if metadata.get("policy") not in SnakeDQN.policy_aliases:
-        return f"policy {metadata.get('policy')!r} is not one of {', '.join(SnakeDQN.policy_aliases)}"
-    if metadata.get("policy_kwargs") is None:
-        return "its policy_kwargs hold objects that only the full loader rebuilds; " + TRUST_HINT
-    for section in ("hyperparameters", "counters"):
-        if not isinstance(metadata.get(section), dict):
-            return f"{section} is missing"
-        if any(not isinstance(value, (bool, int, float, str, type(None))) for value in metadata[section].values()):
-            return f"{section} hold values that are not plain numbers"
-    if type(metadata.get("n_envs")) is not int or metadata["n_envs"] < 1:
-        return "n_envs is not a positive integer"
-    return ""
-
-
-def decode_policy_kwargs(value: Any) -> Any:
-    """The inverse of :func:`~sb3_snake.dqn.snake_dqn.encode_policy_kwargs`: names of
-    :data:`~sb3_snake.dqn.snake_dqn.PORTABLE_CLASSES` back to classes; any other name is refused."""
-    if isinstance(value, list):
-        return [decode_policy_kwargs(element) for element in value]
-    if isinstance(value, dict):
-        if set(value) == {"class"}:
-            if value["class"] not in PORTABLE_CLASSES:
-                raise ValueError(f"class {value['class']!r} is not one the safe loader rebuilds; " + TRUST_HINT)
-            return PORTABLE_CLASSES[value["class"]]
-        return {key: decode_policy_kwargs(element) for key, element in value.items()}
-    return value
 
 
 def load_model(
@@ -220,7 +191,7 @@ def load_model(
     device: torch.device | str = "auto",
     for_training: bool = False,
 ) -> SnakeDQN:
-    """Load a saved SnakeDQN; every failure is one ValueError that says what to do.
+    """Load a saved SnakeDQN; every failure is one :class:`UsageError` that says what to do.
 
     :param optimizations: applied to the loaded model (``None``: ``OptimizationSettings.unmeasured()``).
     :param trusted: use SB3's full loader, which unpickles parts of the file and so can run
@@ -230,15 +201,15 @@ def load_model(
         model is for acting and gets a buffer of one transition, ``auto`` settings take their
         unmeasured values (a gradient-step measurement would decide nothing for acting), and it
         is not compiled: acting (``eval``, ``play``, a benchmark's checkpoints) is over before a
-        compilation pays for itself (a warm-cache eval of 20 games took 12 s compiled, 6 s not,
-        on a 2-core CPU; a cold compile takes a minute or more).
+        compilation pays for itself (even with a warm compile cache, a short eval ran slower
+        compiled than not, and a cold compile stalls it far longer).
     """
     if optimizations is not None and not for_training:
         optimizations = optimizations.without_auto() if optimizations.auto_fields else optimizations
         optimizations = optimizations.resolved({"use_torch_compile": False}, {"use_torch_compile": "loaded for acting"})
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"model file {path} does not exist")
+        raise UsageError(f"model file {path} does not exist")
     if trusted:
         model = _load_trusted(path, optimizations, env, device)
     else:
@@ -253,10 +224,10 @@ def _check_board(path: Path, trained: Sequence[int], given: Sequence[int]) -> No
     """One line when ``env``'s boards are not those the model was trained on."""
     if trained[-1] != given[-1]:
         n, m = trained[-1], given[-1]
-        raise ValueError(f"model {path} was trained on a {n}x{n} board, not {m}x{m}; pass --board-size {n}")
+        raise UsageError(f"model {path} was trained on a {n}x{n} board, not {m}x{m}; pass --board-size {n}")
     if tuple(trained) != tuple(given):
         flag = "--countdown" if has_countdown(trained) else "--no-countdown"
-        raise ValueError(
+        raise UsageError(
             f"model {path} was trained {'with' if has_countdown(trained) else 'without'} the countdown "
             f"channel; pass {flag}"
         )
@@ -266,7 +237,7 @@ def _load_trusted(path: Path, optimizations: OptimizationSettings | None, env: A
     try:
         return SnakeDQN.load(path, env=env, device=device, optimizations=optimizations)
     except Exception as error:  # noqa: BLE001 - any failure to read the zip is a bad model file
-        raise ValueError(f"model file {path} cannot be loaded ({type(error).__name__}: {error})") from None
+        raise UsageError(f"model file {path} cannot be loaded ({type(error).__name__}: {error})") from None
 
 
 def _check_snake_model(model: SnakeDQN, path: Path) -> None:
@@ -278,7 +249,7 @@ def _check_snake_model(model: SnakeDQN, path: Path) -> None:
         or len(shape) != 3
         or shape[0] not in CHANNEL_COUNTS
     ):
-        raise ValueError(
+        raise UsageError(
             f"model file {path} is not a Snake model: it acts on {model.observation_space} with "
             f"{model.action_space}, not on ({BOARD_SHAPES}) boards with 4 actions"
         )
@@ -308,7 +279,7 @@ def _load_safely(
             **hyperparameters,
         )
     except TypeError as error:
-        raise ValueError(f"model file {path} has a malformed {METADATA_ENTRY}: {error}") from None
+        raise UsageError(f"model file {path} has a malformed {METADATA_ENTRY}: {error}") from None
     if env is None:
         shape = metadata["observation_shape"]
         model.observation_space = board_space(shape[-1], has_countdown(shape))
@@ -330,5 +301,5 @@ def _load_safely(
             }
         model.set_parameters(params, exact_match=True, device=model.device)
     except Exception as error:  # noqa: BLE001 - weights that do not fit the described model
-        raise ValueError(f"model file {path} cannot be loaded ({type(error).__name__}: {error})") from None
+        raise UsageError(f"model file {path} cannot be loaded ({type(error).__name__}: {error})") from None
     return model

@@ -214,7 +214,7 @@ def rewrite_metadata(path, target, edit):
     import json
     import zipfile
 
-    from sb3_snake.dqn.snake_dqn import METADATA_ENTRY
+    from sb3_snake.dqn.save_format import METADATA_ENTRY
 
     with zipfile.ZipFile(path) as archive:
         entries = {name: archive.read(name) for name in archive.namelist()}

@@ -167,7 +167,7 @@ def test_eval_json(trained_run):
 def test_eval_and_play_never_compile_even_when_the_env_file_says_so(trained_run, tmp_path, monkeypatch, command):
     compiled = []
     monkeypatch.setattr(
-        "sb3_snake.dqn.snake_dqn.compile_model", lambda model, active: compiled.append(active) or active
+        "sb3_snake.dqn.update.compile.CompileState.compile_now", lambda self, model: compiled.append(model) or ""
     )
     env_file = tmp_path / "compile.env"
     env_file.write_text("USE_TORCH_COMPILE=true\n")

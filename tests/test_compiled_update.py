@@ -1,12 +1,13 @@
-"""The whole update compiled as one graph (CPU): the same steps as SnakeDQN's eager gradient_step,
-on the optimizer's own state, and refused where it would differ."""
+"""The whole update compiled as one graph (CPU): the same steps as the eager UpdateStep, on the
+optimizer's own state, and refused where it would differ."""
 
 import pytest
 import torch
 
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.common.system import cpu_has_native_bf16
-from sb3_snake.dqn.update.compiled import CompiledUpdate, unsupported_reason
+from sb3_snake.dqn.update.compile import unsupported_reason
+from sb3_snake.dqn.update.compiled import CompiledUpdate
 from tests.conftest import small_dqn
 
 EAGER = OptimizationSettings(use_bf16=False, use_flash_attention=False, use_torch_compile=False, num_threads=1)
@@ -18,7 +19,7 @@ def twins(eager_settings=EAGER, compiled_settings=COMPILED, **options):
     eager = small_dqn(eager_settings, board_size=6, transitions=96, **options)
     compiled = small_dqn(compiled_settings, board_size=6, transitions=96, **options)
     compiled.policy.load_state_dict(eager.policy.state_dict())
-    assert isinstance(compiled._compiled, CompiledUpdate)
+    assert isinstance(compiled.updates.current, CompiledUpdate)
     return eager, compiled
 
 
@@ -33,19 +34,19 @@ def assert_same_training_state(eager, compiled):
 def step_both(eager, compiled, steps=3, rtol=1e-4):
     for _ in range(steps):
         batch = eager.replay_buffer.sample(32)
-        torch.testing.assert_close(compiled.gradient_step(batch), eager.gradient_step(batch), rtol=rtol, atol=1e-7)
+        torch.testing.assert_close(compiled.updates.current(batch), eager.updates.current(batch), rtol=rtol, atol=1e-7)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "options",
-    [{}, {"double_dqn": True, "n_steps": 3, "policy_kwargs": {"dueling": True}}],
-    ids=["dqn", "double-dueling-3step"],
+    [{}, {"double_dqn": True, "n_steps": 3, "policy_kwargs": {"dueling": True}, "food_shaping": 0.5}],
+    ids=["dqn", "double-dueling-3step-shaped"],
 )
 def test_compiled_updates_train_as_the_eager_ones(options):
     eager, compiled = twins(**options)
     step_both(eager, compiled)
-    assert compiled._compiled.calls == 3
+    assert compiled.updates.current.calls == 3
     assert_same_training_state(eager, compiled)
     assert all(p.grad is None for p in compiled.q_net.parameters())  # gradients stay inside the graph
 
@@ -58,7 +59,7 @@ def test_in_bf16_with_the_flash_kernel_the_compiled_update_trains_as_the_eager_o
     eager, compiled = twins(eager_settings, OptimizationSettings(**options, use_torch_compile=True))
     assert compiled.active_optimizations.bf16.active and compiled.active_optimizations.flash.active
     step_both(eager, compiled, rtol=1e-2)  # bf16 products round differently once compiled
-    assert compiled._compiled is not None and compiled._compiled.calls == 3  # no fallback to eager
+    assert compiled.updates.current is not None and compiled.updates.current.calls == 3  # no fallback to eager
     assert compiled.active_optimizations.compile.active
 
 
@@ -78,7 +79,7 @@ def test_a_new_learning_rate_and_loaded_parameters_are_used_without_a_new_compil
     step_both(eager, compiled, steps=1)
     assert_same_training_state(eager, compiled)
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs  # nothing compiled again
-    assert compiled._compiled.calls == 4
+    assert compiled.updates.current.calls == 4
 
 
 def test_only_plain_adam_and_float_observations_are_compiled_whole():

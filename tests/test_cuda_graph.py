@@ -1,8 +1,8 @@
 """The captured gradient step's parts that run anywhere: its sampler and its decision.
 
 Capturing and replaying need a GPU (tests/test_cuda.py); what a graph replays, the sampler
-drawing from a device tensor and ``SnakeDQN.gradient_step``, runs eagerly on the CPU here
-(``gradient_step`` is held to SB3's ``DQN.train`` by test_algorithm.py).
+drawing from a device tensor and the eager ``UpdateStep``, runs eagerly on the CPU here
+(the eager step is held to SB3's ``DQN.train`` by test_snake_dqn.py).
 """
 
 import pytest
@@ -11,6 +11,7 @@ import torch
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.dqn.replay import DeviceReplayBuffer
 from sb3_snake.dqn.update.captured import CapturedUpdate
+from sb3_snake.dqn.update.step import UpdateStep
 from tests.conftest import small_dqn
 
 PLAIN = OptimizationSettings(use_bf16=False, use_flash_attention=False, use_torch_compile=False, num_threads=1)
@@ -94,16 +95,18 @@ def test_on_the_cpu_the_graph_is_off_with_its_reason_and_training_runs_eagerly()
     decision = model.active_optimizations.cuda_graph
     assert decision.requested and not decision.active and "CUDA" in decision.reason
     model.train(gradient_steps=2, batch_size=32)
-    assert model._captured is None and model._n_updates == 2
+    assert type(model.updates.current) is UpdateStep and model._n_updates == 2
 
 
 def test_new_hyperparameters_or_parameters_drop_a_captured_update():
     """What a graph read on the host while capturing (gamma, clipping, Double DQN) or the optimizer
     state it points at may change; the next update then captures afresh."""
     model = device_buffer_model()
-    model._captured = CapturedUpdate(model, batch_size=32)
+    model.updates.current = CapturedUpdate(model, batch_size=32)
     model.set_hyperparameters(gamma=0.9)
-    assert model._captured is None and model.gamma == 0.9
-    model._captured = CapturedUpdate(model, batch_size=32)
+    assert model.updates.current is None and model.gamma == 0.9
+    model.updates.current = CapturedUpdate(model, batch_size=32)
     model.set_parameters(model.get_parameters())
-    assert model._captured is None
+    assert model.updates.current is None
+    model.train(gradient_steps=1, batch_size=32)  # chosen again: eager on the CPU
+    assert type(model.updates.current) is UpdateStep

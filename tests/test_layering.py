@@ -1,7 +1,8 @@
 """Imports point down: each module imports only modules of its own layer or lower ones.
 
 The layers read bottom to top as the package is built: what every layer shares and the rules
-of the game; the speed switches; the DQN's parts, the gradient step and ``SnakeDQN``; what
+of the game; the speed switches; the DQN's parts (its policies and save format over them), the
+gradient step and the ways to run it, and ``SnakeDQN``; what
 measures and reports on a model (``auto``, the capability report) and the save format; the
 training run; the benchmarks; the search; the command line. A module's layer is that of the
 longest dotted prefix of its name listed here (``dqn.update.compiled`` is ``dqn.update``).
@@ -18,7 +19,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "sb3_snake"
 LAYERS = [
     {"common", "envs"},
     {"acceleration.settings"},
-    {"dqn.replay", "dqn.extractor", "dqn.symmetry", "dqn.shaping"},
+    {"dqn.replay", "dqn.extractor", "dqn.symmetry", "dqn.targets", "dqn.rollout"},
+    {"dqn.policies", "dqn.save_format"},
     {"acceleration.optimizations", "acceleration.threads"},
     {"dqn.update"},
     {"dqn"},

@@ -9,13 +9,11 @@ from torch.profiler import profile
 
 from sb3_snake import BatchedSnakeVecEnv
 from sb3_snake.acceleration.optimizations import (
-    WHOLE_UPDATE,
     ActiveOptimizations,
     Decision,
     choose_num_threads,
     decide_bf16,
     decide_compile,
-    decide_compiled_update,
     decide_cuda_graph,
     decide_flash,
     decide_sdpa_backend,
@@ -29,7 +27,9 @@ from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.common.system import cpu_cores, cpu_has_native_bf16
 from sb3_snake.dqn.extractor import AttentionPool, SelfAttention
 from sb3_snake.dqn.snake_dqn import SnakeDQN
+from sb3_snake.dqn.update.compile import WHOLE_UPDATE, CompileState, decide_compiled_update
 from sb3_snake.dqn.update.compiled import CompiledUpdate
+from sb3_snake.dqn.update.step import UpdateStep
 from tests.conftest import SMALL_POLICY, small_dqn
 
 FLASH_KERNEL = "aten::_scaled_dot_product_flash_attention_for_cpu"
@@ -88,23 +88,38 @@ def test_without_bf16_everything_is_float32():
     assert set(dtypes.values()) == {torch.float32} and q_dtype == torch.float32
 
 
+def fake_compile(monkeypatch, compiled_at=None):
+    """Compiling records the gradient step it happens at and compiles nothing: the compiled
+    update runs the eager one (a real compile takes long; the slow tests do one)."""
+    compile_now = CompileState.compile_now
+
+    def record(self, model):
+        (compiled_at if compiled_at is not None else []).append(model._n_updates)
+        return compile_now(self, model)
+
+    monkeypatch.setattr(CompileState, "compile_now", record)
+    monkeypatch.setattr("sb3_snake.dqn.update.compile.compile_networks", lambda model, mode: "")
+    monkeypatch.setattr(CompiledUpdate, "compiled_update", UpdateStep.update)
+
+
 def test_a_deferred_compile_trains_eagerly_first_then_compiles_once(monkeypatch):
     compiled_at = []
-
-    def fake_compile(model, active):
-        compiled_at.append(model._n_updates)
-        return active
-
-    monkeypatch.setattr("sb3_snake.dqn.snake_dqn.compile_model", fake_compile)
+    fake_compile(monkeypatch, compiled_at)
     model = small_dqn(COMPILED, board_size=6, transitions=64, compile_after=3)
-    assert model._compiled is None and model.q_net._compiled_call_impl is None and compiled_at == []
+    assert type(model.updates.current) is UpdateStep and model.q_net._compiled_call_impl is None
+    assert compiled_at == []
     deferred = f"after the first 3 gradient steps: {WHOLE_UPDATE}"  # when, and what it will compile
     assert model.active_optimizations.compile == Decision(True, True, deferred)
     summary = summary_lines(model.active_optimizations)
     assert any(f"enabled (after the first 3 gradient steps: {WHOLE_UPDATE})" in line for line in summary)
+    pending = model.optimizations_in_effect().compile
+    assert pending == Decision(True, False, "deferred to gradient step 3, not reached (0 trained)")
+    assert not model.compile_state.active
     for _ in range(5):
         model.train(gradient_steps=1, batch_size=32)
     assert compiled_at == [3]
+    assert isinstance(model.updates.current, CompiledUpdate) and model.updates.current.calls == 2
+    assert model.compile_state.active and model.optimizations_in_effect().compile == Decision(True, True, deferred)
 
 
 def test_a_deferred_compile_of_a_model_whose_update_is_not_compiled_whole_says_only_when():
@@ -116,18 +131,17 @@ def test_a_deferred_compile_of_a_model_whose_update_is_not_compiled_whole_says_o
 def test_on_the_cpu_compile_compiles_the_whole_update_when_the_model_is_built():
     model = small_dqn(COMPILED, board_size=6, transitions=64)
     assert model.active_optimizations.compile == Decision(True, True, WHOLE_UPDATE)
-    assert isinstance(model._compiled, CompiledUpdate) and model.q_net._compiled_call_impl is None
+    assert isinstance(model.updates.current, CompiledUpdate) and model.q_net._compiled_call_impl is None
+    assert model.compile_state.active and model.optimizations_in_effect().compile == Decision(True, True, WHOLE_UPDATE)
 
 
 def test_where_the_update_cannot_be_compiled_whole_the_networks_are(monkeypatch):
     calls = []
-    monkeypatch.setattr(
-        "sb3_snake.acceleration.optimizations._compile_networks", lambda model, mode: calls.append(mode) or ""
-    )
-    monkeypatch.setattr("sb3_snake.dqn.snake_dqn.unsupported_reason", lambda model: "not Adam")
+    monkeypatch.setattr("sb3_snake.dqn.update.compile.compile_networks", lambda model, mode: calls.append(mode) or "")
+    monkeypatch.setattr("sb3_snake.dqn.update.compile.unsupported_reason", lambda model: "not Adam")
     model = small_dqn(COMPILED, board_size=6, transitions=64)
     assert calls == ["default"] and model.active_optimizations.compile == Decision(True, True)
-    assert model._compiled is None
+    assert type(model.updates.current) is UpdateStep
     model.train(gradient_steps=2, batch_size=32)
     assert calls == ["default"]
 
@@ -138,25 +152,45 @@ def test_the_whole_update_is_compiled_on_the_cpu_only_and_for_what_it_supports()
     assert decide_compiled_update("cuda", "") == Decision(False, False)
 
 
-def test_a_whole_update_whose_compile_fails_is_reported_off_and_training_goes_on(monkeypatch):
+def test_the_compile_state_describes_itself():
+    """The one wording of the compile decision: off and why, what, when, pending, failed."""
+    whole, networks = decide_compiled_update("cpu", ""), decide_compiled_update("cuda", "")
+    assert CompileState(Decision(False, False), whole).planned == Decision(False, False)
+    unavailable = Decision(True, False, "no torch.compile here")
+    assert CompileState(unavailable, whole, after=5).in_effect(0) == unavailable
+    state = CompileState(Decision(True, True), whole, after=1_000)
+    assert state.planned == Decision(True, True, f"after the first 1,000 gradient steps: {WHOLE_UPDATE}")
+    assert state.in_effect(10) == Decision(True, False, "deferred to gradient step 1,000, not reached (10 trained)")
+    assert not state.due(999) and state.due(1_000) and not state.active
+    assert CompileState(Decision(True, True), networks).planned == Decision(True, True)
+    state.compiled, state.failure = True, "compile failed: RuntimeError: no"
+    assert state.planned == state.in_effect(2_000) == Decision(True, False, "compile failed: RuntimeError: no")
+    assert not state.active and not state.due(2_000)
+
+
+def test_a_whole_update_whose_compile_fails_is_reported_off_and_training_goes_on(monkeypatch, caplog):
     def fail(self, data):
         raise RuntimeError("no C++ compiler\nmore detail")
 
-    monkeypatch.setattr(CompiledUpdate, "__call__", fail)
+    monkeypatch.setattr(CompiledUpdate, "compiled_update", fail)
     model = small_dqn(COMPILED, board_size=6, transitions=64, compile_after=1)
     model.train(gradient_steps=1, batch_size=32)
-    assert model.active_optimizations.compile.active and model._compiled is None
-    model.train(gradient_steps=1, batch_size=32)  # compiles, fails, trains this step eagerly
+    assert model.active_optimizations.compile.active and type(model.updates.current) is UpdateStep
+    with caplog.at_level("WARNING"):
+        model.train(gradient_steps=2, batch_size=32)  # compiles, fails, trains these steps eagerly
     failure = "compile failed: RuntimeError: no C++ compiler"
     assert model.active_optimizations.compile == Decision(True, False, failure)
-    assert model._compiled is None and model._n_updates == 2
+    assert model.optimizations_in_effect().compile == Decision(True, False, failure)
+    assert f"torch.compile requested but not active: {failure}; training eagerly" in caplog.text
+    assert model.updates.current is None and model._n_updates == 3 and not model.compile_state.active
     model.train(gradient_steps=1, batch_size=32)  # goes on eagerly
+    assert type(model.updates.current) is UpdateStep and model._n_updates == 4
 
 
 def test_a_deferred_network_compile_that_fails_is_reported_off(monkeypatch):
     failure = "compile failed: BackendCompilerFailed: no C++ compiler"
-    monkeypatch.setattr("sb3_snake.acceleration.optimizations._compile_networks", lambda model, mode: failure)
-    monkeypatch.setattr("sb3_snake.dqn.snake_dqn.unsupported_reason", lambda model: "not Adam")
+    monkeypatch.setattr("sb3_snake.dqn.update.compile.compile_networks", lambda model, mode: failure)
+    monkeypatch.setattr("sb3_snake.dqn.update.compile.unsupported_reason", lambda model: "not Adam")
     model = small_dqn(COMPILED, board_size=6, transitions=64, compile_after=1)
     assert model.active_optimizations.compile.active
     model.train(gradient_steps=1, batch_size=32)
@@ -164,21 +198,25 @@ def test_a_deferred_network_compile_that_fails_is_reported_off(monkeypatch):
     model.train(gradient_steps=1, batch_size=32)
     assert model.active_optimizations.compile == Decision(True, False, failure)
     model.train(gradient_steps=1, batch_size=32)  # goes on eagerly
+    assert type(model.updates.current) is UpdateStep and model._n_updates == 3
 
 
 def test_a_deferred_compile_is_not_saved_and_a_loaded_model_defers_what_is_left(tmp_path, monkeypatch):
-    monkeypatch.setattr("sb3_snake.dqn.snake_dqn.compile_model", lambda model, active: active)
+    fake_compile(monkeypatch)
     model = small_dqn(COMPILED, board_size=6, transitions=64, compile_after=4)
     model.train(gradient_steps=2, batch_size=32)
     model.save(tmp_path / "m.zip")
     loaded = SnakeDQN.load(tmp_path / "m.zip", optimizations=COMPILED)
-    assert loaded.compile_after == 4 and loaded._compile_pending
+    assert loaded.compile_after == 4 and loaded.compile_state.due(4) and not loaded.compile_state.due(3)
+    assert loaded.compile_state.planned.reason == f"after the first 4 gradient steps: {WHOLE_UPDATE}"
     done = small_dqn(COMPILED, board_size=6, transitions=64, compile_after=1)
     done.train(gradient_steps=2, batch_size=32)
     done.save(tmp_path / "done.zip")
     calls = []
-    monkeypatch.setattr("sb3_snake.dqn.snake_dqn.compile_model", lambda model, active: calls.append(active) or active)
-    assert not SnakeDQN.load(tmp_path / "done.zip", optimizations=COMPILED)._compile_pending and len(calls) == 1
+    fake_compile(monkeypatch, calls)
+    reloaded = SnakeDQN.load(tmp_path / "done.zip", optimizations=COMPILED)
+    assert reloaded.compile_state.active and calls == [2]
+    assert reloaded.active_optimizations.compile == Decision(True, True, WHOLE_UPDATE)
 
 
 @pytest.mark.slow
@@ -194,7 +232,7 @@ def test_compile_compiles_graphs_only_when_on():
     assert compiled.active_optimizations.compile.active
     compiled.train(gradient_steps=2, batch_size=32)
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == before + 1  # one graph: the whole update
-    assert compiled._compiled.calls == 2
+    assert compiled.updates.current.calls == 2
     # The networks are as they were: the state_dict keys are those of the plain network.
     assert compiled.q_net.state_dict().keys() == model.q_net.state_dict().keys()
 

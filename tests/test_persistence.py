@@ -12,7 +12,8 @@ from stable_baselines3 import DQN
 
 from sb3_snake import BatchedSnakeVecEnv, SnakeDQN
 from sb3_snake.acceleration.settings import OptimizationSettings
-from sb3_snake.dqn.snake_dqn import METADATA_ENTRY
+from sb3_snake.dqn.save_format import METADATA_ENTRY
+from sb3_snake.dqn.targets import shaping_rewards
 from sb3_snake.persistence import (
     load_model,
     load_replay_buffer,
@@ -209,3 +210,29 @@ def test_loaded_weights_are_on_the_cpu_without_unpickling(saved):
     _, path = saved
     model = load_model(path, FAST, device="cpu")
     assert all(parameter.device == torch.device("cpu") for parameter in model.q_net.parameters())
+
+
+def test_a_replay_buffer_saved_with_shaped_rewards_is_loaded_with_the_env_rewards(tmp_path):
+    """Buffers saved while shaping was added to the stored rewards carry no ``env_rewards`` flag:
+    a model that shapes takes its term off again, as the TD targets add it (sb3_snake.dqn.targets);
+    a buffer saved now holds the env's rewards and says so."""
+    model = small_dqn(FAST, transitions=128, food_shaping=0.5)
+    buffer = model.replay_buffer
+    save_replay_buffer(buffer, tmp_path / "new.replay.npz")
+    with np.load(tmp_path / "new.replay.npz") as stored:
+        arrays = {name: stored[name] for name in stored.files}
+    assert arrays.pop("env_rewards")
+    observations, next_observations = (
+        torch.as_tensor(arrays[name]).flatten(0, 1) for name in ("observations", "next_observations")
+    )
+    terminated = torch.as_tensor(arrays["dones"] * (1 - arrays["timeouts"])).flatten() > 0
+    shaping = shaping_rewards(0.5, model.gamma, observations, next_observations, terminated).numpy()
+    assert (shaping != 0).any()
+    np.savez(tmp_path / "old.replay.npz", **{**arrays, "rewards": arrays["rewards"] + shaping.reshape(-1, 8)})
+    for name in ("old", "new"):
+        fresh = small_dqn(FAST, transitions=0, food_shaping=0.5)
+        assert load_replay_buffer(fresh, tmp_path / f"{name}.replay.npz") == 128
+        np.testing.assert_allclose(fresh.replay_buffer.rewards[:16], buffer.rewards[:16], atol=1e-6, err_msg=name)
+    unshaped = small_dqn(FAST, transitions=0)  # a model without shaping stored its rewards as they were
+    load_replay_buffer(unshaped, tmp_path / "old.replay.npz")
+    np.testing.assert_array_equal(unshaped.replay_buffer.rewards[:16], arrays["rewards"] + shaping.reshape(-1, 8))

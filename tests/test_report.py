@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from sb3_snake.acceleration.optimizations import WHOLE_UPDATE, ActiveOptimizations
+from sb3_snake.acceleration.optimizations import ActiveOptimizations
 from sb3_snake.acceleration.report import capability_report, format_capability_report, summary_lines
 from sb3_snake.acceleration.settings import OptimizationSettings
+from sb3_snake.dqn.update.compile import WHOLE_UPDATE
 
 SCRIPT = Path(__file__).resolve().parent.parent / "test_optimizations.py"
 

@@ -16,6 +16,7 @@ from sb3_snake.acceleration.optimizations import (
 )
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.acceleration.threads import AdaptiveThreads, ThreadTuner
+from sb3_snake.dqn.update.compile import CompileState
 from sb3_snake.training.config import TrainConfig
 from sb3_snake.training.run import train
 from tests.conftest import small_dqn
@@ -171,8 +172,10 @@ def test_the_callback_keeps_the_count_once_the_networks_are_compiled(monkeypatch
     model.num_timesteps = 10
     callback.on_step()
     assert callback.tuner.current == 3 and callback.tuner.probing
-    compiled = replace(model.active_optimizations, compile=Decision(True, True))
-    monkeypatch.setattr(model, "optimizations_in_effect", lambda: compiled)
+    assert not model.compile_state.active  # compile is off for this model
+    compiled = CompileState(Decision(True, True), Decision(False, False), compiled=True)
+    monkeypatch.setattr(model.updates, "compile", compiled)
+    assert model.compile_state.active
     for _ in range(20):
         model.num_timesteps += 5
         callback.on_step()

@@ -15,13 +15,9 @@ the one context that wraps the networks' forward passes:
 - **BF16**: ``torch.autocast(device_type, dtype=torch.bfloat16)`` around the forward passes,
   on CUDA when the GPU supports bf16 and on CPU when the CPU has native bf16 (AVX512-BF16 or
   AMX). The Q-networks return float32, so TD targets and the loss stay in float32.
-- **torch.compile**: on a CPU the whole gradient step is compiled as one graph (forward,
-  backward, clipping and Adam on the optimizer's own state; :mod:`sb3_snake.dqn.update.compiled`,
-  :func:`decide_compiled_update`). Elsewhere, and for updates it does not cover, ``q_net`` and
-  ``q_net_target`` are compiled in place (``nn.Module.compile``). Either way the networks keep
-  their state_dict keys, so models save and load the same with and without it. A compile error
-  (the networks' warm-up forward pass, the update's first call) turns it off, with the error as
-  the reason.
+- **torch.compile**: decided here as asked for and available (:func:`decide_compile`); what it
+  compiles (the whole gradient step on a CPU, the networks elsewhere), when, and how it went is
+  the model's :class:`~sb3_snake.dqn.update.compile.CompileState`.
 - **CUDA graph**: on CUDA the whole gradient step (sampling, both networks, loss, backward,
   clipping, Adam) is captured once and replayed as one graph (:mod:`sb3_snake.dqn.update.captured`),
   when the replay buffer is on the device and no compile mode captures graphs of its own.
@@ -35,8 +31,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import warnings
-from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -363,23 +359,13 @@ def torch_threads(count: int) -> Iterator[None]:
         torch.set_num_threads(previous)
 
 
-def apply_optimizations(
-    model: DQN,
-    settings: OptimizationSettings,
-    compile_after: int = 0,
-    compile_model: Callable[[DQN, ActiveOptimizations], ActiveOptimizations] | None = None,
-    compiles: Decision = Decision(False, False),
-) -> ActiveOptimizations:
+def apply_optimizations(model: DQN, settings: OptimizationSettings) -> ActiveOptimizations:
     """Apply ``settings`` to a DQN model in place and return what is really active.
 
-    Gives both Q-networks the forward context, and compiles when asked: ``compile_model``
-    (default :func:`compile_networks`, whose compile that fails its warm-up forward pass is
-    undone and reported off). With ``compile_after`` > 0 the compilation is left to the caller
-    (once that many gradient steps ran; :class:`~sb3_snake.SnakeDQN` does it) and the decision
-    says when it starts, and what it will compile when ``compiles`` (:func:`decide_compiled_update`
-    for the model) says the whole update. The thread
-    count is decided (``active.num_threads``) but not set: that is :func:`torch_threads`'s, for
-    the entry point.
+    Gives both Q-networks the forward context. Compiling is the model's own
+    (:class:`~sb3_snake.dqn.update.compile.CompileState`): the compile decision returned says
+    only whether it is asked for and available. The thread count is decided
+    (``active.num_threads``) but not set: that is :func:`torch_threads`'s, for the entry point.
     """
     if settings.auto_fields:
         logger.warning(
@@ -397,71 +383,4 @@ def apply_optimizations(
         asked = not active.settings.source(field).startswith("auto")
         if decision.requested and not decision.active and asked:
             logger.warning("optimization requested but not active: %s", decision.reason)
-    if active.compile.active and compile_after <= 0:
-        return (compile_model or compile_networks)(model, active)
-    return deferred_compile(name_compile(active, compiles), compile_after)
-
-
-def deferred_compile(active: ActiveOptimizations, compile_after: int) -> ActiveOptimizations:
-    """``active`` with an active compile described as starting after ``compile_after`` gradient
-    steps (``sb3-snake train``'s ``--compile-after``; 0: as it is), after what it says it compiles."""
-    if not active.compile.active or compile_after <= 0:
-        return active
-    when = f"after the first {compile_after:,} gradient steps"
-    reason = f"{when}: {active.compile.reason}" if active.compile.reason else when
-    return replace(active, compile=Decision(True, True, reason))
-
-
-def name_compile(active: ActiveOptimizations, compiles: Decision) -> ActiveOptimizations:
-    """``active`` with an active compile's decision saying what it compiles, when ``compiles``
-    (:func:`decide_compiled_update`) says the whole update; otherwise as it is."""
-    return replace(active, compile=compiles) if active.compile.active and compiles.active else active
-
-
-#: The compile decision's reason when :class:`~sb3_snake.dqn.update.compiled.CompiledUpdate` is what runs.
-WHOLE_UPDATE = "the whole update as one graph: forward, backward, clipping and Adam"
-
-
-def decide_compiled_update(device_type: str, unsupported: str) -> Decision:
-    """Whether an active compile compiles the whole gradient step
-    (:class:`~sb3_snake.dqn.update.compiled.CompiledUpdate`) rather than the two Q-networks: on a
-    CPU, where the update is bound by dispatching its ~1,000 small operators, unless the model
-    is one it cannot compile (``unsupported``, its reason). On CUDA the update is captured as a
-    CUDA graph instead, with the networks compiled inside it."""
-    if device_type != "cpu":
-        return Decision(False, False)
-    if unsupported:
-        return Decision(True, False, unsupported)
-    return Decision(True, True, WHOLE_UPDATE)
-
-
-def compile_networks(model: DQN, active: ActiveOptimizations) -> ActiveOptimizations:
-    """Compile both Q-networks of ``model`` in ``active``'s compile mode; what is active
-    afterwards: ``active``, or compile off with the error as its reason when the warm-up pass fails."""
-    failure = _compile_networks(model, active.settings.compile_mode)
-    if failure:
-        logger.warning("torch.compile requested but not active: %s", failure)
-        return replace(active, compile=Decision(True, False, failure))
     return active
-
-
-def _compile_networks(model: DQN, mode: str) -> str:
-    """Compile both Q-networks in place and warm them up; return the error, or ``""``."""
-    networks = (model.q_net, model.q_net_target)
-    for network in networks:
-        network.compile(mode=mode)
-    sample = torch.as_tensor(model.observation_space.sample()[None], device=model.device)
-    try:
-        with torch.no_grad():
-            for network in networks:
-                network(sample)
-    except Exception as error:  # noqa: BLE001 - reported as the reason compile is off
-        for network in networks:
-            network._compiled_call_impl = None
-        return compile_failure(error)
-    return ""
-
-
-def compile_failure(error: BaseException) -> str:
-    """A failed compile in one line, as the compile decision's reason."""
-    return f"compile failed: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"

@@ -8,22 +8,16 @@ requested optimization will not be. The training CLI prints the same summary bef
 from __future__ import annotations
 
 import platform
+from dataclasses import replace
 from typing import Any
 
 import torch
 
 from sb3_snake.acceleration.autotune import cache_dir, resolve_auto
-from sb3_snake.acceleration.optimizations import (
-    ActiveOptimizations,
-    decide_compiled_update,
-    deferred_compile,
-    name_compile,
-    probe_bf16,
-    probe_compile,
-    probe_flash,
-)
+from sb3_snake.acceleration.optimizations import ActiveOptimizations, probe_bf16, probe_compile, probe_flash
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.common import system
+from sb3_snake.dqn.update.compile import CompileState, decide_compiled_update
 
 
 def capability_report(
@@ -61,8 +55,11 @@ def capability_report(
         resolved = resolve_auto(
             settings, target, policy_kwargs, board_size, countdown=countdown, allow_measure=measure_auto
         )
-    whole = decide_compiled_update(target.type, "")  # sb3-snake train's models (Adam, board observations) are supported
-    active = deferred_compile(name_compile(ActiveOptimizations.decide(resolved, target), whole), compile_after)
+    active = ActiveOptimizations.decide(resolved, target)
+    # What a model trained with these settings would compile, and when, in its own words;
+    # sb3-snake train's models (Adam, board observations) are ones the whole update compiles for.
+    compiles = CompileState(active.compile, decide_compiled_update(target.type, ""), compile_after)
+    active = replace(active, compile=compiles.planned)
     return {
         "torch": torch.__version__,
         "python": platform.python_version(),

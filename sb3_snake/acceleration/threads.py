@@ -164,7 +164,7 @@ class AdaptiveThreads(BaseCallback):
     the count it found when training ends. It starts measuring once learning has started (env
     steps of random play before ``learning_starts`` cost no gradient steps and would say nothing
     about them), and keeps the count it has once the networks are compiled: torch.compile guards
-    on the thread count, and a change compiles them again (measured with torch 2.13 on the CPU);
+    on the thread count, and a change compiles them again (seen with torch 2.13 on the CPU);
     ``notify`` gets a line each time the choice changes."""
 
     def __init__(
@@ -209,8 +209,9 @@ class AdaptiveThreads(BaseCallback):
         return True
 
     def _compiled(self) -> bool:
-        in_effect = getattr(self.model, "optimizations_in_effect", None)
-        return in_effect is not None and in_effect().compile.active
+        """Whether the model's compile state (``SnakeDQN.compile_state``) says something is compiled now."""
+        state = getattr(self.model, "compile_state", None)
+        return state is not None and state.active
 
     def _apply(self, count: int | None) -> None:
         if count is not None:

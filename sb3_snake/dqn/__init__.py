@@ -1,2 +1,4 @@
-"""The DQN: ``SnakeDQN`` (``snake_dqn``), its policies and attention extractor, replay buffers,
-TD targets and reward shaping, symmetry augmentation, and the gradient step (``update``)."""
+"""The DQN: ``SnakeDQN`` (``snake_dqn``), its policies (``policies``) and attention extractor,
+replay buffers, the rollout loop on tensors (``rollout``), TD targets and reward shaping
+(``targets``), symmetry augmentation, the save format (``save_format``), and the gradient step
+(``update``)."""

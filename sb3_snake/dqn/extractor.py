@@ -54,7 +54,7 @@ def cut_patches(board: torch.Tensor, patch_size: int) -> torch.Tensor:
 
     The board is made channels-last first, so the copy that gathers a patch moves runs of
     ``p * C`` contiguous values; cutting channel-first patches (``F.unfold``'s order) in one
-    permute moved single values and took 3.7 ms of a 4 ms patch embedding at batch 512 on CPU.
+    permute moves single values, and that copy was nearly all of the patch embedding's time.
     """
     batch, channels, height, width = board.shape
     p = patch_size
@@ -154,10 +154,10 @@ class HeadView(nn.Module):
     with the head on cell 0, less the head's shift: one subtraction, so nothing grows with the
     board squared (a table of positions per head cell would take gigabytes on a 100x100 board).
     The on-board channel is a channel of ones scattered the same way. Gathering every view cell
-    instead, from the board plus one zero cell, reads about 3.6x as many indices on 10x10: at
-    batch 128 on a 2-core AMD EPYC (torch 2.13.0+cpu) the scatter made the view 1.3x faster
-    eager and 2.3x compiled, and the whole gradient step 1.12x and 1.14x (the gather had in turn
-    been 2x faster than cutting windows from a zero-padded ``C x (3H - 2) x (3W - 2)`` board).
+    instead, from the board plus one zero cell, reads several times as many indices (the view is
+    about four times the board), so the scatter is the faster of the two, eager and compiled;
+    the gather had in turn been faster than cutting windows from a zero-padded
+    ``C x (3H - 2) x (3W - 2)`` board (benchmark_results/ and README, "Measured performance").
 
     :param board_shape: ``(C, H, W)`` of the observations; channel :data:`~sb3_snake.envs.rules.HEAD`
         marks the head.
@@ -204,13 +204,11 @@ class SnakeAttentionExtractor(BaseFeaturesExtractor):
     SnakeAttentionExtractor, "features_extractor_kwargs": {"embed_dim": 32}}``; the
     ``AttentionPolicy`` of :class:`~sb3_snake.SnakeDQN` uses it by default.
 
-    The default sizes are small on purpose: with the head view they train at 8,000-10,000
-    gradient samples/s in fp32 (12,000-14,000 compiled) on a 2-core CPU. Before the head view,
-    at about 11,000 for the defaults (batch 256, fp32), two blocks of width 32 managed about
-    4,300 and one block of width 64 about 5,300 (README, "Measured performance").
-    ``sb3-snake train`` passes ``num_layers=0``: the embedded tokens go straight to the pooling
-    query, and the gradient step ran about 2.2x faster (batch 128, fp32, a 2-core AMD EPYC,
-    torch 2.13.0+cpu), which in 15-minute runs bought twice the games at the same greedy score
+    The default sizes are small on purpose: a CPU trains them fast enough for a run of minutes
+    to learn, and deeper or wider networks measured several times slower per sample for little
+    gain (README, "Measured performance"). ``sb3-snake train`` passes ``num_layers=0``: the
+    embedded tokens go straight to the pooling query, which roughly halves the gradient step's
+    time and so buys about twice the games in a run of fixed length, at the same greedy score
     per game. The default here stays one block, which models saved before that option were
     built with.
 

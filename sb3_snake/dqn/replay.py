@@ -36,11 +36,10 @@ def use_device_replay_buffer(device_type: str, cpu_measured_faster: bool = False
     """Whether a model on ``device_type`` keeps its replay buffer on the device, and why.
 
     On CUDA, always: SB3's buffer copies every batch from host memory. On the CPU only where a
-    measurement says so, and none does: ``sb3-snake benchmark-replay`` on an Intel Xeon @ 2.50GHz
-    (2 cores, no bf16 units; 100,000 transitions of 16 games, batch 512) timed 1-step batches at
-    0.44 ms against SB3's 0.59 (one thread) and n-step ones at 0.88 against 0.86, a difference
-    under 1% of a CPU gradient step (about 40 ms at batch 512) either way, so the CPU keeps SB3's
-    own buffer, with which every CPU result was measured.
+    measurement says so, and none does: ``sb3-snake benchmark-replay`` found the two samplers
+    within a small fraction of a CPU gradient step of each other, 1-step and n-step (the
+    figures are in benchmark_results/), so the CPU keeps SB3's own buffer, with which every CPU
+    result was measured.
     """
     if device_type == "cuda":
         return True, "CUDA: sampling on the device saves a host-to-device copy per batch"

@@ -12,10 +12,8 @@ import torch
 
 from sb3_snake.common.system import available_memory_bytes, check_device
 from sb3_snake.dqn.extractor import SnakeAttentionExtractor
+from sb3_snake.dqn.save_format import MAX_BOARD_SIZE
 from sb3_snake.envs.rules import SnakeRules, board_space
-from sb3_snake.persistence import (
-    MAX_BOARD_SIZE,
-)
 from sb3_snake.training.evaluation import MAX_SEED
 
 #: Upper bound on env steps of a run that stops by episodes, so ``learn`` always has a total.

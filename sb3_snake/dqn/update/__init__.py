@@ -1,2 +1,4 @@
-"""One gradient step of ``SnakeDQN``, and the ways to run it: eagerly, compiled as one graph
-(CPU), or captured as one CUDA graph (GPU)."""
+"""One gradient step of ``SnakeDQN`` (``step.UpdateStep``), and the ways to run it: eagerly,
+compiled as one graph (``compiled``, CPU), or captured as one CUDA graph (``captured``, GPU);
+chosen in one place with one fallback (``choice.UpdateChoice``), and the compile's own state
+(``compile.CompileState``)."""

@@ -1,9 +1,9 @@
 """``CapturedUpdate``: SnakeDQN's whole gradient step captured as one CUDA graph and replayed.
 
 On a GPU an update of this policy is bound by the host, not the GPU: sampling, two forward
-passes, the loss, backward, gradient clipping and Adam launch a few hundred small kernels, and
-an update of up to 8,192 samples took 8-10 ms whatever its size on an H100 (README, "On a
-GPU"). A CUDA graph records those launches once and replays them with one call, so an update
+passes, the loss, backward, gradient clipping and Adam launch a few hundred small kernels, so
+an update takes about as long whatever its batch size, up to thousands of samples (README, "On
+a GPU"). A CUDA graph records those launches once and replays them with one call, so an update
 costs what its kernels cost on the GPU.
 
 What a graph needs, and how this module meets it:
@@ -26,11 +26,12 @@ What a graph needs, and how this module meets it:
   side stream (they are real updates and count as such), which creates Adam's state and
   cuBLAS's workspace before the capture records anything.
 
-The random draws come from the default CUDA generator, whose offset a replay advances as the
-same eager calls would, so a captured run draws the numbers an eager run of the same steps
-draws. Compiling the networks later (``compile_after``) drops the graph, and the next update
-captures the compiled networks. A capture that fails turns the graph off for the model, with
-the error as the reason, and training goes on eagerly.
+What the graph records is the eager :class:`~sb3_snake.dqn.update.step.UpdateStep` on a batch
+drawn on the device. The random draws come from the default CUDA generator, whose offset a
+replay advances as the same eager calls would, so a captured run draws the numbers an eager run
+of the same steps draws. Compiling the networks later (``compile_after``) drops the graph, and
+the next update captures the compiled networks. A capture that fails sets
+:attr:`~UpdateStep.failure`, and the call's steps run eagerly.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ import torch
 from stable_baselines3.common.type_aliases import ReplayBufferSamples
 
 from sb3_snake.dqn.replay import DeviceReplayBuffer
+from sb3_snake.dqn.update.step import UpdateStep
 
 if TYPE_CHECKING:
     from stable_baselines3 import DQN
@@ -49,19 +51,22 @@ if TYPE_CHECKING:
 WARMUP_STEPS = 3
 
 
-class CapturedUpdate:
+class CapturedUpdate(UpdateStep):
     """The gradient steps of ``model`` at ``batch_size``: a few eager, then one graph replayed.
 
-    :param model: a :class:`~sb3_snake.SnakeDQN` (its ``gradient_step``) whose replay buffer is a
-        :class:`DeviceReplayBuffer`.
+    :param model: a :class:`~sb3_snake.SnakeDQN` whose replay buffer is a :class:`DeviceReplayBuffer`.
     :param batch_size: transitions per update; another batch size needs another capture.
     """
+
+    decision = "cuda_graph"
+    label = "CUDA graph"
 
     def __init__(self, model: DQN, batch_size: int):
         buffer = model.replay_buffer
         if not isinstance(buffer, DeviceReplayBuffer):
             raise TypeError(f"a captured update samples a DeviceReplayBuffer, not {type(buffer).__name__}")
-        self.model, self.buffer, self.batch_size = model, buffer, batch_size
+        super().__init__(model)
+        self.buffer, self.batch_size = buffer, batch_size
         device = buffer.device
         #: ``[rows filled, last row written]``, written before each call, read by the graph.
         self.extent = torch.zeros(2, dtype=torch.int64, device=device)
@@ -71,7 +76,6 @@ class CapturedUpdate:
         self.learning_rates: tuple[float, ...] = ()  #: the rates baked into the graph
         self.eager_steps = 0  #: updates run eagerly so far (the warm-up)
         self.replays = 0  #: updates run by replaying the graph
-        self.failure = ""  #: why the capture failed, if it did
         for group in model.policy.optimizer.param_groups:
             if "capturable" in group:
                 group["capturable"] = True
@@ -92,11 +96,18 @@ class CapturedUpdate:
         return self.buffer.samples_at(rows, envs, last_row=last_row)
 
     def step(self) -> None:
-        """One update, its loss added to :attr:`loss_sum` (what the graph records)."""
-        self.loss_sum.add_(self.model.gradient_step(self.sample()))
+        """One eager update on a batch drawn on the device, its loss added to :attr:`loss_sum`
+        (what the graph records)."""
+        self.loss_sum.add_(self(self.sample()))
 
-    def run(self, gradient_steps: int) -> torch.Tensor:
-        """``gradient_steps`` updates; the mean of their losses, on the device (not read here)."""
+    def fits(self, batch_size: int) -> bool:
+        return batch_size == self.batch_size
+
+    def reload(self) -> bool:
+        return False  # the graph baked in gamma, clipping, Double DQN and the optimizer's state tensors
+
+    def run(self, gradient_steps: int, batch_size: int | None = None) -> torch.Tensor:
+        """``gradient_steps`` updates of :attr:`batch_size`; their mean loss, on the device (not read here)."""
         self.refresh()
         rates = tuple(group["lr"] for group in self.model.policy.optimizer.param_groups)
         if self.graph is not None and rates != self.learning_rates:

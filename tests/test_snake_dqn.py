@@ -1,4 +1,5 @@
-"""SnakeDQN's own update: faithful to SB3's, Double DQN targets, the dueling head, n-step returns."""
+"""SnakeDQN and its eager update: faithful to SB3's, Double DQN targets, the dueling head, n-step
+returns, the early phase, the learning-rate half-life, and new hyperparameters on a built model."""
 
 import copy
 
@@ -10,6 +11,7 @@ from stable_baselines3 import DQN
 
 from sb3_snake import SnakeDQN
 from sb3_snake.acceleration.settings import OptimizationSettings
+from sb3_snake.common.errors import UsageError
 from sb3_snake.dqn.snake_dqn import TrainingDiverged, half_life_factor
 from tests.conftest import fixed_batch, small_dqn
 
@@ -143,5 +145,7 @@ def test_set_hyperparameters_rebuilds_what_depends_on_them():
     assert model.lr_schedule(1.0) == 0.01 and model.replay_buffer.gamma == 0.5
     assert model.replay_buffer.buffer_size == 256 // 8 and model.replay_buffer.size() == 0
     assert model._augmentation is not None and model.train_freq.frequency == 3
-    with pytest.raises(ValueError, match="cannot set n_steps"):
+    with pytest.raises(UsageError, match="cannot set n_steps on a built model: it fixes the replay buffer's kind"):
         model.set_hyperparameters(n_steps=1)
+    with pytest.raises(UsageError, match="cannot set gama on a built model; did you mean gamma"):
+        model.set_hyperparameters(gama=0.5)

@@ -1,0 +1,105 @@
+"""``UpdateChoice``: which way a model's gradient steps run, chosen in one place, with one fallback.
+
+Three ways run the same :class:`~sb3_snake.dqn.update.step.UpdateStep`:
+
+- **captured** (:class:`~sb3_snake.dqn.update.captured.CapturedUpdate`): when the CUDA graph is
+  active (CUDA, a replay buffer on the device) and no VecNormalize changes the samples;
+- **compiled** (:class:`~sb3_snake.dqn.update.compiled.CompiledUpdate`): when the whole update
+  is compiled (a CPU, once the :class:`~sb3_snake.dqn.update.compile.CompileState` compiled);
+- **eager**: otherwise (with the networks compiled in place where the compile says so).
+
+:meth:`UpdateChoice._choose` is the only place that picks one; it picks again only when what it
+depends on changes (the compile happens, a captured graph's batch size, new parameters or
+hyperparameters, a fallback). :meth:`UpdateChoice._turn_off` is the only fallback: a compile or
+capture that fails is reported once (a warning, and the model's ``active_optimizations`` say it
+is off, with the error as the reason), and training goes on eagerly.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import torch
+
+from sb3_snake.acceleration.optimizations import Decision
+from sb3_snake.dqn.update.captured import CapturedUpdate
+from sb3_snake.dqn.update.compile import CompileState
+from sb3_snake.dqn.update.compiled import CompiledUpdate
+from sb3_snake.dqn.update.step import UpdateStep
+
+if TYPE_CHECKING:
+    from stable_baselines3 import DQN
+
+logger = logging.getLogger(__name__)
+
+
+class UpdateChoice:
+    """The gradient steps of ``model``: its :class:`CompileState` and the :class:`UpdateStep` that runs them.
+
+    Built with the model (``SnakeDQN._setup_model``), after ``active_optimizations`` were decided:
+    it compiles at once unless the compile is deferred, and keeps the model's
+    ``active_optimizations.compile`` and ``.cuda_graph`` saying what really runs.
+
+    :param model: a :class:`~sb3_snake.SnakeDQN`.
+    :param compile_after: gradient steps trained eagerly before an active compile.
+    """
+
+    def __init__(self, model: DQN, compile_after: int):
+        self.model = model
+        active = model.active_optimizations
+        self.compile = CompileState.for_model(model, active.compile, compile_after, active.settings.compile_mode)
+        self._record("compile", self.compile.planned)
+        self.current: UpdateStep | None = None
+        self._compile_if_due()
+        self.current = self._choose(model.batch_size)
+
+    def run(self, gradient_steps: int, batch_size: int) -> torch.Tensor:
+        """``gradient_steps`` updates of ``batch_size``, compiling first when the compile is due;
+        their mean loss, on the device and not read."""
+        self._compile_if_due()
+        step = self.current if self.current is not None and self.current.fits(batch_size) else None
+        step = step or self._choose(batch_size)
+        mean_loss = step.run(gradient_steps, batch_size)
+        if step.failure:
+            self._turn_off(step.decision, step.label, step.failure)
+        return mean_loss
+
+    def reload(self) -> None:
+        """The model's parameters, optimizer state or hyperparameters were replaced: an update
+        that baked them in is dropped (the next call chooses again), the others read them again."""
+        if self.current is not None and not self.current.reload():
+            self.current = None
+
+    def _choose(self, batch_size: int) -> UpdateStep:
+        """The one place that picks how updates run (see the module docstring)."""
+        model = self.model
+        if model.active_optimizations.cuda_graph.active and model._vec_normalize_env is None:
+            self.current = CapturedUpdate(model, batch_size)
+        elif self.compile.compiles_whole_update:
+            self.current = CompiledUpdate(model, model.active_optimizations)
+        else:
+            self.current = UpdateStep(model)
+        return self.current
+
+    def _compile_if_due(self) -> None:
+        if not self.compile.due(self.model._n_updates):
+            return
+        failure = self.compile.compile_now(self.model)
+        self.current = None  # chosen again: the compiled update, or a graph of the compiled networks
+        if failure:
+            self._turn_off("compile", "torch.compile", failure)
+        else:
+            self._record("compile", self.compile.planned)
+
+    def _turn_off(self, decision: str, label: str, failure: str) -> None:
+        """The one fallback: ``decision`` off with ``failure`` as its reason; eager updates from now on."""
+        logger.warning("%s requested but not active: %s; training eagerly", label, failure)
+        if decision == "compile":
+            self.compile.failure = failure
+        self._record(decision, Decision(True, False, failure))
+        self.current = None
+
+    def _record(self, decision: str, value: Decision) -> None:
+        self.model.active_optimizations = replace(self.model.active_optimizations, **{decision: value})

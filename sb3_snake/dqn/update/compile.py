@@ -1,0 +1,163 @@
+"""``torch.compile`` for one model: what it compiles, when, and how it went, in one object.
+
+:class:`CompileState` holds the compile of a model from its decision to its outcome:
+
+- **whether**: asked for and available (:func:`~sb3_snake.acceleration.optimizations.decide_compile`);
+- **what**: on a CPU the whole gradient step as one graph (:class:`~sb3_snake.dqn.update.compiled.CompiledUpdate`,
+  :func:`decide_compiled_update`), where the update is bound by dispatching its many small
+  operators; elsewhere, and for updates that one does not cover (:func:`unsupported_reason`),
+  the two Q-networks in place (``nn.Module.compile``), which on CUDA the captured graph then holds;
+- **when**: after ``compile_after`` gradient steps trained eagerly (0: when the model is built).
+  A cold compile stalls training for a long while on a small CPU, so a deferred compile keeps
+  the first minutes of a run learning and still speeds up the rest;
+- **how it went**: compiled, or failed with the error as the reason (training goes on eagerly).
+
+It alone says so in words (:attr:`CompileState.planned`, :meth:`CompileState.in_effect`): the
+model's ``active_optimizations``, the run's summary, the capability report and the threads
+callback ask it. Either way the networks keep their state_dict keys, so models save and load
+the same with and without a compile.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+from gymnasium import spaces
+from stable_baselines3.common.preprocessing import is_image_space
+
+from sb3_snake.acceleration.optimizations import Decision
+
+if TYPE_CHECKING:
+    from stable_baselines3 import DQN
+
+logger = logging.getLogger(__name__)
+
+#: The compile decision's reason when :class:`~sb3_snake.dqn.update.compiled.CompiledUpdate` is what runs.
+WHOLE_UPDATE = "the whole update as one graph: forward, backward, clipping and Adam"
+
+
+def unsupported_reason(model: DQN) -> str:
+    """Why ``model``'s update cannot be compiled whole, or ``""`` when it can."""
+    optimizer = model.policy.optimizer
+    if type(optimizer) is not torch.optim.Adam:
+        return f"the whole update is compiled for Adam only, not {type(optimizer).__name__}"
+    if len(optimizer.param_groups) != 1:
+        return "the whole update is compiled for one parameter group only"
+    group = optimizer.param_groups[0]
+    if {id(p) for p in group["params"]} != {id(p) for p in model.q_net.parameters()}:
+        return "the whole update is compiled for an optimizer of exactly the online network's parameters"
+    for option in ("amsgrad", "maximize", "differentiable", "weight_decay"):
+        if group.get(option):
+            return f"the whole update is not compiled with Adam's {option}"
+    space = model.observation_space
+    if not isinstance(space, spaces.Box) or (model.policy.normalize_images and is_image_space(space)):
+        return "the whole update is compiled for observations that need only float(), not images or dicts"
+    return ""
+
+
+def decide_compiled_update(device_type: str, unsupported: str) -> Decision:
+    """Whether an active compile compiles the whole gradient step rather than the two Q-networks:
+    on a CPU, unless the model is one it cannot compile (``unsupported``, its reason). On CUDA
+    the update is captured as a CUDA graph instead, with the networks compiled inside it."""
+    if device_type != "cpu":
+        return Decision(False, False)
+    if unsupported:
+        return Decision(True, False, unsupported)
+    return Decision(True, True, WHOLE_UPDATE)
+
+
+def compile_failure(error: BaseException) -> str:
+    """A failed compile in one line, as the compile decision's reason."""
+    return f"compile failed: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+
+
+def compile_networks(model: DQN, mode: str) -> str:
+    """Compile both Q-networks in place and warm them up; the error (one line), or ``""``.
+    A compile that fails its warm-up pass is undone."""
+    networks = (model.q_net, model.q_net_target)
+    for network in networks:
+        network.compile(mode=mode)
+    sample = torch.as_tensor(model.observation_space.sample()[None], device=model.device)
+    try:
+        with torch.no_grad():
+            for network in networks:
+                network(sample)
+    except Exception as error:  # noqa: BLE001 - reported as the reason compile is off
+        for network in networks:
+            network._compiled_call_impl = None
+        return compile_failure(error)
+    return ""
+
+
+@dataclass
+class CompileState:
+    """The compile of one model: asked for, what, when, and how it went.
+
+    :param requested: the compile decision before anything was compiled: requested, and
+        available on this machine (inactive, with the reason, when not).
+    :param whole_update: :func:`decide_compiled_update` for the model: the whole update, or the networks.
+    :param after: gradient steps trained eagerly before compiling (0: compile at once).
+    :param mode: the ``torch.compile`` mode.
+    """
+
+    requested: Decision
+    whole_update: Decision
+    after: int = 0
+    mode: str = "default"
+    compiled: bool = False  #: compiled (or, for the whole update, handed to the update that compiles it)
+    failure: str = ""  #: why compiling failed, if it did
+
+    @classmethod
+    def for_model(cls, model: DQN, requested: Decision, compile_after: int, mode: str) -> CompileState:
+        """The state of a model just built: a compile deferred by ``compile_after`` gradient steps
+        counts from the model's own (a loaded model defers what is left, or compiles at once)."""
+        whole = decide_compiled_update(model.device.type, unsupported_reason(model))
+        return cls(requested, whole, compile_after if compile_after > model._n_updates else 0, mode)
+
+    @property
+    def active(self) -> bool:
+        """Whether something is compiled now (the threads callback asks: a compiled graph holds
+        its thread count, and another count would compile it again)."""
+        return self.requested.active and self.compiled and not self.failure
+
+    @property
+    def compiles_whole_update(self) -> bool:
+        """Whether the whole update runs compiled now (:class:`~sb3_snake.dqn.update.compiled.CompiledUpdate`)."""
+        return self.active and self.whole_update.active
+
+    def due(self, n_updates: int) -> bool:
+        """Whether to compile now, with ``n_updates`` gradient steps trained."""
+        return self.requested.active and not self.compiled and not self.failure and n_updates >= self.after
+
+    @property
+    def planned(self) -> Decision:
+        """The compile decision in words: what it compiles and from when, or why it is off."""
+        if not self.requested.active:
+            return self.requested
+        if self.failure:
+            return Decision(True, False, self.failure)
+        when = f"after the first {self.after:,} gradient steps" if self.after else ""
+        what = self.whole_update.reason if self.whole_update.active else ""
+        return Decision(True, True, ": ".join(part for part in (when, what) if part))
+
+    def in_effect(self, n_updates: int) -> Decision:
+        """:attr:`planned`, except that a compile still waiting for its gradient step is not in
+        effect yet (a run's summary and the threads callback ask this)."""
+        if self.requested.active and not self.compiled and not self.failure:
+            reason = f"deferred to gradient step {self.after:,}, not reached ({n_updates:,} trained)"
+            return Decision(True, False, reason)
+        return self.planned
+
+    def compile_now(self, model: DQN) -> str:
+        """Compile as planned: the networks in place now, or nothing for the whole update, which
+        :class:`~sb3_snake.dqn.update.compiled.CompiledUpdate` compiles at its first call.
+        The failure (one line), or ``""``."""
+        self.compiled = True
+        if self.whole_update.active:
+            return ""
+        if self.whole_update.requested:
+            logger.info("compiling the Q-networks, not the whole update: %s", self.whole_update.reason)
+        return compile_networks(model, self.mode)

@@ -1,0 +1,78 @@
+"""``UpdateStep``: one gradient step of a ``SnakeDQN``, run eagerly, and the interface of the
+other ways to run it (:class:`~sb3_snake.dqn.update.compiled.CompiledUpdate` on a CPU,
+:class:`~sb3_snake.dqn.update.captured.CapturedUpdate` on CUDA).
+
+The step is SB3's ``DQN.train`` body for one batch, with this package's options: symmetry
+augmentation of the batch, TD targets (Double DQN, n-step discounts, reward shaping;
+:func:`~sb3_snake.dqn.targets.td_targets`), the Huber loss, ``zero_grad(set_to_none=True)``,
+backward, gradient clipping and the optimizer's step. Unlike SB3 it returns the loss as a
+tensor, detached and not read: :meth:`UpdateStep.run` reads nothing on the host, so the model
+reads all of a call's losses at once.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+from stable_baselines3.common.type_aliases import ReplayBufferSamples
+
+from sb3_snake.dqn.targets import td_targets
+
+if TYPE_CHECKING:
+    from stable_baselines3 import DQN
+
+
+class UpdateStep:
+    """The gradient steps of ``model`` (a :class:`~sb3_snake.SnakeDQN`), eagerly.
+
+    A subclass that runs them another way names the optimization it stands for
+    (:attr:`decision`, a field of :class:`~sb3_snake.acceleration.optimizations.ActiveOptimizations`)
+    and, when that fails at its first call, sets :attr:`failure`, finishes the call's steps
+    eagerly, and is replaced by an eager step (:class:`~sb3_snake.dqn.update.choice.UpdateChoice`).
+
+    :param model: the model whose networks, optimizer and replay buffer it uses.
+    """
+
+    #: The ``ActiveOptimizations`` field this way of running stands for ("" when eager).
+    decision = ""
+    #: The optimization's name in the warning when it fails.
+    label = "eager"
+
+    def __init__(self, model: DQN):
+        self.model = model
+        self.failure = ""  #: why this way of running turned itself off, if it did
+
+    def __call__(self, data: ReplayBufferSamples) -> torch.Tensor:
+        """One update from one sampled batch (augmented when the model augments); the loss, detached."""
+        if self.model._augmentation is not None:
+            data = self.model._augmentation(data)
+        return self.update(data)
+
+    def update(self, data: ReplayBufferSamples) -> torch.Tensor:
+        """TD targets, the Huber loss, backward, clipping and the optimizer's step, eagerly."""
+        model = self.model
+        online = model.q_net if model.double_dqn else None
+        target_q_values = td_targets(data, model.q_net_target, online, model.gamma, model.food_shaping)
+        current_q_values = model.q_net(data.observations).gather(1, data.actions.long())
+        loss = F.smooth_l1_loss(current_q_values, target_q_values)
+        model.policy.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.policy.parameters(), model.max_grad_norm)
+        model.policy.optimizer.step()
+        return loss.detach()
+
+    def run(self, gradient_steps: int, batch_size: int) -> torch.Tensor:
+        """``gradient_steps`` updates on batches from the replay buffer; their mean loss, not read."""
+        buffer, env = self.model.replay_buffer, self.model._vec_normalize_env
+        return torch.stack([self(buffer.sample(batch_size, env=env)) for _ in range(gradient_steps)]).mean()
+
+    def fits(self, batch_size: int) -> bool:
+        """Whether this object runs updates of ``batch_size`` (a captured graph holds one size)."""
+        return True
+
+    def reload(self) -> bool:
+        """The model's parameters, optimizer state or hyperparameters were replaced: whether this
+        object still holds (after reading what it must read again)."""
+        return True

@@ -15,7 +15,8 @@ from sb3_snake.persistence import (
 from sb3_snake.training.callbacks import (
     EpisodeRecord,
 )
-from sb3_snake.training.config import _MODEL_FIELDS, TrainConfig
+from sb3_snake.training.config import MODEL_FIELDS as _MODEL_FIELDS
+from sb3_snake.training.config import TrainConfig
 
 if TYPE_CHECKING:
     from sb3_snake.training.run import RunCallbacks

@@ -1,4 +1,5 @@
-"""The benchmark and tune commands through Typer's runner, and the installed program."""
+"""The command line as a whole (bad input to any command is one line), the benchmark and tune
+commands through Typer's runner, and the installed program."""
 
 import json
 import shutil
@@ -71,6 +72,29 @@ def test_installed_program_shows_help():
 @pytest.mark.parametrize(
     ("args", "message"),
     [
+        (["train", "--episodes", "0"], "episodes must be at least 1"),
+        (["train", "--board-size", "3"], "board_size must be an integer >= 4, got 3"),
+        (["train", "--device", "tpu"], "Invalid value for '--device': 'tpu' is not one of 'auto', 'cpu', 'cuda'"),
+        (["train", "--wandb-mode", "sometimes"], "Invalid value for '--wandb-mode': 'sometimes' is not one of"),
+        (["train", "--n-envs", "x"], "Invalid value for '--n-envs'"),
+        (["train", "--bogus"], "No such option: --bogus"),
+        (["eval", "missing.zip"], "model file missing.zip does not exist"),
+        (["play", "missing.zip"], "model file missing.zip does not exist"),
+        (["eval", "missing.zip", "--episodes", "0"], "--episodes must be at least 1"),
+        (["eval", "missing.zip", "--seed", "99999999999999999999"], "--seed must be from 0 to 4294967295"),
+        (["train", "--timesteps", "0"], "timesteps must be at least 1"),
+        (["train", "--time-limit", "-1"], "time limit must be a positive number of minutes"),
+        (["train", "--time-limit", "nan"], "time limit must be a positive number of minutes, got nan"),
+        (["train", "--learning-rate", "inf"], "learning_rate must be a positive finite number, got inf"),
+        (["train", "--replay-ratio", "inf"], "replay_ratio must be a positive finite number, got inf"),
+        (["train", "--batch-size", "4096", "--buffer-size", "512"], "batch size 4096 is larger than the replay buffer"),
+        (["train", "--board-size", "1000"], "board_size must be at most 256, got 1000"),
+        (["train", "--n-envs", "100000000"], "this run needs about"),
+        (["train", "--threads", "100000"], "--threads '100000': expected auto or an integer from 1 to"),
+        (["train", "--seed", "-1"], "seed must be from 0 to 4294967295"),
+        (["train", "--compile-mode", "fast"], "Invalid value for '--compile-mode'"),
+        (["plot", "no-such-run"], "episodes.json does not exist"),
+        (["plot", ".", "--output", "/proc/c.png"], "plot output /proc/c.png: folder /proc is not writable"),
         (["benchmark-env", "--threads", "100000"], "--threads '100000'"),
         (["benchmark-grad", "--device", "tpu"], "Invalid value for '--device'"),
         (["tune", "--n-trials", "0"], "--n-trials must be at least 1"),
@@ -78,6 +102,14 @@ def test_installed_program_shows_help():
         (["tune", "--storage", "study.db"], "give a journal file ending in .log or a URL"),
         (["tune", "--storage", "mysql+nosuchdriver://u@localhost/x"], "--storage mysql+nosuchdriver://"),
         (["tune", "--report", "--study-name", "no-such-study"], "no study journal"),
+        (["train", "--embed-dim", "7"], "embed_dim must be an even number"),
+        (["train", "--num-layers", "-1"], "num_layers must be at least 0, got -1"),
+        (
+            ["train", "--flash-attention", "--sdpa-backend", "math"],
+            "SDPA_BACKEND=math (from --sdpa-backend) contradict",
+        ),
+        (["train", "--sdpa-backend", "fastest"], "Invalid value for '--sdpa-backend'"),
+        (["train", "--batch-size", "many"], "--batch-size 'many': expected a positive integer or auto"),
         (["benchmark-learning", "--minutes", "0"], "--minutes must be a positive number, got 0"),
         (["benchmark-learning", "--minutes", "inf"], "--minutes must be a positive number, got inf"),
         (["benchmark-learning", "--every", "-5"], "--every must be a positive number of seconds"),

@@ -171,49 +171,6 @@ def test_resume_from_checkpoint(trained_run, tmp_path):
     assert summary["total_env_steps"] > summary["env_steps"]
 
 
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (["train", "--episodes", "0"], "episodes must be at least 1"),
-        (["train", "--board-size", "3"], "board_size must be an integer >= 4, got 3"),
-        (["train", "--device", "tpu"], "Invalid value for '--device': 'tpu' is not one of 'auto', 'cpu', 'cuda'"),
-        (["train", "--wandb-mode", "sometimes"], "Invalid value for '--wandb-mode': 'sometimes' is not one of"),
-        (["train", "--n-envs", "x"], "Invalid value for '--n-envs'"),
-        (["train", "--bogus"], "No such option: --bogus"),
-        (["eval", "missing.zip"], "model file missing.zip does not exist"),
-        (["play", "missing.zip"], "model file missing.zip does not exist"),
-        (["eval", "missing.zip", "--episodes", "0"], "--episodes must be at least 1"),
-        (["eval", "missing.zip", "--seed", "99999999999999999999"], "--seed must be from 0 to 4294967295"),
-        (["train", "--timesteps", "0"], "timesteps must be at least 1"),
-        (["train", "--time-limit", "-1"], "time limit must be a positive number of minutes"),
-        (["train", "--time-limit", "nan"], "time limit must be a positive number of minutes, got nan"),
-        (["train", "--learning-rate", "inf"], "learning_rate must be a positive finite number, got inf"),
-        (["train", "--replay-ratio", "inf"], "replay_ratio must be a positive finite number, got inf"),
-        (["train", "--batch-size", "4096", "--buffer-size", "512"], "batch size 4096 is larger than the replay buffer"),
-        (["train", "--board-size", "1000"], "board_size must be at most 256, got 1000"),
-        (["train", "--n-envs", "100000000"], "this run needs about"),
-        (["train", "--threads", "100000"], "--threads '100000': expected auto or an integer from 1 to"),
-        (["train", "--seed", "-1"], "seed must be from 0 to 4294967295"),
-        (["train", "--compile-mode", "fast"], "Invalid value for '--compile-mode'"),
-        (["plot", "no-such-run"], "episodes.json does not exist"),
-        (["plot", ".", "--output", "/proc/c.png"], "plot output /proc/c.png: folder /proc is not writable"),
-        (["train", "--embed-dim", "7"], "embed_dim must be an even number"),
-        (["train", "--num-layers", "-1"], "num_layers must be at least 0, got -1"),
-        (
-            ["train", "--flash-attention", "--sdpa-backend", "math"],
-            "SDPA_BACKEND=math (from --sdpa-backend) contradict",
-        ),
-        (["train", "--sdpa-backend", "fastest"], "Invalid value for '--sdpa-backend'"),
-        (["train", "--batch-size", "many"], "--batch-size 'many': expected a positive integer or auto"),
-    ],
-)
-def test_bad_input_is_one_line_and_exit_2(args, message):
-    result = runner.invoke(app, args)
-    assert result.exit_code == 2, result.output
-    assert result.output.startswith("error: ") and message in result.output, result.output
-    assert result.output.count("\n") == 1 and "Traceback" not in result.output
-
-
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without a GPU")
 def test_cuda_without_gpu_exits_2():
     result = runner.invoke(app, ["train", "--device", "cuda"])

@@ -1,4 +1,5 @@
-"""Shared helpers: one interface over both environments, random valid game states, a fake W&B."""
+"""Shared helpers: one interface over both environments, random valid game states, a fake W&B,
+and the config and settings of a run that takes seconds."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 import torch
 
 from sb3_snake import BatchedSnakeVecEnv, SnakeEnv
+from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.envs.rules import DIRECTION_DELTAS
 
 
@@ -223,3 +225,24 @@ def rewrite_metadata(path, target, edit):
         for name, content in entries.items():
             archive.writestr(name, content)
     return target
+
+
+#: Settings of quick CPU runs: a small batch, nothing compiled, one thread.
+FAST = OptimizationSettings(batch_size=16, use_torch_compile=False, use_bf16=False, num_threads=1)
+
+
+def tiny_config(**changes):
+    """A TrainConfig of a run that takes seconds: 12 episodes of 4 games on a 5x5 board, on the CPU."""
+    from sb3_snake.training.config import TrainConfig
+
+    values = {
+        "episodes": 12,
+        "n_envs": 4,
+        "board_size": 5,
+        "seed": 1,
+        "learning_starts": 16,
+        "exploration_steps": 50,
+        "buffer_size": 2_000,
+        "device": "cpu",
+    }
+    return TrainConfig(**{**values, **changes})

@@ -1,15 +1,17 @@
 """What every command shares: the Typer app, one-line user errors, options declared once, signals.
 
 Each option is declared once: ``train``'s options are made from :class:`~sb3_snake.training.config.TrainConfig`'s
-fields (name, help, group, default) and the optimization flags from the settings' declaration
+fields (name, help, role's panel, default) and the optimization flags from the settings' declaration
 (:meth:`OptimizationSettings.flag <sb3_snake.acceleration.settings.OptimizationSettings.flag>`). An option
 left out is ``None`` and falls through to the config's default, to ``.env``, or, on
 ``--resume``, to what the model trained with.
 
-Every user error, from Click's parser or from the library, is one line on stderr
-(``error: ...``) and exit code 2 (:func:`fail`). The process state belongs here: the CLI sets
-torch's thread count for the command (``torch_threads``) and turns SIGINT/SIGTERM into a
-:class:`~sb3_snake.training.callbacks.StopRequest`.
+Every user error, from Click's parser or a :class:`~sb3_snake.common.errors.UsageError` from the
+library, is one line on stderr (``error: ...``) and exit code 2 (:func:`fail`); any other
+exception is a bug or a failure of the machine and keeps its traceback (exit 1).
+
+The process state belongs here: the CLI sets torch's thread count for the command
+(``torch_threads``) and turns SIGINT/SIGTERM into a :class:`~sb3_snake.training.callbacks.StopRequest`.
 """
 
 from __future__ import annotations
@@ -29,10 +31,10 @@ import typer
 from typer.core import TyperGroup
 
 from sb3_snake.acceleration.settings import COMPILE_MODES, SDPA_BACKENDS, OptimizationSettings
+from sb3_snake.common.errors import UsageError
 from sb3_snake.training.tracking import WANDB_MODES
 
 #: Click's exception classes: recent Typer vendors its own Click (``typer._click``), older
-
 #: Typer uses the ``click`` package; both raise usage errors as ``ClickException``.
 _CLICK_ERRORS = tuple({click.ClickException, *(getattr(typer, "TyperException", click.ClickException),)})
 _ABORTS = tuple({click.exceptions.Abort, typer.Abort})
@@ -92,12 +94,42 @@ def fail(message: str) -> typer.Exit:
     return typer.Exit(code=2)
 
 
+#: Modules whose user errors are still plain ValueErrors until the other branches of issue 36
+#: merge (each then raises UsageError, SettingsError among them). Until then a ValueError raised
+#: in one of these modules or packages itself counts as a user error; one raised deeper (in
+#: torch, NumPy or SB3) does not. Remove each module as it converts, and this tuple when empty.
+_NOT_YET_CONVERTED = (
+    "sb3_snake.acceleration.settings",
+    "sb3_snake.persistence",
+    "sb3_snake.training.run",
+    "sb3_snake.training.tuning",
+    "sb3_snake.benchmark.learning",
+    "sb3_snake.cli.benchmark",
+)
+
+
+def is_user_error(error: BaseException) -> bool:
+    """Whether ``error`` is a user's mistake (a :class:`UsageError`), not a bug."""
+    if isinstance(error, UsageError):
+        return True
+    if not isinstance(error, ValueError) or error.__traceback__ is None:
+        return False
+    frame = error.__traceback__
+    while frame.tb_next is not None:
+        frame = frame.tb_next
+    module = frame.tb_frame.f_globals.get("__name__", "")
+    return any(module == name or module.startswith(name + ".") for name in _NOT_YET_CONVERTED)
+
+
 @contextmanager
 def user_errors() -> Iterator[None]:
-    """The library's ValueErrors (SettingsError is one) become :func:`fail`."""
+    """A :class:`UsageError` becomes :func:`fail` (one line, exit 2); every other exception goes
+    on with its traceback (exit 1), so a bug never looks like a user's mistake."""
     try:
         yield
     except ValueError as error:
+        if not is_user_error(error):
+            raise
         raise fail(str(error)) from None
 
 
@@ -132,7 +164,8 @@ def config_parameters() -> list[inspect.Parameter]:
         default = config_field.default
         shown = None if default is None or base is bool else str(default)
         meta = config_field.metadata
-        parameters.append(_keyword(config_field.name, _optional(base, decls, meta["help"], meta["group"], shown)))
+        panel = meta["role"].group
+        parameters.append(_keyword(config_field.name, _optional(base, decls, meta["help"], panel, shown)))
     return parameters
 
 
@@ -158,7 +191,9 @@ def with_parameters(*groups: list[inspect.Parameter]) -> Callable[[Callable], Ca
     """Give a ``def command(**options)`` the signature Typer reads its options from."""
 
     def decorate(command: Callable) -> Callable:
-        own = list(inspect.signature(command).parameters.values())[:-1]  # all but **options
+        # eval_str: the module's annotations are strings (PEP 563); Typer reads a __signature__ as
+        # it is, so unevaluated, its Annotated options would lose their help, panel and flags
+        own = list(inspect.signature(command, eval_str=True).parameters.values())[:-1]  # all but **options
         command.__signature__ = inspect.Signature([*own, *(p for group in groups for p in group)])
         return command
 

@@ -5,14 +5,12 @@ from __future__ import annotations
 import json
 import math
 import sys
-from dataclasses import replace
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-#: Click's exception classes: recent Typer vendors its own Click (``typer._click``), older
 from sb3_snake.cli.common import (
     ONLINE,
     EnvFileOption,
@@ -28,13 +26,12 @@ from sb3_snake.cli.common import (
     user_errors,
     with_parameters,
 )
-from sb3_snake.common.paths import check_writable_dir, check_writable_file
+from sb3_snake.common.errors import UsageError
+from sb3_snake.common.paths import check_writable_file
+from sb3_snake.training.config import RUN
 from sb3_snake.training.tracking import resolve_mode
 
 # ---------------------------------------------------------------------- train
-
-
-RUN = "Run, checkpoints and logging"
 
 
 @app.command()
@@ -72,30 +69,18 @@ def train(
     from sb3_snake.acceleration.optimizations import threads_for, torch_threads
     from sb3_snake.dqn.snake_dqn import TrainingDiverged
     from sb3_snake.training.callbacks import RunCancelled, StopRequest
-    from sb3_snake.training.config import TrainConfig, WandbOptions
-    from sb3_snake.training.hyperparameters import read_hyperparameters, split_hyperparameters
-    from sb3_snake.training.resume import resume_config
+    from sb3_snake.training.config import WandbOptions
+    from sb3_snake.training.options import configure_run
     from sb3_snake.training.run import train as run_training
 
     env_file = options.pop("env_file")
     with user_errors():
-        batch_size_flag = options.get("batch_size")
         settings = load_settings(env_file, options)
         given = {key: value.value if isinstance(value, Enum) else value for key, value in options.items()}
         given = {
             key: str(value) if isinstance(value, Path) else value for key, value in given.items() if value is not None
         }
-        if hyperparams is not None:
-            from_file, file_settings = split_hyperparameters(read_hyperparameters(hyperparams))
-            given = {**from_file, **given}
-            if "batch_size" in file_settings and batch_size_flag is None:
-                sources = {**settings.sources, "batch_size": "hyperparams file"}
-                settings = replace(settings, batch_size=file_settings["batch_size"], sources=sources)
-        if resume is not None:
-            config = resume_config(resume, trust_model, **given)
-        else:
-            config = TrainConfig(**given)
-        check_tensorboard(config.tensorboard_log)
+        config, settings = configure_run(given, settings, hyperparams, resume, trust_model)
         wandb_options = WandbOptions(wandb, wandb_project, resolve_mode(wandb_mode.value) if wandb else "disabled")
         threads = threads_for(settings, config.device)
     run_dir = output or (Path("runs") / name if name else None)
@@ -123,17 +108,6 @@ def train(
     report_training(summary)
     if summary["stopped_by"] == "stop":
         raise typer.Exit(signal_exit_code(received))
-
-
-def check_tensorboard(folder: str | None) -> None:
-    """``--tensorboard-log`` needs TensorBoard installed and a writable folder."""
-    if folder is None:
-        return
-    try:
-        from torch.utils.tensorboard import SummaryWriter  # noqa: F401
-    except ImportError:
-        raise ValueError('--tensorboard-log needs TensorBoard: pip install "sb3-snake[tensorboard]"') from None
-    check_writable_dir(Path(folder), what="--tensorboard-log folder", create=True)
 
 
 def report_training(summary: dict[str, Any]) -> None:
@@ -211,7 +185,7 @@ def play(
     with user_errors():
         check_evaluation(1, seed)
         if not (math.isfinite(fps) and fps >= 0):
-            raise ValueError(f"--fps must be a finite number >= 0, got {fps}")
+            raise UsageError(f"--fps must be a finite number >= 0, got {fps}")
         if gif is not None:
             check_writable_file(gif, (".gif",), what="--gif")
     loaded = _load_for_acting(model, env_file, trust_model)

@@ -23,53 +23,55 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from sb3_snake.common.errors import UsageError
+
 #: What every temporary file of :func:`atomic_write` has in its name; :func:`remove_temporary_files`
 #: removes left-overs of crashed writers by this mark.
 TEMPORARY_MARK = ".tmp."
 
 
 def _probe(directory: Path, failure: str) -> None:
-    """Create and remove a file in ``directory``; ValueError ``failure (reason)`` if that fails."""
+    """Create and remove a file in ``directory``; UsageError ``failure (reason)`` if that fails."""
     try:
         descriptor, probe = tempfile.mkstemp(dir=directory, prefix=".sb3-snake-probe-")
     except OSError as error:
-        raise ValueError(f"{failure} ({error.strerror or error})") from None
+        raise UsageError(f"{failure} ({error.strerror or error})") from None
     os.close(descriptor)
     os.unlink(probe)
 
 
 def check_writable_dir(path: Path, what: str = "output folder", create: bool = False) -> None:
-    """Raise ValueError unless files can be created in folder ``path``.
+    """Raise UsageError unless files can be created in folder ``path``.
 
     :param create: the folder may not exist yet; then its nearest existing parent must be a
         writable folder (nothing is created here).
     """
     path = Path(path)
     if path.exists() and not path.is_dir():
-        raise ValueError(f"{what} {path} is a file, not a folder; pass a folder")
+        raise UsageError(f"{what} {path} is a file, not a folder; pass a folder")
     target = path
     if not path.exists():
         if not create:
-            raise ValueError(f"{what} {path} does not exist; create it first")
+            raise UsageError(f"{what} {path} does not exist; create it first")
         target = next((parent for parent in path.absolute().parents if parent.exists()), Path("/"))
         if not target.is_dir():
-            raise ValueError(f"{what} {path} cannot be created: {target} is not a folder")
+            raise UsageError(f"{what} {path} cannot be created: {target} is not a folder")
     _probe(target, f"{what} {path} is not writable; choose another place")
 
 
 def check_writable_file(path: Path, suffixes: Sequence[str] = (), what: str = "output file") -> None:
-    """Raise ValueError unless ``path`` can be written: an allowed suffix, not a folder, in a
+    """Raise UsageError unless ``path`` can be written: an allowed suffix, not a folder, in a
     writable existing folder."""
     path = Path(path)
     if suffixes and path.suffix.lower() not in suffixes:
-        raise ValueError(f"{what} {path} must end in {' or '.join(suffixes)}")
+        raise UsageError(f"{what} {path} must end in {' or '.join(suffixes)}")
     if path.is_dir():
-        raise ValueError(f"{what} {path} is a folder; pass a file name")
+        raise UsageError(f"{what} {path} is a folder; pass a file name")
     if path.exists() and not path.is_file():
-        raise ValueError(f"{what} {path} is not a regular file; pass a file name")
+        raise UsageError(f"{what} {path} is not a regular file; pass a file name")
     parent = path.parent
     if not parent.is_dir():
-        raise ValueError(f"{what} {path}: folder {parent} does not exist; create it first")
+        raise UsageError(f"{what} {path}: folder {parent} does not exist; create it first")
     _probe(parent, f"{what} {path}: folder {parent} is not writable")
 
 

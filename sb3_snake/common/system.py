@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from sb3_snake.common.errors import UsageError
+
 #: The device names a user may give.
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -137,26 +139,26 @@ def compile_unavailable_reason() -> str:
 
 
 def check_device(device: str, option: str = "--device", allow_auto: bool = True) -> str:
-    """Return ``device`` if it is usable here, else raise one ValueError that says how to fix it.
+    """Return ``device`` if it is usable here, else raise one UsageError that says how to fix it.
 
     The one device check of the package: the CLI's options, ``TrainConfig``, the benchmarks,
     the capability report and the batched env all come here.
     """
     choices = DEVICES if allow_auto else DEVICES[1:]
     if device not in choices:
-        raise ValueError(f"{option} must be {', '.join(choices[:-1])} or {choices[-1]}, got {device!r}")
+        raise UsageError(f"{option} must be {', '.join(choices[:-1])} or {choices[-1]}, got {device!r}")
     if device == "cuda" and not torch.cuda.is_available():
         fallback = "cpu or auto" if allow_auto else "cpu"
-        raise ValueError(f"{option} cuda was requested but no CUDA GPU is available; use {option} {fallback}")
+        raise UsageError(f"{option} cuda was requested but no CUDA GPU is available; use {option} {fallback}")
     return device
 
 
 def check_torch_device(device: str | torch.device, option: str = "device") -> torch.device:
-    """A torch device (``cpu``, ``cuda``, ``cuda:N``) that exists here, or one ValueError."""
+    """A torch device (``cpu``, ``cuda``, ``cuda:N``) that exists here, or one UsageError."""
     try:
         resolved = torch.device(device)
     except (RuntimeError, TypeError):
-        raise ValueError(f"{option} must be 'cpu', 'cuda' or 'cuda:N', got {device!r}") from None
+        raise UsageError(f"{option} must be 'cpu', 'cuda' or 'cuda:N', got {device!r}") from None
     if resolved.type == "cuda":
         check_device("cuda", option, allow_auto=False)
     return resolved

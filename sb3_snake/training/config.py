@@ -1,15 +1,18 @@
 """``TrainConfig``: everything a training run is asked to do, each option declared once (value,
-one-line help, group), from which the CLI builds its options; and the memory a run will need."""
+one-line help, :class:`Role`), from which the CLI builds its options and the library sorts the
+fields; and the memory a run will need."""
 
 from __future__ import annotations
 
 import inspect
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
 
+from sb3_snake.common.errors import UsageError
 from sb3_snake.common.system import available_memory_bytes, check_device
 from sb3_snake.dqn.extractor import SnakeAttentionExtractor
 from sb3_snake.dqn.save_format import MAX_BOARD_SIZE
@@ -22,8 +25,6 @@ MAX_TIMESTEPS = 10**12
 DEFAULT_EPISODES = 1000
 #: Share of the available memory a run may plan to use.
 MEMORY_HEADROOM = 0.9
-#: The extractor's sizes a run sets (TrainConfig fields of the same name).
-EXTRACTOR_SIZES = ("embed_dim", "num_layers", "head_view_dim")
 #: What the extractor builds for a keyword that a saved model's ``policy_kwargs`` leave out.
 EXTRACTOR_DEFAULTS = {
     name: parameter.default
@@ -34,69 +35,129 @@ EXTRACTOR_DEFAULTS = {
 RUN, ENVIRONMENT, DQN = "Run, checkpoints and logging", "Environment", "DQN hyperparameters"
 
 
-def option(default: Any, help: str, group: str, flag: str | None = None) -> Any:
-    """A config field with its one-line help and option group (the CLI's ``--help`` panels)."""
-    return field(default=default, metadata={"help": help, "group": group, "flag": flag})
+@dataclass(frozen=True)
+class Role:
+    """What a :class:`TrainConfig` field is to a run. Each field declares its role once, and
+    everything that sorts the fields (the ``--help`` panels, what a hyperparameter file may
+    set, what :class:`SnakeDQN` takes by name, what a resumed model keeps, the extractor's
+    sizes) is read from it.
+
+    :param group: the ``--help`` panel of the field's option.
+    :param hyperparameter: a value of what is learned, which a hyperparameter file (and
+        ``tune``) may set; run limits, outputs and the device are not.
+    :param model_argument: a :class:`SnakeDQN` argument of the same name that the model saves
+        among its hyperparameters, so a resumed run reads it back.
+    :param fixed: shapes the network or the replay buffer, so it cannot change on resume.
+    :param extractor: a size the features extractor is built with (a keyword of
+        :class:`SnakeAttentionExtractor`).
+    """
+
+    group: str
+    hyperparameter: bool = False
+    model_argument: bool = False
+    fixed: bool = False
+    extractor: bool = False
+
+
+#: How long a run goes and what it leaves behind: limits, checkpoints, logs.
+RUN_OPTION = Role(RUN)
+#: Where a run computes.
+MACHINE = Role(ENVIRONMENT)
+#: The games a run plays: how many at once, and their seed.
+GAMES = Role(ENVIRONMENT, hyperparameter=True)
+#: The board, which the network's input is made for.
+BOARD = Role(ENVIRONMENT, hyperparameter=True, fixed=True)
+#: A DQN value the model takes by name and may change on resume.
+LEARNING = Role(DQN, hyperparameter=True, model_argument=True)
+#: A DQN value the model takes by name that shapes its replay buffer.
+REPLAY_SHAPE = Role(DQN, hyperparameter=True, model_argument=True, fixed=True)
+#: How often the model updates; turned into SnakeDQN's ``train_freq`` and ``gradient_steps``.
+SCHEDULE = Role(DQN, hyperparameter=True)
+#: The Q-network's head and inputs.
+NETWORK = Role(DQN, hyperparameter=True, fixed=True)
+#: A size of the features extractor.
+EXTRACTOR = Role(DQN, hyperparameter=True, fixed=True, extractor=True)
+
+
+def option(default: Any, help: str, role: Role, flag: str | None = None, env: str | None = None) -> Any:
+    """A config field with its one-line help and its :class:`Role`.
+
+    :param flag: the command-line option when it is not ``--`` and the field's name in kebab case.
+    :param env: the ``.env`` key that may set the field, for a value that lives in ``.env`` too.
+    """
+    return field(default=default, metadata={"help": help, "role": role, "flag": flag, "env": env})
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Everything a run is asked to do. Defaults make ``sb3-snake train --episodes 1000`` a short,
-    visibly learning run on a 2-core CPU. A value that cannot work raises one ValueError."""
+    """Everything a run is asked to do. Defaults make ``sb3-snake train --episodes 1000`` a short
+    run that visibly learns on a CPU. A value that cannot work raises one UsageError."""
 
-    episodes: int | None = option(None, "Stop once this many episodes (all games) finished; 1000 with no limit.", RUN)
-    timesteps: int | None = option(None, "Stop after this many env steps (all games together).", RUN)
-    time_limit_minutes: float | None = option(None, "Stop after this many minutes of training.", RUN, "--time-limit")
-    n_envs: int = option(16, "Games stepped together.", ENVIRONMENT)
-    board_size: int = option(10, f"Side of the board (4 to {MAX_BOARD_SIZE}).", ENVIRONMENT)
-    seed: int = option(0, "Seed of envs, networks and exploration.", ENVIRONMENT)
-    device: str = option("auto", "auto, cpu or cuda.", ENVIRONMENT)
+    episodes: int | None = option(
+        None, "Stop once this many episodes (all games) finished; 1000 with no limit.", RUN_OPTION
+    )
+    timesteps: int | None = option(None, "Stop after this many env steps (all games together).", RUN_OPTION)
+    time_limit_minutes: float | None = option(
+        None, "Stop after this many minutes of training.", RUN_OPTION, "--time-limit"
+    )
+    n_envs: int = option(16, "Games stepped together.", GAMES)
+    board_size: int = option(10, f"Side of the board (4 to {MAX_BOARD_SIZE}).", BOARD)
+    seed: int = option(0, "Seed of envs, networks and exploration.", GAMES)
+    device: str = option("auto", "auto, cpu or cuda.", MACHINE)
     countdown: bool = option(
-        False, "Observe a countdown channel: on each body cell, the moves until it is free.", ENVIRONMENT
+        False, "Observe a countdown channel: on each body cell, the moves until it is free.", BOARD
     )
-    learning_rate: float = option(5e-4, "Adam step size.", DQN)
+    learning_rate: float = option(5e-4, "Adam step size.", LEARNING)
     learning_rate_half_life: int = option(
-        200_000, "Env steps after --early-steps in which the learning rate halves (0: constant).", DQN
+        200_000, "Env steps after --early-steps in which the learning rate halves (0: constant).", LEARNING
     )
-    buffer_size: int = option(100_000, "Replay capacity (transitions).", DQN)
-    learning_starts: int = option(1_000, "Env steps of random play before learning.", DQN)
-    replay_ratio: float = option(32.0, "Gradient samples per env step (SB3's DQN default: 8).", DQN)
-    early_replay_ratio: float = option(16.0, "Gradient samples per env step for the first --early-steps.", DQN)
-    early_steps: int = option(50_000, "Env steps trained at --early-replay-ratio (0: none).", DQN)
-    train_freq: int | None = option(None, "Vector-env steps between updates (default: from --replay-ratio).", DQN)
-    gradient_steps: int | None = option(None, "Gradient steps per update (default: from --replay-ratio).", DQN)
-    gamma: float = option(0.99, "Discount.", DQN)
-    target_update_interval: int = option(1_000, "Env steps between target network copies.", DQN)
-    exploration_initial_eps: float = option(1.0, "Epsilon at the start.", DQN)
-    exploration_final_eps: float = option(0.02, "Epsilon after the decay.", DQN)
-    exploration_steps: int = option(10_000, "Env steps of linear epsilon decay.", DQN)
-    double_dqn: bool = option(False, "Double DQN targets (online net picks, target net values).", DQN)
-    dueling: bool = option(False, "Dueling head: Q = V + A - mean(A).", DQN)
-    head_view: bool = option(True, "The extractor also sees the board re-centred on the snake's head.", DQN)
-    head_view_dim: int = option(64, "Features of the head view (with --head-view).", DQN)
-    embed_dim: int = option(32, "Width of the extractor's transformer (a multiple of its 2 heads).", DQN)
-    num_layers: int = option(0, "Transformer blocks of the extractor (0: token embedding and attention pooling).", DQN)
-    n_steps: int = option(1, "n-step returns (SB3's NStepReplayBuffer).", DQN)
-    symmetry_augmentation: bool = option(False, "Replay each transition under a random board symmetry.", DQN)
+    buffer_size: int = option(100_000, "Replay capacity (transitions).", LEARNING)
+    learning_starts: int = option(1_000, "Env steps of random play before learning.", LEARNING)
+    replay_ratio: float = option(32.0, "Gradient samples per env step (SB3's DQN default: 8).", SCHEDULE)
+    early_replay_ratio: float = option(16.0, "Gradient samples per env step for the first --early-steps.", SCHEDULE)
+    early_steps: int = option(50_000, "Env steps trained at --early-replay-ratio (0: none).", SCHEDULE)
+    train_freq: int | None = option(None, "Vector-env steps between updates (default: from --replay-ratio).", SCHEDULE)
+    gradient_steps: int | None = option(None, "Gradient steps per update (default: from --replay-ratio).", SCHEDULE)
+    gamma: float = option(0.99, "Discount.", LEARNING)
+    target_update_interval: int = option(1_000, "Env steps between target network copies.", LEARNING)
+    exploration_initial_eps: float = option(1.0, "Epsilon at the start.", LEARNING)
+    exploration_final_eps: float = option(0.02, "Epsilon after the decay.", LEARNING)
+    exploration_steps: int = option(10_000, "Env steps of linear epsilon decay.", LEARNING)
+    double_dqn: bool = option(False, "Double DQN targets (online net picks, target net values).", LEARNING)
+    dueling: bool = option(False, "Dueling head: Q = V + A - mean(A).", NETWORK)
+    head_view: bool = option(True, "The extractor also sees the board re-centred on the snake's head.", NETWORK)
+    head_view_dim: int = option(64, "Features of the head view (with --head-view).", EXTRACTOR)
+    embed_dim: int = option(32, "Width of the extractor's transformer (a multiple of its 2 heads).", EXTRACTOR)
+    num_layers: int = option(
+        0, "Transformer blocks of the extractor (0: token embedding and attention pooling).", EXTRACTOR
+    )
+    n_steps: int = option(1, "n-step returns (SB3's NStepReplayBuffer).", REPLAY_SHAPE)
+    symmetry_augmentation: bool = option(False, "Replay each transition under a random board symmetry.", LEARNING)
     food_shaping: float = option(
-        1.0, "Potential-based reward shaping towards the food, its scale (0: off; scores are unchanged).", DQN
+        1.0, "Potential-based reward shaping towards the food, its scale (0: off; scores are unchanged).", LEARNING
     )
     compile_after: int = option(
-        8_000, "With torch.compile on: gradient steps trained eagerly before compiling (0: compile at once).", RUN
+        8_000,
+        "With torch.compile on: gradient steps trained eagerly before compiling (0: compile at once).",
+        RUN_OPTION,
     )
-    checkpoint_every: int | None = option(None, "Episodes between atomic checkpoints (checkpoint.zip).", RUN)
-    select_every: int | None = option(None, "Env steps between greedy evaluations that keep best_model.zip.", RUN)
-    select_episodes: int = option(32, "Greedy games per --select-every evaluation.", RUN)
-    save_replay_buffer: bool = option(False, "Save the replay buffer beside checkpoints and the model.", RUN)
-    tensorboard_log: str | None = option(None, "Folder for SB3's TensorBoard logs (needs the tensorboard extra).", RUN)
-    verbose: int = option(0, "1: print SB3's training metrics.", RUN)
+    checkpoint_every: int | None = option(None, "Episodes between atomic checkpoints (checkpoint.zip).", RUN_OPTION)
+    select_every: int | None = option(
+        None, "Env steps between greedy evaluations that keep best_model.zip.", RUN_OPTION
+    )
+    select_episodes: int = option(32, "Greedy games per --select-every evaluation.", RUN_OPTION)
+    save_replay_buffer: bool = option(False, "Save the replay buffer beside checkpoints and the model.", RUN_OPTION)
+    tensorboard_log: str | None = option(
+        None, "Folder for SB3's TensorBoard logs (needs the tensorboard extra).", RUN_OPTION
+    )
+    verbose: int = option(0, "1: print SB3's training metrics.", RUN_OPTION)
 
     def __post_init__(self) -> None:
         if self.episodes is None and self.timesteps is None and self.time_limit_minutes is None:
             object.__setattr__(self, "episodes", DEFAULT_EPISODES)
         problem = self._first_problem()
         if problem:
-            raise ValueError(problem)
+            raise UsageError(problem)
 
     def _first_problem(self) -> str:
         def finite(value: float) -> bool:
@@ -178,8 +239,8 @@ class TrainConfig:
         problem = next((message for ok, message in checks if not ok), "")
         if problem:
             return problem
-        SnakeRules(self.board_size, countdown=self.countdown)  # raises a ValueError naming a bad board size
         try:
+            SnakeRules(self.board_size, countdown=self.countdown)  # names a board size the game cannot have
             check_device(self.device, option="device")
         except ValueError as error:
             return str(error)
@@ -210,24 +271,20 @@ class TrainConfig:
         }
 
     def check_batch_size(self, batch_size: int) -> None:
-        """Raise ValueError unless ``batch_size`` fits this config's replay buffer."""
+        """Raise UsageError unless ``batch_size`` fits this config's replay buffer."""
         if batch_size > self.buffer_size:
-            raise ValueError(
+            raise UsageError(
                 f"batch size {batch_size} is larger than the replay buffer ({self.buffer_size} transitions); "
                 "lower --batch-size or raise --buffer-size"
             )
 
     def network(self) -> dict[str, Any]:
-        """What shapes the network and the replay buffer: fixed once a model is built."""
-        return {
-            "board_size": self.board_size,
-            "countdown": self.countdown,
-            "dueling": self.dueling,
-            "embed_dim": self.embed_dim,
-            "num_layers": self.num_layers,
-            "head_view_dim": self.head_view_dim if self.head_view else 0,
-            "n_steps": self.n_steps,
-        }
+        """What shapes the network and the replay buffer (the fields of a fixed :class:`Role`):
+        fixed once a model is built. The head view's switch is folded into its size, as the
+        extractor takes it (0: no head view)."""
+        shape = {name: getattr(self, name) for name in NETWORK_FIELDS}
+        shape["head_view_dim"] = self.head_view_dim if shape.pop("head_view") else 0
+        return shape
 
     def policy_kwargs(self) -> dict[str, Any]:
         network = self.network()
@@ -237,7 +294,7 @@ class TrainConfig:
     def dqn_kwargs(self, batch_size: int) -> dict[str, Any]:
         """The arguments of :class:`SnakeDQN` this config sets, for a given batch size."""
         return {
-            **{name: getattr(self, name) for name in _MODEL_FIELDS},
+            **{name: getattr(self, name) for name in MODEL_FIELDS},
             "seed": self.seed,
             "verbose": self.verbose,
             "compile_after": self.compile_after,
@@ -263,22 +320,19 @@ class TrainConfig:
         }
 
 
-#: TrainConfig fields that are SnakeDQN arguments of the same name.
-_MODEL_FIELDS = (
-    "learning_rate",
-    "buffer_size",
-    "learning_starts",
-    "gamma",
-    "target_update_interval",
-    "exploration_initial_eps",
-    "exploration_final_eps",
-    "exploration_steps",
-    "double_dqn",
-    "n_steps",
-    "symmetry_augmentation",
-    "food_shaping",
-    "learning_rate_half_life",
-)
+def fields_of(role: Callable[[Role], bool]) -> tuple[str, ...]:
+    """The names of the TrainConfig fields whose :class:`Role` satisfies ``role``, in field order."""
+    return tuple(f.name for f in fields(TrainConfig) if role(f.metadata["role"]))
+
+
+#: TrainConfig fields that are SnakeDQN arguments of the same name, saved with the model.
+MODEL_FIELDS = fields_of(lambda role: role.model_argument)
+#: TrainConfig fields a hyperparameter file may set; the others are run limits, outputs, the device.
+HYPERPARAMETER_FIELDS = fields_of(lambda role: role.hyperparameter)
+#: TrainConfig fields that shape the network or the replay buffer: a resumed model keeps them.
+NETWORK_FIELDS = fields_of(lambda role: role.fixed)
+#: The extractor's sizes a run sets (TrainConfig fields of the same name).
+EXTRACTOR_SIZES = fields_of(lambda role: role.extractor)
 
 
 @dataclass(frozen=True)
@@ -289,13 +343,13 @@ class WandbOptions:
 
 
 def check_memory(config: TrainConfig, batch_size: int, available: int | None = None) -> None:
-    """Raise ValueError, stating what is needed, when the run would not fit in memory."""
+    """Raise UsageError, stating what is needed, when the run would not fit in memory."""
     available = available_memory_bytes() if available is None else available
     parts = config.memory_estimate(batch_size)
     needed = sum(parts.values())
     if available is not None and needed > MEMORY_HEADROOM * available:
         detail = ", ".join(f"{name} {size / 2**30:.1f} GiB" for name, size in parts.items())
-        raise ValueError(
+        raise UsageError(
             f"this run needs about {needed / 2**30:.1f} GiB ({detail}) but {available / 2**30:.1f} GiB are "
             "available; lower --buffer-size, --n-envs or --board-size"
         )

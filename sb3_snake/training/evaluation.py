@@ -17,6 +17,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from sb3_snake.common.errors import UsageError
 from sb3_snake.envs import BatchedSnakeVecEnv, SnakeEnv
 from sb3_snake.envs.rules import can_survive, has_countdown
 
@@ -42,11 +43,11 @@ def game_end(info: dict[str, Any]) -> str:
 
 
 def check_evaluation(episodes: int, seed: int) -> None:
-    """Raise ValueError (naming the option) unless ``episodes`` and ``seed`` can be played."""
+    """Raise UsageError (naming the option) unless ``episodes`` and ``seed`` can be played."""
     if episodes < 1:
-        raise ValueError(f"--episodes must be at least 1, got {episodes}")
+        raise UsageError(f"--episodes must be at least 1, got {episodes}")
     if not 0 <= seed <= MAX_SEED:
-        raise ValueError(f"--seed must be from 0 to {MAX_SEED}, got {seed}")
+        raise UsageError(f"--seed must be from 0 to {MAX_SEED}, got {seed}")
 
 
 def evaluate(

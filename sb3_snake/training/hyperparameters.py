@@ -1,52 +1,59 @@
-"""Hyperparameter files (JSON, or YAML as RL Zoo writes them): which keys they may hold, and
-their values checked against ``TrainConfig``'s fields."""
+"""Hyperparameter files (JSON, or YAML as RL Zoo writes them): which keys they may hold, their
+values checked against ``TrainConfig``'s fields, and how a file's values join those a caller
+gives (:func:`apply_hyperparameters`: given values win, the file wins over ``.env``)."""
 
 from __future__ import annotations
 
-import difflib
 import json
+from collections.abc import Mapping
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from sb3_snake.training.config import TrainConfig
+from sb3_snake.acceleration.settings import OptimizationSettings
+from sb3_snake.common.errors import UsageError, did_you_mean
+from sb3_snake.training.config import HYPERPARAMETER_FIELDS, TrainConfig
 
 #: Keys of a hyperparameter file besides TrainConfig's fields: the settings a search may choose.
 SETTING_KEYS = ("batch_size",)
-#: TrainConfig fields that are run limits and outputs, not hyperparameters; a file may not set them.
-RUN_KEYS = (
-    "episodes",
-    "timesteps",
-    "time_limit_minutes",
-    "device",
-    "checkpoint_every",
-    "select_every",
-    "select_episodes",
-    "save_replay_buffer",
-    "tensorboard_log",
-    "verbose",
-    "compile_after",
-)
+#: Where a setting taken from a hyperparameter file says it came from.
+FILE_SOURCE = "hyperparams file"
 
 
 def hyperparameter_keys() -> list[str]:
-    return [f.name for f in fields(TrainConfig) if f.name not in RUN_KEYS] + list(SETTING_KEYS)
+    """The keys a hyperparameter file may hold: TrainConfig's hyperparameter fields, then :data:`SETTING_KEYS`."""
+    return [*HYPERPARAMETER_FIELDS, *SETTING_KEYS]
 
 
-def split_hyperparameters(values: dict[str, Any], origin: str = "hyperparameters") -> tuple[dict, dict]:
+def split_hyperparameters(values: Mapping[str, Any], origin: str = "hyperparameters") -> tuple[dict, dict]:
     """``(config_values, settings_values)`` of a hyperparameter mapping; an unknown key is one
-    ValueError that names the nearest known key."""
+    UsageError that names the nearest known key."""
     known = hyperparameter_keys()
     for key in values:
         if key not in known:
-            nearest = difflib.get_close_matches(str(key), known, n=1, cutoff=0.5)
-            hint = f"; did you mean {nearest[0]}?" if nearest else f"; known: {', '.join(known)}"
-            raise ValueError(f"{origin}: unknown key {key!r}{hint}")
+            raise UsageError(f"{origin}: unknown key {key!r}; {did_you_mean(str(key), known)}")
     try:
         config_values = {key: _field_value(key, value) for key, value in values.items() if key not in SETTING_KEYS}
-    except ValueError as error:
-        raise ValueError(f"{origin}: {error}") from None
+    except UsageError as error:
+        raise UsageError(f"{origin}: {error}") from None
     return config_values, {key: value for key, value in values.items() if key in SETTING_KEYS}
+
+
+def apply_hyperparameters(
+    values: Mapping[str, Any], given: Mapping[str, Any], settings: OptimizationSettings
+) -> tuple[dict[str, Any], OptimizationSettings]:
+    """The config values and settings of a run whose hyperparameters come from ``values`` (a
+    file's, as :func:`read_hyperparameters` returns them) below what the caller gives.
+
+    :param given: TrainConfig field values the caller sets (the CLI's flags); they win over the file.
+    :param settings: the run's settings; the file's ``batch_size`` replaces theirs, with the
+        source :data:`FILE_SOURCE`, unless theirs was given as an override (``--batch-size``).
+    :return: ``(config_values, settings)``: ``given`` over the file's config values, and the settings.
+    """
+    from_file, file_settings = split_hyperparameters(values)
+    if "batch_size" in file_settings and settings.source("batch_size") != "override":
+        settings = settings.resolved({"batch_size": file_settings["batch_size"]}, {"batch_size": FILE_SOURCE})
+    return {**from_file, **given}, settings
 
 
 #: How a hyperparameter's type is named when a value does not have it.
@@ -55,7 +62,7 @@ _KIND_NAMES = {"int": "a whole number", "float": "a number", "bool": "true or fa
 
 def _field_value(name: str, value: Any) -> Any:
     """``value`` as TrainConfig field ``name`` declares it (a whole float such as ``1e5`` as an
-    int; a bool is not a number), else one ValueError saying what it must be."""
+    int; a bool is not a number), else one UsageError saying what it must be."""
     kinds = next(f for f in fields(TrainConfig) if f.name == name).type.split(" | ")
     if isinstance(value, bool):
         fits = "bool" in kinds
@@ -66,18 +73,18 @@ def _field_value(name: str, value: Any) -> Any:
     else:
         fits = (value is None and "None" in kinds) or (isinstance(value, str) and "str" in kinds)
     if not fits:
-        raise ValueError(f"{name} must be {' or '.join(_KIND_NAMES[kind] for kind in kinds)}, got {value!r}")
+        raise UsageError(f"{name} must be {' or '.join(_KIND_NAMES[kind] for kind in kinds)}, got {value!r}")
     return value
 
 
 def read_hyperparameters(path: Path) -> dict[str, Any]:
     """A hyperparameter file (``.json``, or ``.yaml``/``.yml`` as RL Zoo writes them): one mapping of
-    keys from :func:`hyperparameter_keys` to values. Every problem is one ValueError."""
+    keys from :func:`hyperparameter_keys` to values. Every problem is one UsageError."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
-        raise ValueError(f"hyperparameter file {path} cannot be read ({error})") from None
+        raise UsageError(f"hyperparameter file {path} cannot be read ({error})") from None
     try:
         if path.suffix.lower() in (".yaml", ".yml"):
             import yaml
@@ -86,10 +93,10 @@ def read_hyperparameters(path: Path) -> dict[str, Any]:
         else:
             values = json.loads(text)
     except Exception as error:  # noqa: BLE001 - JSON or YAML syntax, reported in one line
-        raise ValueError(
+        raise UsageError(
             f"hyperparameter file {path} is not valid {path.suffix.lstrip('.') or 'JSON'}: {error}"
         ) from None
     if not isinstance(values, dict):
-        raise ValueError(f"hyperparameter file {path} must hold one mapping of keys to values")
+        raise UsageError(f"hyperparameter file {path} must hold one mapping of keys to values")
     split_hyperparameters(values, origin=f"hyperparameter file {path}")
     return values

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
+from sb3_snake.common.errors import UsageError
+
 
 def moving_average(values: np.ndarray, window: int) -> np.ndarray:
     """Mean of the last ``window`` values at each point (fewer at the start)."""
@@ -19,15 +21,15 @@ def plot_learning_curve(run_dir: Path, output: Path | None = None, window: int =
     """Score per episode with its moving average, against env steps and against wall time.
 
     :return: the PNG written (``run_dir/learning_curve.png`` unless ``output`` is given).
-    :raises ValueError: when ``run_dir`` holds no ``episodes.json`` or no episode.
+    :raises UsageError: when ``run_dir`` holds no ``episodes.json`` or no episode.
     """
     source = Path(run_dir) / "episodes.json"
     if not source.is_file():
-        raise ValueError(f"{source} does not exist; pass a run directory written by sb3-snake train")
+        raise UsageError(f"{source} does not exist; pass a run directory written by sb3-snake train")
     record = json.loads(source.read_text())
     scores = np.asarray(record["scores"])
     if len(scores) == 0:
-        raise ValueError(f"{source} holds no finished episode")
+        raise UsageError(f"{source} holds no finished episode")
     import matplotlib
 
     matplotlib.use("Agg")

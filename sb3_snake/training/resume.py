@@ -6,12 +6,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from sb3_snake.common.errors import UsageError
 from sb3_snake.dqn.snake_dqn import SnakeDQN
 from sb3_snake.envs.rules import has_countdown
-from sb3_snake.persistence import (
-    saved_metadata,
+from sb3_snake.persistence import saved_metadata
+from sb3_snake.training.config import (
+    EXTRACTOR_DEFAULTS,
+    EXTRACTOR_SIZES,
+    MODEL_FIELDS,
+    TrainConfig,
+    fields_of,
+    option_flag,
 )
-from sb3_snake.training.config import _MODEL_FIELDS, EXTRACTOR_DEFAULTS, EXTRACTOR_SIZES, TrainConfig, option_flag
+
+#: What a loaded model takes from a resumed run's config: its SnakeDQN arguments that do not shape it.
+CHANGEABLE_ON_RESUME = fields_of(lambda role: role.model_argument and not role.fixed)
 
 
 def resume_config(path: Path, trusted: bool = False, **changes: Any) -> TrainConfig:
@@ -25,7 +34,7 @@ def resume_config(path: Path, trusted: bool = False, **changes: Any) -> TrainCon
     metadata = saved_metadata(path, trusted)
     saved, policy_kwargs = metadata["hyperparameters"], metadata["policy_kwargs"] or {}
     extractor = trained_extractor(policy_kwargs)
-    values = {name: saved[name] for name in _MODEL_FIELDS if name in saved}
+    values = {name: saved[name] for name in MODEL_FIELDS if name in saved}
     head_view_dim = extractor["head_view_dim"]
     replay_ratio = saved["batch_size"] * saved["gradient_steps"] / (saved["train_freq"] * metadata["n_envs"])
     values.update(
@@ -59,7 +68,7 @@ def trained_extractor(policy_kwargs: dict[str, Any]) -> dict[str, int]:
 
 
 def apply_config(model: SnakeDQN, config: TrainConfig, batch_size: int) -> None:
-    """Make a loaded model train as ``config`` says; refuse what cannot change on resume."""
+    """Make a loaded model train as ``config`` says; refuse (UsageError) what cannot change on resume."""
     trained = {
         "board_size": model.observation_space.shape[-1],
         "countdown": has_countdown(model.observation_space.shape),
@@ -70,9 +79,9 @@ def apply_config(model: SnakeDQN, config: TrainConfig, batch_size: int) -> None:
     for name, wanted in config.network().items():
         if wanted != trained[name]:
             flag = option_flag("head_view" if name == "head_view_dim" and 0 in (wanted, trained[name]) else name)
-            raise ValueError(
+            raise UsageError(
                 f"{flag} cannot change on resume: the model was trained with {trained[name]}, this run asks for "
                 f"{wanted}; leave {flag} out or start a new run"
             )
-    changes = {name: getattr(config, name) for name in _MODEL_FIELDS if name != "n_steps"}
+    changes = {name: getattr(config, name) for name in CHANGEABLE_ON_RESUME}
     model.set_hyperparameters(**changes, **config.schedule_kwargs(batch_size), verbose=config.verbose)

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
+from sb3_snake.common.errors import UsageError
 from sb3_snake.common.paths import check_writable_dir, claim_new_path, remove_temporary_files
 
 #: Where runs without a name go.
@@ -41,7 +42,7 @@ RUN_FILES = (
 )
 
 
-class RunDirectoryError(ValueError):
+class RunDirectoryError(UsageError):
     """The run folder cannot be used; the message says why and what to pass instead."""
 
 
@@ -110,7 +111,7 @@ def claim_run_directory(
         directory = Path(path)
         try:
             check_writable_dir(directory, what="run folder", create=True)
-        except ValueError as error:
+        except UsageError as error:
             raise RunDirectoryError(str(error)) from None
         created = not directory.exists()
         directory.mkdir(parents=True, exist_ok=True)

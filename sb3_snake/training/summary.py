@@ -15,7 +15,7 @@ from sb3_snake.persistence import (
 from sb3_snake.training.callbacks import (
     EpisodeRecord,
 )
-from sb3_snake.training.config import _MODEL_FIELDS, TrainConfig
+from sb3_snake.training.config import MODEL_FIELDS, TrainConfig
 
 if TYPE_CHECKING:
     from sb3_snake.training.run import RunCallbacks
@@ -32,7 +32,7 @@ def trained_hyperparameters(model: SnakeDQN, config: TrainConfig) -> dict[str, A
     """What the model really trains with (read from it), beside the run's own options."""
     values = model.hyperparameters()
     actual_ratio = values["batch_size"] * values["gradient_steps"] / (values["train_freq"] * model.n_envs)
-    run_options = {name: value for name, value in asdict(config).items() if name not in _MODEL_FIELDS}
+    run_options = {name: value for name, value in asdict(config).items() if name not in MODEL_FIELDS}
     return {
         **run_options,
         **values,

@@ -19,6 +19,8 @@ from typing import Any
 
 from stable_baselines3.common.logger import KVWriter
 
+from sb3_snake.common.errors import UsageError
+
 logger = logging.getLogger(__name__)
 
 WANDB_MODES = ("online", "offline", "disabled")
@@ -34,7 +36,7 @@ def resolve_mode(requested: str) -> str:
     mode = _MODE_ALIASES.get(raw.strip().lower(), raw.strip().lower())
     if mode not in WANDB_MODES:
         origin = "WANDB_MODE in the environment" if "WANDB_MODE" in os.environ else "--wandb-mode"
-        raise ValueError(f"{origin} must be one of {', '.join(WANDB_MODES)} (or dryrun), got {raw!r}")
+        raise UsageError(f"{origin} must be one of {', '.join(WANDB_MODES)} (or dryrun), got {raw!r}")
     return mode
 
 
@@ -66,7 +68,7 @@ class WandbRun:
         notify: Callable[[str], None] = logger.info,
     ):
         if mode not in WANDB_MODES:
-            raise ValueError(f"W&B mode must be one of {', '.join(WANDB_MODES)}, got {mode!r}")
+            raise UsageError(f"W&B mode must be one of {', '.join(WANDB_MODES)}, got {mode!r}")
         if mode == "online" and not _has_credentials():
             notify("W&B: no API key found (set WANDB_API_KEY); logging offline instead")
             mode = "offline"

@@ -1,0 +1,81 @@
+"""What every command shares (``sb3_snake.cli.common``): user errors as one line, bugs with their
+traceback, and signals."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from typer.testing import CliRunner
+
+import sb3_snake.training.evaluation as evaluation
+from sb3_snake.cli import app
+from sb3_snake.cli.common import is_user_error, signal_exit_code, stop_on_signals
+from sb3_snake.common.errors import UsageError
+from sb3_snake.training.callbacks import StopRequest
+
+runner = CliRunner()
+
+
+def test_second_signal_aborts_and_signals_before_training_abort_at_once():
+    stop = StopRequest()
+    with stop_on_signals(stop) as received:
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)  # still preparing: abort at once
+            time.sleep(1)
+    assert received == [signal.SIGINT] and stop.requested
+    for phase in ("training", "saving"):
+        stop = StopRequest()
+        stop.phase = phase
+        with stop_on_signals(stop) as received:
+            os.kill(os.getpid(), signal.SIGTERM)  # first: honoured after this step / this save
+            time.sleep(0.1)
+            assert stop.requested and stop.reason == "SIGTERM"
+            with pytest.raises(KeyboardInterrupt):
+                os.kill(os.getpid(), signal.SIGINT)  # second: abort
+                time.sleep(1)
+        assert signal_exit_code(received) == 130 and received == [signal.SIGTERM, signal.SIGINT]
+
+
+def raising(error):
+    def check_evaluation(episodes, seed):
+        raise error
+
+    return check_evaluation
+
+
+@pytest.mark.parametrize("error", [ValueError("an invariant broke"), RuntimeError("an invariant broke")])
+def test_a_bug_inside_a_command_keeps_its_traceback_and_exits_1(monkeypatch, error):
+    monkeypatch.setattr(evaluation, "check_evaluation", raising(error))
+    result = runner.invoke(app, ["eval", "missing.zip"])
+    assert result.exit_code == 1 and result.exception is error
+    assert "error:" not in result.output
+
+
+def test_a_usage_error_inside_a_command_is_one_line_and_exits_2(monkeypatch):
+    monkeypatch.setattr(evaluation, "check_evaluation", raising(UsageError("--episodes must be odd, got 2")))
+    result = runner.invoke(app, ["eval", "missing.zip"])
+    assert result.exit_code == 2 and result.output == "error: --episodes must be odd, got 2\n"
+
+
+@pytest.mark.slow
+def test_the_program_prints_a_bugs_traceback():
+    patch = "import sb3_snake.training.evaluation as e; e.check_evaluation = lambda *a: 1 / 0"
+    command = [sys.executable, "-c", f"{patch}; from sb3_snake.cli import main; main()", "eval", "missing.zip"]
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 1
+    assert "Traceback" in completed.stderr and "ZeroDivisionError" in completed.stderr
+
+
+def test_only_the_modules_not_yet_converted_count_a_plain_value_error_as_a_users():
+    from sb3_snake.persistence import load_model
+
+    with pytest.raises(ValueError) as from_the_library:
+        load_model("missing.zip", None)
+    with pytest.raises(ValueError) as from_python:
+        json.loads("{not json")
+    assert is_user_error(from_the_library.value) and is_user_error(UsageError("x"))
+    assert not is_user_error(from_python.value) and not is_user_error(ValueError("never raised"))

@@ -1,0 +1,170 @@
+"""``TrainConfig``: its checks, its fields' roles, the update schedule and the memory a run needs."""
+
+from dataclasses import dataclass, fields
+
+import pytest
+
+from sb3_snake.common.errors import UsageError
+from sb3_snake.dqn.snake_dqn import HYPERPARAMETERS
+from sb3_snake.training.config import (
+    DEFAULT_EPISODES,
+    DQN,
+    ENVIRONMENT,
+    EXTRACTOR_DEFAULTS,
+    EXTRACTOR_SIZES,
+    HYPERPARAMETER_FIELDS,
+    MODEL_FIELDS,
+    NETWORK_FIELDS,
+    RUN,
+    Role,
+    TrainConfig,
+    check_memory,
+    option,
+)
+from tests.conftest import tiny_config
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"episodes": 0}, "episodes must be at least 1, got 0"),
+        ({"board_size": 3}, "board_size must be an integer >= 4, got 3"),
+        ({"device": "tpu"}, "device must be auto, cpu or cuda, got 'tpu'"),
+        ({"replay_ratio": 0}, "replay_ratio must be a positive finite number, got 0"),
+        ({"checkpoint_every": 0}, "checkpoint_every must be at least 1"),
+        ({"select_every": 0}, "select_every must be at least 1"),
+        ({"select_episodes": 0}, "select_episodes must be at least 1"),
+        ({"compile_after": -1}, "compile_after must be at least 0, got -1"),
+        ({"early_replay_ratio": 0}, "early_replay_ratio must be a positive finite number, got 0"),
+        ({"early_steps": -1}, "early_steps must be at least 0, got -1"),
+        ({"learning_rate_half_life": -1}, "learning_rate_half_life must be at least 0, got -1"),
+        ({"time_limit_minutes": float("nan")}, "time limit must be a positive number of minutes, got nan"),
+        ({"learning_rate": float("inf")}, "learning_rate must be a positive finite number, got inf"),
+        ({"learning_rate": float("nan")}, "learning_rate must be a positive finite number, got nan"),
+        ({"replay_ratio": float("inf")}, "replay_ratio must be a positive finite number, got inf"),
+        ({"gamma": 1.5}, "gamma must be from 0 to 1"),
+        ({"board_size": 1000}, "board_size must be at most 256, got 1000"),
+        ({"seed": 2**64}, "seed must be from 0 to 4294967295"),
+        ({"seed": -1}, "seed must be from 0 to 4294967295"),
+        ({"exploration_final_eps": float("nan")}, "exploration_final_eps must be from 0 to 1"),
+    ],
+)
+def test_bad_config(changes, message):
+    with pytest.raises(UsageError, match=message):
+        tiny_config(**changes)
+
+
+def test_update_schedule_meets_the_replay_ratio():
+    config = TrainConfig(n_envs=16, replay_ratio=32)
+    assert config.update_schedule(512) == (1, 1)  # 512 samples per 16 env steps
+    assert config.update_schedule(4096) == (8, 1)
+    assert config.update_schedule(64) == (1, 8)
+    assert TrainConfig(n_envs=16, train_freq=3, gradient_steps=2).update_schedule(512) == (3, 2)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"timesteps": 0}, "timesteps must be at least 1"),
+        ({"time_limit_minutes": 0}, "time limit must be a positive number of minutes"),
+    ],
+)
+def test_bad_limits(changes, message):
+    with pytest.raises(UsageError, match=message):
+        tiny_config(**changes)
+
+
+def test_no_limit_means_the_default_episodes():
+    assert TrainConfig().episodes == DEFAULT_EPISODES
+    assert TrainConfig(time_limit_minutes=1).episodes is None
+
+
+@pytest.mark.parametrize(("changes", "part"), [({"n_envs": 100_000_000}, "games"), ({"buffer_size": 10**10}, "replay")])
+def test_memory_needed_is_stated_up_front(changes, part):
+    config = tiny_config(**changes)
+    with pytest.raises(UsageError, match=rf"this run needs about [\d.]+ GiB \(.*{part}.*\) but 1.0 GiB are available"):
+        check_memory(config, 16, available=2**30)
+    check_memory(tiny_config(), 16, available=2**30)  # a small run fits
+
+
+def test_memory_estimate_grows_with_what_it_holds():
+    small, large = tiny_config().memory_estimate(16), tiny_config(buffer_size=20_000).memory_estimate(16)
+    assert large["replay buffer"] == 10 * small["replay buffer"] and large["networks"] == small["networks"]
+    with_view, without = tiny_config().memory_estimate(16), tiny_config(head_view=False).memory_estimate(16)
+    assert with_view["networks"] > without["networks"]
+
+
+@pytest.mark.parametrize(
+    ("changes", "batch_size", "fraction"),
+    [({}, 128, 0.5), ({}, 512, 0.5), ({"replay_ratio": 8}, 512, 2.0), ({"early_replay_ratio": 32}, 128, 1.0)],
+)
+def test_early_replay_ratio_is_a_fraction_of_the_scheduled_updates(changes, batch_size, fraction):
+    """The early ratio over the ratio the update schedule really gives (16 games)."""
+    kwargs = TrainConfig(**changes).dqn_kwargs(batch_size)
+    assert kwargs["early_update_fraction"] == pytest.approx(fraction)
+    assert kwargs["early_steps"] == TrainConfig.early_steps
+
+
+# ---------------------------------------------------------------- each field's role, declared once
+
+
+def test_every_field_declares_its_role_and_the_sorts_follow_from_it():
+    """The groupings that once were written out by hand, now read from each field's role."""
+    roles = {f.name: f.metadata["role"] for f in fields(TrainConfig)}
+    assert all(isinstance(role, Role) for role in roles.values())
+    panels = {group: [name for name, role in roles.items() if role.group == group] for group in (RUN, ENVIRONMENT, DQN)}
+    assert panels[ENVIRONMENT] == ["n_envs", "board_size", "seed", "device", "countdown"]
+    assert panels[RUN] == ["episodes", "timesteps", "time_limit_minutes", "compile_after", "checkpoint_every"] + [
+        "select_every",
+        "select_episodes",
+        "save_replay_buffer",
+        "tensorboard_log",
+        "verbose",
+    ]
+    assert set(MODEL_FIELDS) == {
+        "learning_rate",
+        "buffer_size",
+        "learning_starts",
+        "gamma",
+        "target_update_interval",
+        "exploration_initial_eps",
+        "exploration_final_eps",
+        "exploration_steps",
+        "double_dqn",
+        "n_steps",
+        "symmetry_augmentation",
+        "food_shaping",
+        "learning_rate_half_life",
+    }
+    assert set(roles) - set(HYPERPARAMETER_FIELDS) == set(panels[RUN]) | {"device"}
+    assert set(EXTRACTOR_SIZES) == {"embed_dim", "num_layers", "head_view_dim"}
+    assert set(NETWORK_FIELDS) == {"board_size", "countdown", "dueling", "head_view", *EXTRACTOR_SIZES, "n_steps"}
+
+
+def test_model_fields_are_saved_snake_dqn_arguments_and_extractor_sizes_its_keywords():
+    assert set(MODEL_FIELDS) <= set(HYPERPARAMETERS)  # what the model saves, and so a resume reads back
+    assert set(EXTRACTOR_SIZES) <= set(EXTRACTOR_DEFAULTS)
+
+
+def test_the_network_folds_the_head_view_switch_into_its_size():
+    assert TrainConfig().network() == {
+        "board_size": 10,
+        "countdown": False,
+        "dueling": False,
+        "head_view_dim": 64,
+        "embed_dim": 32,
+        "num_layers": 0,
+        "n_steps": 1,
+    }
+    assert TrainConfig(head_view=False).network()["head_view_dim"] == 0
+    assert TrainConfig(head_view=False).policy_kwargs()["features_extractor_kwargs"]["head_view_dim"] == 0
+
+
+def test_an_option_may_name_its_env_key_and_flag():
+    @dataclass(frozen=True)
+    class Declared:
+        batch_size: int = option(512, "Replay samples per gradient step.", Role(DQN), "--batch", "OPTIMAL_BATCH_SIZE")
+
+    (declared,) = fields(Declared)
+    assert declared.default == 512
+    assert (declared.metadata["env"], declared.metadata["flag"]) == ("OPTIMAL_BATCH_SIZE", "--batch")

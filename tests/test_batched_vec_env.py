@@ -6,6 +6,7 @@ import torch
 from stable_baselines3 import DQN
 
 from sb3_snake import BatchedSnakeVecEnv, SnakeEnv
+from sb3_snake.common.errors import UsageError
 from sb3_snake.envs.rules import BODY, FOOD, HEAD, NECK, TAIL
 from tests.conftest import cuda, random_state
 
@@ -211,6 +212,31 @@ def test_bad_arguments(kwargs, message):
         BatchedSnakeVecEnv(**kwargs)
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"num_envs": True}, "num_envs must be a positive integer, got True; pass the number of games"),
+        ({"num_envs": 2, "start_length": 9}, "start_length must be between 2 and 7 on a 10x10 board, got 9"),
+        ({"num_envs": 2, "render_mode": "human"}, "got 'human'; pass 'ansi' for a text board or 'rgb_array'"),
+        ({"num_envs": 2, "seed": 1.5}, r"seed must be an integer from -\d+ to \d+, got 1.5; pass None for a random"),
+        ({"num_envs": 2, "seed": 2**64}, "seed must be an integer"),
+        ({"num_envs": 2, "seed": "7"}, "seed must be an integer"),
+    ],
+)
+def test_user_errors_are_usage_errors_that_say_the_fix(kwargs, message):
+    with pytest.raises(UsageError, match=message):
+        BatchedSnakeVecEnv(**kwargs)
+
+
+def test_seeds_of_any_integer_type_in_the_generators_range_are_taken():
+    first = BatchedSnakeVecEnv(4, seed=np.int64(-3)).reset()
+    np.testing.assert_array_equal(BatchedSnakeVecEnv(4, seed=-3).reset(), first)
+    BatchedSnakeVecEnv(4, seed=2**64 - 1).reset()
+    env = BatchedSnakeVecEnv(4, seed=0)
+    with pytest.raises(UsageError, match="seed must be an integer"):
+        env.seed(0.5)
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without CUDA")
 def test_cuda_without_gpu_is_a_clear_error():
     with pytest.raises(ValueError, match="device cuda was requested but no CUDA GPU is available; use device cpu"):
@@ -218,7 +244,7 @@ def test_cuda_without_gpu_is_a_clear_error():
 
 
 def test_set_state_index_out_of_range():
-    with pytest.raises(ValueError, match=r"index must be in \[0, 2\)"):
+    with pytest.raises(UsageError, match=r"index must be in \[0, 2\), got 2; pass the index of one game"):
         BatchedSnakeVecEnv(2).set_state(2, [(0, 0), (0, 1)], 2, (5, 5))
 
 
@@ -263,8 +289,10 @@ def test_num_envs_of_any_integer_type_and_actions_of_the_wrong_count():
 def test_step_tensors_checks_dtype_and_values_on_the_cpu():
     env = BatchedSnakeVecEnv(2, board_size=5, seed=0)
     env.reset_tensors()
-    with pytest.raises(ValueError, match="integer tensor"):
+    with pytest.raises(UsageError, match="integer tensor"):
         env.step_tensors(torch.tensor([0.0, 1.0]))
-    with pytest.raises(ValueError, match="got 7 for game 1"):
+    with pytest.raises(UsageError, match="got 7 for game 1"):
         env.step_tensors(torch.tensor([0, 7]))
+    with pytest.raises(UsageError, match=r"expected actions of shape \(2,\), got \(3,\); pass one action per game"):
+        env.step_tensors(torch.tensor([0, 1, 2]))
     env.step_tensors(torch.tensor([0, 1]))

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from sb3_snake.acceleration.settings import WRITTEN_BY, OptimizationSettings, SettingsError, write_env_file
-from sb3_snake.benchmark import results, timing
+from sb3_snake.benchmark import results
 from sb3_snake.benchmark.end_to_end import SB3_REPLAY_RATIO, measure_plain_sb3, measure_sb3_snake
 from sb3_snake.benchmark.env_throughput import format_table as format_env_table
 from sb3_snake.benchmark.env_throughput import measure_batched, run_env_benchmark
@@ -31,7 +31,10 @@ from sb3_snake.benchmark.gradient_step import (
     step_products,
     sweep,
 )
+from sb3_snake.benchmark.replay_sampling import run_replay_benchmark
 from sb3_snake.benchmark.results import save_results
+from sb3_snake.common import timing
+from sb3_snake.common.errors import UsageError
 from sb3_snake.common.system import system_info
 from sb3_snake.training.config import TrainConfig
 from sb3_snake.training.tracking import WandbRun
@@ -65,8 +68,17 @@ def test_results_saved_in_the_same_second_keep_each_other(tmp_path, monkeypatch)
 
 
 def test_unknown_api_is_rejected():
-    with pytest.raises(ValueError, match="api must be"):
+    with pytest.raises(UsageError, match="api must be 'tensor' .step_tensors. or 'vecenv' .SB3's step., got 'numpy'"):
         measure_batched(2, "cpu", "numpy", 0.01, 1)
+
+
+def test_replay_sampling_times_both_buffers_for_each_n_step_setting():
+    report = run_replay_benchmark(n_steps_values=(1, 3), batch_size=16, transitions=512, n_envs=4, batches=2, repeats=3)
+    rows = [(r["buffer"], r["n_steps"]) for r in report["results"]]
+    assert rows == [("sb3", 1), ("device", 1), ("sb3", 3), ("device", 3)]
+    for r in report["results"]:
+        assert 0 < r["min_milliseconds"] <= r["milliseconds_per_batch"] <= r["max_milliseconds"]
+    assert report["system"]["cpu"] and report["plan"]["transitions"] == 512
 
 
 def test_system_info_names_the_cpu():

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from sb3_snake import SnakeEnv
+from sb3_snake.common.errors import UsageError
 from sb3_snake.envs.rules import (
     BODY,
     COUNTDOWN,
@@ -186,12 +187,16 @@ def test_food_never_lies_on_the_snake(game_kind, board_size):
         ({"board_size": 10.5}, "board_size"),
         ({"start_length": 1}, "start_length must be between 2 and"),
         ({"board_size": 4, "start_length": 4}, "start_length must be between 2 and 3 on a 4x4 board"),
+        ({"start_length": 2.5}, r"start_length must be between 2 and 7 on a 10x10 board, got 2.5 \(cells, an int"),
         ({"dist_to_border": -1}, "dist_to_border"),
+        ({"dist_to_border": 1.5}, "dist_to_border must be an integer >= 0, got 1.5"),
         ({"max_steps_without_food": 0}, "max_steps_without_food"),
+        ({"max_steps_without_food": 10.0}, "max_steps_without_food must be an integer >= 1 or None, got 10.0"),
+        ({"board_size": True}, "board_size must be an integer >= 4, got True"),
     ],
 )
 def test_bad_rules_name_the_value(kwargs, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(UsageError, match=message):
         SnakeRules(**kwargs)
 
 
@@ -211,7 +216,7 @@ def test_bad_rules_name_the_value(kwargs, message):
 )
 def test_invalid_states_are_rejected(game_kind, body, direction, food, message):
     game = SingleGame(game_kind)
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(UsageError, match=message):
         game.set_state(body, direction, food)
 
 
@@ -238,7 +243,7 @@ def test_both_envs_refuse_the_same_bad_actions_and_leave_the_game_as_it_was(game
     batched env raised IndexError or mapped NaN and 2**62 to action 0."""
     game = SingleGame(game_kind)
     before = game.set_state([(2, 3), (2, 2), (2, 1)], direction=1, food=(0, 0))
-    with pytest.raises(ValueError, match=r"action must be .*0 \(up\), 1 \(right\), 2 \(down\) or 3 \(left\)"):
+    with pytest.raises(UsageError, match=r"action must be .*0 \(up\), 1 \(right\), 2 \(down\) or 3 \(left\)"):
         game.step(action)
     obs, reward, terminated, truncated, _ = game.step(1)  # the game goes on from where it was
     assert not terminated and reward == 0.0

@@ -8,6 +8,7 @@ from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 import sb3_snake
 from sb3_snake import SnakeEnv
+from sb3_snake.common.errors import UsageError
 from sb3_snake.envs.rules import BODY, DIRECTION_DELTAS, FOOD, HEAD, NECK
 
 
@@ -67,7 +68,7 @@ def test_render(render_mode):
 
 
 def test_rejects_unknown_render_mode():
-    with pytest.raises(ValueError, match="render_mode must be one of"):
+    with pytest.raises(UsageError, match=r"must be one of \['ansi', 'rgb_array'\] or None, got 'human'; pass"):
         SnakeEnv(render_mode="human")
 
 

@@ -21,11 +21,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from sb3_snake.common.errors import UsageError
 from sb3_snake.common.system import system_info
 from sb3_snake.common.timing import device_sync, time_runs
 from sb3_snake.envs import BatchedSnakeVecEnv, SnakeEnv
 
 DEFAULT_NUM_ENVS = (1, 64, 1024, 4096, 16384)
+#: The batched env's interfaces: ``step_tensors`` and SB3's ``step``.
+APIS = ("tensor", "vecenv")
 
 
 @dataclass(frozen=True)
@@ -53,21 +56,26 @@ def _result(env: str, api: str, device: str, num_envs: int, durations: list[floa
 def measure_batched(
     num_envs: int, device: str, api: str, seconds: float, repeats: int, seed: int = 0
 ) -> EnvThroughputResult:
-    """Throughput of ``BatchedSnakeVecEnv`` through one of its two interfaces."""
+    """Throughput of ``BatchedSnakeVecEnv`` through one of its two interfaces, ``api``."""
+    if api not in APIS:
+        raise UsageError(f"api must be 'tensor' (step_tensors) or 'vecenv' (SB3's step), got {api!r}")
     env = BatchedSnakeVecEnv(num_envs, device=device, seed=seed)
     generator = torch.Generator(device=env.device).manual_seed(seed)
+
+    def actions() -> torch.Tensor:
+        return torch.randint(4, (num_envs,), generator=generator, device=env.device)
+
     if api == "tensor":
         env.reset_tensors()
 
         def step() -> None:
-            env.step_tensors(torch.randint(4, (num_envs,), generator=generator, device=env.device))
-    elif api == "vecenv":
+            env.step_tensors(actions())
+    else:
         env.reset()
 
         def step() -> None:
-            env.step(torch.randint(4, (num_envs,), generator=generator, device=env.device).cpu().numpy())
-    else:
-        raise ValueError(f"api must be 'tensor' or 'vecenv', got {api!r}")
+            env.step(actions().cpu().numpy())
+
     durations, calls = time_runs(step, device_sync(env.device), seconds, repeats)
     return _result("batched", api, str(env.device), num_envs, durations, calls)
 
@@ -93,7 +101,7 @@ def measure_python_loop(seconds: float, repeats: int, seed: int = 0) -> EnvThrou
 def run_env_benchmark(
     num_envs: Sequence[int] = DEFAULT_NUM_ENVS,
     devices: Sequence[str] | None = None,
-    apis: Sequence[str] = ("tensor", "vecenv"),
+    apis: Sequence[str] = APIS,
     seconds_per_repeat: float = 0.5,
     repeats: int = 5,
     progress: Callable[[EnvThroughputResult], None] | None = None,

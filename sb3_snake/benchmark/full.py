@@ -33,8 +33,8 @@ class BenchmarkPlan:
 
     @classmethod
     def quick(cls, **changes: Any) -> BenchmarkPlan:
-        """A plan that finishes in under two minutes on a 2-core CPU: two batch sizes, the
-        combinations without compilation (each compile costs tens of seconds there), and
+        """A plan short enough for a small CPU: two batch sizes, the combinations without
+        compilation (on a few cores one compile takes longer than all the measurements), and
         shorter end-to-end windows. The end-to-end run still uses the settings as given."""
         plan = cls(
             batch_sizes=(256, 1024),

@@ -16,11 +16,11 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
-import torch
 from gymnasium import spaces
 from stable_baselines3.common.buffers import NStepReplayBuffer, ReplayBuffer
 
 from sb3_snake.common.system import system_info
+from sb3_snake.common.timing import device_sync
 from sb3_snake.dqn.replay import DeviceReplayBuffer
 from sb3_snake.envs.rules import BASE_CHANNELS, board_space
 
@@ -48,12 +48,11 @@ def _fill(buffers: list[ReplayBuffer], transitions: int, n_envs: int, board_size
             buffer.add(obs, obs, actions, rewards, dones, infos)
 
 
-def _time(buffer: ReplayBuffer, batch_size: int, batches: int, device: str) -> float:
+def _milliseconds_per_batch(buffer: ReplayBuffer, batch_size: int, batches: int, sync: Callable[[], None]) -> float:
     start = time.perf_counter()
     for _ in range(batches):
         buffer.sample(batch_size)
-    if device == "cuda":
-        torch.cuda.synchronize()
+    sync()
     return (time.perf_counter() - start) / batches * 1e3
 
 
@@ -71,6 +70,7 @@ def run_replay_benchmark(
     """Median milliseconds per sampled batch of each buffer, for each n-step setting; JSON-ready."""
     observation_space = board_space(board_size)
     action_space = spaces.Discrete(4)
+    sync = device_sync(device)
     results = []
     for n_steps in n_steps_values:
         kinds = {
@@ -84,10 +84,10 @@ def run_replay_benchmark(
         _fill(list(buffers.values()), transitions, n_envs, board_size)
         times: dict[str, list[float]] = {name: [] for name in buffers}
         for buffer in buffers.values():
-            _time(buffer, batch_size, 5, device)  # warm-up, not timed
+            _milliseconds_per_batch(buffer, batch_size, 5, sync)  # warm-up, not timed
         for _ in range(repeats):
             for name, buffer in buffers.items():
-                times[name].append(_time(buffer, batch_size, batches, device))
+                times[name].append(_milliseconds_per_batch(buffer, batch_size, batches, sync))
         for name, values in times.items():
             result = ReplaySamplingResult(
                 name, n_steps, device, batch_size, statistics.median(values), min(values), max(values)

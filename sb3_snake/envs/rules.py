@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 from gymnasium import spaces
 
+from sb3_snake.common.errors import UsageError
+
 UP, RIGHT, DOWN, LEFT = 0, 1, 2, 3
 #: (row, col) displacement of the head for each absolute action.
 DIRECTION_DELTAS = np.array([(-1, 0), (0, 1), (1, 0), (0, -1)], dtype=np.int64)
@@ -36,30 +38,35 @@ MIN_START_LENGTH = 2
 _ACTIONS_HELP = "0 (up), 1 (right), 2 (down) or 3 (left)"
 
 
+def is_integer(value: object) -> bool:
+    """Whether ``value`` is a Python or NumPy integer (booleans are not)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
 def check_action(action: object) -> int:
-    """The action as an int, or a ValueError naming it: an integer (Python or NumPy, or a
-    one-element integer array) from 0 to 3, as ``Discrete(4).contains`` accepts."""
+    """The action as an int, or a :class:`UsageError` naming it: an integer (Python or NumPy, or
+    a one-element integer array) from 0 to 3, as ``Discrete(4).contains`` accepts."""
     value = np.asarray(action)
     if value.size != 1 or value.dtype.kind not in "iu":
-        raise ValueError(f"action must be an integer {_ACTIONS_HELP}, got {action!r}")
+        raise UsageError(f"action must be an integer {_ACTIONS_HELP}, got {action!r}")
     number = int(value.reshape(()))
     if not 0 <= number <= 3:
-        raise ValueError(f"action must be {_ACTIONS_HELP}, got {number}")
+        raise UsageError(f"action must be {_ACTIONS_HELP}, got {number}")
     return number
 
 
 def check_actions(actions: object, count: int) -> np.ndarray:
-    """``count`` actions as an int64 array, or a ValueError naming the first bad one; the same
-    rule as :func:`check_action`, for one action per game."""
+    """``count`` actions as an int64 array, or a :class:`UsageError` naming the first bad one;
+    the same rule as :func:`check_action`, for one action per game."""
     values = np.asarray(actions)
     if values.size != count:
-        raise ValueError(f"expected {count} actions (one per game), got {values.size}")
+        raise UsageError(f"expected {count} actions (one per game), got {values.size}; pass one action per game")
     values = values.reshape(count)
     if values.dtype.kind not in "iu":
-        raise ValueError(f"action must be an integer {_ACTIONS_HELP}, got {values[:4]!r} (dtype {values.dtype})")
+        raise UsageError(f"action must be an integer {_ACTIONS_HELP}, got {values[:4]!r} (dtype {values.dtype})")
     bad = np.flatnonzero((values < 0) | (values > 3))
     if len(bad):
-        raise ValueError(f"action must be {_ACTIONS_HELP}, got {int(values[bad[0]])} for game {int(bad[0])}")
+        raise UsageError(f"action must be {_ACTIONS_HELP}, got {int(values[bad[0]])} for game {int(bad[0])}")
     return values.astype(np.int64, copy=False)
 
 
@@ -101,18 +108,24 @@ class SnakeRules:
 
     def __post_init__(self) -> None:
         n = self.board_size
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < MIN_BOARD_SIZE:
-            raise ValueError(f"board_size must be an integer >= {MIN_BOARD_SIZE}, got {n!r}")
-        if self.dist_to_border < 0:
-            raise ValueError(f"dist_to_border must be >= 0, got {self.dist_to_border!r}")
-        max_length = n - self.effective_dist_to_border
-        if not MIN_START_LENGTH <= self.start_length <= max_length:
-            raise ValueError(
-                f"start_length must be between {MIN_START_LENGTH} and {max_length} on a {n}x{n} board, "
-                f"got {self.start_length!r}"
+        if not is_integer(n) or n < MIN_BOARD_SIZE:
+            raise UsageError(f"board_size must be an integer >= {MIN_BOARD_SIZE}, got {n!r}; pass a larger board")
+        if not is_integer(self.dist_to_border) or self.dist_to_border < 0:
+            raise UsageError(
+                f"dist_to_border must be an integer >= 0, got {self.dist_to_border!r}; pass 0 to start anywhere"
             )
-        if self.max_steps_without_food is not None and self.max_steps_without_food < 1:
-            raise ValueError(f"max_steps_without_food must be >= 1, got {self.max_steps_without_food!r}")
+        max_length = n - self.effective_dist_to_border
+        if not is_integer(self.start_length) or not MIN_START_LENGTH <= self.start_length <= max_length:
+            raise UsageError(
+                f"start_length must be between {MIN_START_LENGTH} and {max_length} on a {n}x{n} board, "
+                f"got {self.start_length!r} (cells, an integer); "
+                "pass a shorter snake, a larger board or a smaller dist_to_border"
+            )
+        steps = self.max_steps_without_food
+        if steps is not None and (not is_integer(steps) or steps < 1):
+            raise UsageError(
+                f"max_steps_without_food must be an integer >= 1 or None, got {steps!r}; pass None for board_size ** 2"
+            )
 
     @property
     def effective_dist_to_border(self) -> int:
@@ -157,31 +170,31 @@ class SnakeRules:
         :param direction: the direction the snake is moving in (0 up, 1 right, 2 down, 3 left).
         :param food: the food cell, or ``None`` only when the snake fills the whole board.
         :return: ``(body as an int64 array of shape (L, 2), direction, food)``.
-        :raises ValueError: naming what is wrong with the state.
+        :raises UsageError: naming what is wrong with the state.
         """
         n = self.board_size
         cells = np.asarray(body, dtype=np.int64)
         if cells.ndim != 2 or cells.shape[1] != 2 or len(cells) < MIN_START_LENGTH:
-            raise ValueError(f"body must be a list of at least {MIN_START_LENGTH} (row, col) cells, got {body!r}")
+            raise UsageError(f"body must be a list of at least {MIN_START_LENGTH} (row, col) cells, got {body!r}")
         if ((cells < 0) | (cells >= n)).any():
-            raise ValueError(f"body cells must lie on the {n}x{n} board, got {body!r}")
+            raise UsageError(f"body cells must lie on the {n}x{n} board, got {body!r}")
         if len({tuple(c) for c in cells.tolist()}) != len(cells):
-            raise ValueError(f"body cells must be distinct, got {body!r}")
+            raise UsageError(f"body cells must be distinct, got {body!r}")
         if (np.abs(np.diff(cells, axis=0)).sum(axis=1) != 1).any():
-            raise ValueError(f"consecutive body cells must be adjacent, got {body!r}")
+            raise UsageError(f"consecutive body cells must be adjacent, got {body!r}")
         if direction not in range(4):
-            raise ValueError(f"direction must be 0 (up), 1 (right), 2 (down) or 3 (left), got {direction!r}")
+            raise UsageError(f"direction must be 0 (up), 1 (right), 2 (down) or 3 (left), got {direction!r}")
         if (cells[0] + DIRECTION_DELTAS[direction] == cells[1]).all():
-            raise ValueError(f"direction {ACTION_NAMES[direction]} points into the neck {tuple(cells[1])}")
+            raise UsageError(f"direction {ACTION_NAMES[direction]} points into the neck {tuple(cells[1])}")
         if food is None:
             if len(cells) != self.num_cells:
-                raise ValueError("food may only be None when the snake fills the board")
+                raise UsageError("food may only be None when the snake fills the board")
             return cells, int(direction), None
         food_cell = tuple(int(x) for x in food)
         if len(food_cell) != 2 or not all(0 <= x < n for x in food_cell):
-            raise ValueError(f"food must be a (row, col) cell on the {n}x{n} board, got {food!r}")
+            raise UsageError(f"food must be a (row, col) cell on the {n}x{n} board, got {food!r}")
         if any(food_cell == tuple(c) for c in cells.tolist()):
-            raise ValueError(f"food {food_cell} lies on the snake's body")
+            raise UsageError(f"food {food_cell} lies on the snake's body")
         return cells, int(direction), food_cell
 
     def neighbor_table(self) -> np.ndarray:

@@ -10,7 +10,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from sb3_snake.envs.render import render_ansi, render_rgb
+from sb3_snake.envs.render import RENDER_MODES, check_render_mode, render_ansi, render_rgb
 from sb3_snake.envs.rules import (
     BODY,
     COUNTDOWN,
@@ -39,7 +39,8 @@ class SnakeEnv(gym.Env[np.ndarray, np.int64]):
 
     ``Discrete(4)``, absolute directions: 0 up, 1 right, 2 down, 3 left. An action that would
     reverse into the neck is ignored and the snake keeps its direction. Anything else (-1, 4,
-    1.5, NaN) raises a ``ValueError`` naming it, in both environments.
+    1.5, NaN) raises a :class:`~sb3_snake.common.errors.UsageError` (a ``ValueError``) naming
+    it, in both environments.
 
     ## Observation Space
 
@@ -95,7 +96,7 @@ class SnakeEnv(gym.Env[np.ndarray, np.int64]):
     ```
     """
 
-    metadata = {"render_modes": ["ansi", "rgb_array"], "render_fps": 10}
+    metadata = {"render_modes": list(RENDER_MODES), "render_fps": 10}
 
     def __init__(
         self,
@@ -106,10 +107,8 @@ class SnakeEnv(gym.Env[np.ndarray, np.int64]):
         render_mode: str | None = None,
         countdown: bool = False,
     ):
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None, got {render_mode!r}")
+        self.render_mode = check_render_mode(render_mode)
         self.rules = SnakeRules(board_size, start_length, dist_to_border, max_steps_without_food, countdown)
-        self.render_mode = render_mode
         self.observation_space = self.rules.observation_space
         self.action_space = spaces.Discrete(4)
         self._body: deque[tuple[int, int]] = deque()
@@ -140,7 +139,7 @@ class SnakeEnv(gym.Env[np.ndarray, np.int64]):
         :param body: cells as ``(row, col)``, head first.
         :param direction: 0 up, 1 right, 2 down, 3 left; must not point into the neck.
         :param food: the food cell, or ``None`` when the snake fills the board.
-        :raises ValueError: when the state is not a valid game state.
+        :raises UsageError: when the state is not a valid game state.
 
         The score and the steps-without-food counter start again from zero.
         """

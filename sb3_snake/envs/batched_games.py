@@ -1,0 +1,280 @@
+"""``BatchedGames``: the rules of Snake applied to thousands of games at once, as tensors.
+
+The hot path is a few dozen whole-batch tensor operations with no Python loop over games, on
+the state laid out in :mod:`~sb3_snake.envs.batched_state`.
+
+Moving is one lookup in a precomputed table (cell, action and direction give the cell
+entered, with the reversal rule applied; ``-1`` off the board). The head enters an occupied
+cell exactly when the link plane is set there and that cell is not the tail (the tail's cell
+is freed this very step; food never lies on the body).
+
+Observations are drawn fresh from that state every step, into a new tensor: the body plane
+is the link plane capped at one, head, neck, tail and food are one scattered write of ones,
+and the countdown is ``entered + length - now`` on the body cells. So nothing returned is
+ever written again.
+
+A game that dies keeps its board as it was before the fatal move (its writes go to a scratch
+row), which is the ``terminal_observation`` that :class:`~sb3_snake.SnakeEnv` returns too.
+
+New food is drawn uniformly from the free cells, as the ``k``-th free cell (a cumulative sum,
+``k`` uniform below the number of free cells), only for the games that ate: never by retrying
+random cells. Finished games restart in place from a table of every possible starting snake,
+drawn uniformly, with food drawn uniformly from that start's free cells (the same
+distribution as :class:`~sb3_snake.SnakeEnv`'s reset).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from sb3_snake.envs.batched_state import (
+    EPISODE_ROW,
+    FOOD_ROW,
+    HEAD_ROW,
+    LENGTH_ROW,
+    ONE_HOT_CHANNELS,
+    SCORE_ROW,
+    STATE_ROWS,
+    STEPS_WITHOUT_FOOD_ROW,
+    copy_rows,
+    encode_snakes,
+    start_tables,
+)
+from sb3_snake.envs.rules import BODY, COUNTDOWN, MAX_COUNTDOWN, TURNS, SnakeRules
+
+
+@dataclass(frozen=True)
+class BatchedStep:
+    """One step of all games, as tensors on the env's device.
+
+    ``observations`` are those of the games as they continue (already restarted where a game
+    finished). The ``final_*`` fields describe only the games that finished this step, in the
+    order of ``final_indices``.
+    """
+
+    observations: torch.Tensor  #: (N, C, H, W) uint8
+    rewards: torch.Tensor  #: (N,) float32
+    terminated: torch.Tensor  #: (N,) bool
+    truncated: torch.Tensor  #: (N,) bool
+    final_indices: torch.Tensor  #: (M,) int64, games that finished this step
+    final_observations: torch.Tensor  #: (M, C, H, W) uint8, their last observation
+    final_returns: torch.Tensor  #: (M,) float32, episode return
+    final_episode_lengths: torch.Tensor  #: (M,) int64, steps in the episode
+    final_scores: torch.Tensor  #: (M,) int64, food eaten
+    final_lengths: torch.Tensor  #: (M,) int64, snake length
+    final_successes: torch.Tensor  #: (M,) bool, board filled
+
+
+class BatchedGames:
+    """``count`` games of Snake on ``device``, stepped and restarted together.
+
+    Inputs are trusted: :class:`~sb3_snake.BatchedSnakeVecEnv` checks what its users give.
+
+    :param rules: the validated game configuration.
+    :param count: number of games.
+    :param device: where the games live.
+    :param seed: seed of the games' random generator (food and restarts), which lives on ``device``.
+    """
+
+    def __init__(self, rules: SnakeRules, count: int, device: torch.device, seed: int):
+        self.rules, self.count, self.device = rules, count, device
+        cells, dev = rules.num_cells, device
+        self._cells = cells
+        self._channels = rules.observation_space.shape[0]
+        # Link planes of all games plus one scratch row that absorbs the writes of dying games,
+        # and a flat view of them for indexed reads and writes.
+        self._links = torch.zeros((count + 1, cells), dtype=torch.uint8, device=dev)
+        self._links_flat = self._links.view(-1)
+        self._link_offsets = torch.arange(count, device=dev) * cells
+        # With the countdown: the episode step at which the head entered each cell, laid out as the links.
+        self._entered = torch.zeros((count + 1, cells), dtype=torch.int64, device=dev) if rules.countdown else None
+        self._scratch_offset = torch.tensor(count * cells, device=dev)
+        # Per-game scalars, one row each (see the *_ROW constants of batched_state).
+        self._state = torch.zeros((STATE_ROWS, count), dtype=torch.int64, device=dev)
+
+        # Moves as lookups: index ``action * 4 + direction`` gives the direction taken (the
+        # reversal rule applied), and ``16 * cell + action * 4 + direction`` the cell entered;
+        # ``4 * cell + direction`` gives the neighbouring cell (how the tail follows its link).
+        turns = torch.as_tensor(TURNS, device=dev)
+        self._turn_table = turns.reshape(-1)
+        self._link_table = (self._turn_table + 1).to(torch.uint8)  # the link an old head gets
+        neighbors = torch.as_tensor(rules.neighbor_table(), device=dev)
+        self._move_table = neighbors[:, turns].reshape(-1)
+        self._neighbor_table = neighbors.reshape(-1)
+        self._start_states, self._start_links, self._start_entered, self._start_free = start_tables(rules, dev)
+        # Drawing observations: the state rows of the one-hot channels, and where each game's
+        # one-hot channel starts in a flat (N, C, cells) tensor, (4, N).
+        self._one = torch.ones((), dtype=torch.uint8, device=dev)
+        self._one_hot_rows = torch.tensor([row for _, row in ONE_HOT_CHANNELS], device=dev)
+        channel_starts = torch.tensor([channel for channel, _ in ONE_HOT_CHANNELS], device=dev).unsqueeze(1) * cells
+        self._one_hot_offsets = channel_starts + torch.arange(count, device=dev) * (self._channels * cells)
+
+        self._generator = torch.Generator(device=dev)
+        self.seed(seed)
+        self.restart(torch.arange(count, device=dev))
+
+    def seed(self, seed: int) -> None:
+        """Reseed the generator that draws food and restarts."""
+        self._generator.manual_seed(seed)
+
+    @property
+    def scores(self) -> torch.Tensor:
+        """Food eaten so far in each game's current episode, ``(N,)`` int64."""
+        return self._state[SCORE_ROW]
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        """Each game's current snake length, ``(N,)`` int64."""
+        return self._state[LENGTH_ROW]
+
+    def step(self, actions: torch.Tensor) -> BatchedStep:
+        """Apply one action per game (``(N,)`` integers from 0 to 3) and restart finished games."""
+        links, cells = self._links_flat, self._cells
+        previous = self._state
+        head, neck, tail, direction, length, food, steps_without_food, score, episode_length = previous.unbind(0)
+        turn = torch.add(direction, actions.to(torch.int64), alpha=4)
+        target = self._move_table.index_select(0, torch.add(turn, head, alpha=16))  # -1: off the board
+        direction = self._turn_table.index_select(0, turn)
+        off_board = target < 0
+        target.clamp_(min=0)
+        # The head enters an occupied cell when the body is there and it is not the tail,
+        # whose cell is freed this very step (food never lies on the body).
+        on_body = links.index_select(0, self._link_offsets + target).bool()
+        dies = off_board | (on_body & (target != tail))
+        eats = ~dies & (target == food)
+        # The old head becomes a body cell linking to the new one; the tail's cell is freed and
+        # the tail follows its link, unless the snake eats. Dying games write to the scratch row.
+        tail_link = links.index_select(0, self._link_offsets + tail)
+        next_tail = self._neighbor_table.index_select(0, torch.add(tail_link.long() - 1, tail, alpha=4))
+        rows = torch.where(dies, self._scratch_offset, self._link_offsets)
+        head_link = self._link_table.index_select(0, turn)
+        links.scatter_(0, torch.cat((rows + tail, rows + head)), torch.cat((tail_link * eats, head_link)))
+        if self._entered is not None:
+            self._entered.view(-1).scatter_(0, rows + target, episode_length + 1)
+        length = length + eats
+        wins = eats & (length == cells)
+        self._state = torch.stack(
+            (
+                target,
+                head,
+                torch.where(eats, tail, next_tail),
+                direction,
+                length,
+                food.masked_fill(wins, -1),
+                torch.where(eats, 0, steps_without_food + 1),
+                score + eats,
+                episode_length + 1,
+            )
+        )
+        eaters = (eats & ~wins).nonzero().squeeze(1)
+        if len(eaters):
+            self._place_food(eaters)
+
+        rewards = eats.float() - dies.float()
+        terminated = dies | wins
+        truncated = ~terminated & (self._state[STEPS_WITHOUT_FOOD_ROW] >= self.rules.truncation_steps)
+        finished = (terminated | truncated).nonzero().squeeze(1)
+        final_dies = dies.index_select(0, finished)
+        # A game that died is shown as it was before the fatal move; the others as they are now.
+        final_state = torch.where(final_dies, previous.index_select(1, finished), self._state.index_select(1, finished))
+        final_observations = self._observe(final_state, *self._planes(finished))
+        final_episode_lengths = self._state[EPISODE_ROW].index_select(0, finished)
+        self.restart(finished)
+        return BatchedStep(
+            observations=self.observe_in_play(),
+            rewards=rewards,
+            terminated=terminated,
+            truncated=truncated,
+            final_indices=finished,
+            final_observations=final_observations,
+            final_returns=(final_state[SCORE_ROW] - final_dies.long()).float(),
+            final_episode_lengths=final_episode_lengths,
+            final_scores=final_state[SCORE_ROW],
+            final_lengths=final_state[LENGTH_ROW],
+            final_successes=wins.index_select(0, finished),
+        )
+
+    def restart(self, games: torch.Tensor) -> None:
+        """Start a new game in each of ``games``, an index tensor from ``nonzero()`` or ``arange``."""
+        if len(games) == 0:  # the size of a nonzero() result is known without another device sync
+            return
+        count, generator, device = len(games), self._generator, self.device
+        start = torch.randint(len(self._start_states), (count,), generator=generator, device=device)
+        free_choice = torch.randint(self._start_free.shape[1], (count,), generator=generator, device=device)
+        state = self._start_states.index_select(0, start).T
+        state[FOOD_ROW] = self._start_free[start, free_choice]
+        self._state.index_copy_(1, games, state)
+        copy_rows(self._links, games, self._start_links.index_select(0, start))
+        if self._entered is not None:
+            self._entered.index_copy_(0, games, self._start_entered.index_select(0, start))
+
+    def set_state(self, index: int, body: np.ndarray, direction: int, food: tuple[int, int] | None) -> torch.Tensor:
+        """Put a snake validated by :meth:`SnakeRules.validate_state` into game ``index``; the
+        game's counters start again from zero. Returns that game's observation ``(C, H, W)``."""
+        n = self.rules.board_size
+        flat_body = (body[:, 0] * n + body[:, 1])[None]
+        state, links, entered = encode_snakes(self.rules, flat_body, np.array([direction]), self.device)
+        if food is not None:
+            state[0, FOOD_ROW] = food[0] * n + food[1]
+        self._state[:, index] = state[0]
+        self._links[index] = links[0]
+        if self._entered is not None:
+            self._entered[index] = entered[0]
+        game = torch.tensor([index], device=self.device)
+        return self._observe(self._state[:, index : index + 1], *self._planes(game))[0]
+
+    def observe_in_play(self) -> torch.Tensor:
+        """Fresh observations of all games as they are now, ``(N, C, H, W)``."""
+        entered = self._entered[: self.count] if self._entered is not None else None
+        return self._observe(self._state, self._links[: self.count], entered, in_play=True)
+
+    def observe_first(self, count: int) -> torch.Tensor:
+        """Fresh observations of the first ``count`` games (all of them, if fewer) as they are now."""
+        count = min(count, self.count)
+        return self._observe(self._state[:, :count], *self._planes(torch.arange(count, device=self.device)))
+
+    def _planes(self, games: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The link planes of ``games`` and, with the countdown, their entry-step planes."""
+        entered = self._entered.index_select(0, games) if self._entered is not None else None
+        return self._links.index_select(0, games), entered
+
+    def _observe(
+        self, state: torch.Tensor, links: torch.Tensor, entered: torch.Tensor | None, in_play: bool = False
+    ) -> torch.Tensor:
+        """Fresh observations ``(M, C, H, W)`` of the games with these state columns and planes.
+
+        :param state: ``(rows, M)`` columns of per-game state.
+        :param links: ``(M, cells)`` link planes.
+        :param entered: ``(M, cells)`` entry-step planes with the countdown, else None.
+        :param in_play: these are all ``N`` games, ready for their next move: every game has food
+            then (only a finished game may have filled the board).
+        """
+        count, n = len(links), self.rules.board_size
+        observations = torch.zeros((count, self._channels, self._cells), dtype=torch.uint8, device=self.device)
+        torch.minimum(links, self._one, out=observations[:, BODY])  # links are 0 or 1 + direction
+        if entered is not None:  # moves until free: entered + length - now, on the body cells
+            moves = entered + (state[LENGTH_ROW] - state[EPISODE_ROW]).unsqueeze(1)
+            observations[:, COUNTDOWN] = moves.clamp_(0, MAX_COUNTDOWN).to(torch.uint8) * observations[:, BODY]
+        cells = state.index_select(0, self._one_hot_rows)  # head, neck, tail and food
+        if in_play:
+            offsets, values = self._one_hot_offsets, self._one.expand(cells.numel())
+        else:
+            # The first ``count`` columns of the offsets of all games fit any ``count`` games.
+            offsets, values = self._one_hot_offsets[:, :count], (cells >= 0).view(-1).byte()  # food -1: none
+            cells = cells.clamp(min=0)
+        observations.view(-1).scatter_(0, (offsets + cells).view(-1), values)
+        return observations.view(count, self._channels, n, n)
+
+    def _place_food(self, games: torch.Tensor) -> None:
+        """Put food on a uniformly random free cell of each of ``games``; each must have one."""
+        free = self._links.index_select(0, games) == 0
+        free.scatter_(1, self._state[HEAD_ROW].index_select(0, games).unsqueeze(1), False)
+        free_count = free.sum(dim=1)
+        uniform = torch.rand(len(games), generator=self._generator, device=self.device, dtype=torch.float64)
+        k = (uniform * free_count).long().clamp_(max=free_count - 1)
+        # The (k+1)-th free cell is the first whose running count of free cells exceeds k.
+        food = (free.cumsum(dim=1) <= k.unsqueeze(1)).sum(dim=1)
+        self._state[FOOD_ROW].index_copy_(0, games, food)

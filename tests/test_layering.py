@@ -20,6 +20,7 @@ LAYERS = [
     {"acceleration.setting_values", "acceleration.settings"},
     {"dqn.replay", "dqn.extractor", "dqn.symmetry", "dqn.shaping"},
     {"acceleration.optimizations", "acceleration.threads"},
+    {"acceleration.autotune.search", "acceleration.autotune.cache"},
     {"dqn.update"},
     {"dqn"},
     {"persistence", "acceleration.autotune", "training.evaluation", "training.tracking"},

@@ -182,8 +182,8 @@ def adaptive_thread_counts(setting: int | str, device_type: str, cpu_cores: int 
     Only ``auto`` on a CPU of more than one core: one thread per core is fastest while every core
     is free and many times slower than one thread while another process holds a core (threads
     that wait for each other wait for the busiest core), and which of the two holds can change
-    within a run. An explicit count
-    is the user's and stays; a GPU run's CPU threads only feed the device.
+    within a run. An explicit count is the user's and stays; a GPU run's CPU threads only feed
+    the device.
     """
     cores = max(1, cpu_cores or 1)
     if setting != "auto" or device_type != "cpu" or cores == 1:

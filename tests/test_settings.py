@@ -121,7 +121,7 @@ def test_missing_explicit_env_file(tmp_path):
         ({"compile_mode": "fast"}, "compile_mode='fast'"),
         ({"num_threads": -1}, "num_threads=-1: expected auto or an integer from 1"),
         ({"unknown": 1}, "unknown setting 'unknown'"),
-        ({"use_bf61": True}, "unknown setting 'use_bf61'; did you mean use_bf16?"),
+        ({"use_bf61": True}, r"unknown setting 'use_bf61'; did you mean use_bf16\?"),
     ],
 )
 def test_bad_overrides(overrides, message):

@@ -114,7 +114,7 @@ class OptimizationSettings:
         "--compile/--no-compile",
         SWITCH_OR_AUTO,
         "torch.compile: on a CPU the whole gradient step as one graph (forward, backward, clipping, Adam), "
-        "on CUDA the two Q-networks; auto: measured.",
+        "on CUDA the two Q-networks.",
         unmeasured=False,
     )
     use_flash_attention: bool | str = setting(
@@ -122,7 +122,7 @@ class OptimizationSettings:
         "USE_FLASH_ATTENTION",
         "--flash-attention/--no-flash-attention",
         SWITCH_OR_AUTO,
-        "Restrict scaled-dot-product attention to the FlashAttention kernel where it can run; auto: measured.",
+        "Restrict scaled-dot-product attention to the FlashAttention kernel where it can run.",
         unmeasured=False,
     )
     use_bf16: bool | str = setting(
@@ -130,8 +130,7 @@ class OptimizationSettings:
         "USE_BF16",
         "--bf16/--no-bf16",
         SWITCH_OR_AUTO,
-        "bfloat16 autocast around the networks' forward passes, where the hardware computes bf16 natively; "
-        "auto: measured there, off elsewhere.",
+        "bfloat16 autocast around the networks' forward passes, where the hardware computes bf16 natively.",
         unmeasured=False,
     )
     sdpa_backend: str = setting(

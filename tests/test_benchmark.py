@@ -8,7 +8,8 @@ import sys
 import pytest
 import torch
 
-from sb3_snake.acceleration.settings import WRITTEN_BY, OptimizationSettings, SettingsError, write_env_file
+from sb3_snake.acceleration.env_file import WRITTEN_BY
+from sb3_snake.acceleration.settings import OptimizationSettings, SettingsError, write_env_file
 from sb3_snake.benchmark import results
 from sb3_snake.benchmark.end_to_end import SB3_REPLAY_RATIO, measure_plain_sb3, measure_sb3_snake
 from sb3_snake.benchmark.env_throughput import format_table as format_env_table

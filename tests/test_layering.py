@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "sb3_snake"
 #: Layer of each module or package, lowest first; a module may import from its own layer or below.
 LAYERS = [
     {"common", "envs"},
-    {"acceleration.setting_values", "acceleration.settings"},
+    {"acceleration.setting_values", "acceleration.env_file", "acceleration.settings"},
     {"dqn.replay", "dqn.extractor", "dqn.symmetry", "dqn.shaping"},
     {"acceleration.optimizations", "acceleration.threads"},
     {"acceleration.autotune.search", "acceleration.autotune.cache"},

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from sb3_snake.common.errors import UsageError
+
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 #: ``SDPA_BACKEND`` values: ``auto`` or one ``torch.nn.attention.SDPBackend`` kernel.
 SDPA_BACKENDS = ("auto", "flash", "efficient", "math", "cudnn")
@@ -21,6 +23,10 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 #: Threads per core beyond which ``TORCH_NUM_THREADS`` is refused (huge counts crash OpenMP).
 MAX_THREADS_PER_CORE = 4
+
+
+class SettingsError(UsageError):
+    """A setting has a value that cannot be used; the message names key, value and origin."""
 
 
 @dataclass(frozen=True)

@@ -19,23 +19,19 @@ the others), or to the measurement when that is ``auto`` too. The two must agree
 other than flash with ``USE_FLASH_ATTENTION=true``, or flash with ``false``, is an error naming
 both; ``USE_FLASH_ATTENTION=auto`` (the default) follows the backend.
 
-A ``.env`` file holds these keys and nothing else: a line that cannot be parsed, a key without
-a value and an unknown key (named with the nearest known one) are errors, never skipped.
+A ``.env`` file holds these keys and nothing else (:mod:`sb3_snake.acceleration.env_file` reads
+and writes it, every problem an error).
 """
 
 from __future__ import annotations
 
-import io
 import os
-import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from dotenv import set_key
-from dotenv.parser import parse_stream
-
+from sb3_snake.acceleration.env_file import check_env_file_writable, read_env_file, write_env_lines
 from sb3_snake.acceleration.setting_values import (
     AUTO,
     BATCH_SIZE,
@@ -44,18 +40,14 @@ from sb3_snake.acceleration.setting_values import (
     SWITCH,
     SWITCH_OR_AUTO,
     THREADS,
+    SettingsError,
     Values,
     choice,
 )
-from sb3_snake.common.errors import UsageError, did_you_mean
-from sb3_snake.common.paths import check_writable_file
+from sb3_snake.common.errors import did_you_mean
 
 #: The source of every setting of :meth:`OptimizationSettings.unmeasured`.
 UNMEASURED_SOURCE = "default, not measured or compiled (a model built in Python)"
-
-
-class SettingsError(UsageError):
-    """A setting has a value that cannot be used; the message names key, value and origin."""
 
 
 # ---------------------------------------------------------------------- one declaration per setting
@@ -229,7 +221,8 @@ class OptimizationSettings:
         """
         _check_names(overrides)
         path = Path(env_file) if env_file is not None else Path(".env")
-        file_values = read_env_file(path) if env_file is not None or path.exists() else {}
+        known = [declared.key for declared in SETTINGS.values()]
+        file_values = read_env_file(path, known) if env_file is not None or path.exists() else {}
 
         values: dict[str, Any] = {}
         sources: dict[str, str] = {}
@@ -326,57 +319,6 @@ def _check_names(names: Iterable[str]) -> None:
         raise SettingsError(f"unknown setting {unknown[0]!r}; {did_you_mean(unknown[0], list(SETTINGS))}")
 
 
-def read_env_file(path: Path) -> dict[str, str]:
-    """The keys and values of a ``.env`` file, checked line by line; every problem is a SettingsError.
-
-    The file must be a regular UTF-8 text file (a directory, a device or a FIFO is refused before
-    it is opened, so nothing blocks). Each line is parsed with python-dotenv's own parser.
-    """
-    try:
-        mode = path.stat().st_mode
-    except FileNotFoundError:
-        raise SettingsError(f"env file {str(path)!r} does not exist; pass an existing file or leave it out") from None
-    except OSError as error:
-        raise SettingsError(f"env file {str(path)!r} cannot be read ({error.strerror})") from None
-    if not stat.S_ISREG(mode):
-        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
-        raise SettingsError(f"env file {str(path)!r} is {kind}; pass a text file of KEY=value lines")
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except OSError as error:
-        raise SettingsError(f"env file {str(path)!r} cannot be read ({error.strerror or error})") from None
-    except UnicodeDecodeError:
-        raise SettingsError(f"env file {str(path)!r} is not UTF-8 text; it must hold KEY=value lines") from None
-    known = [declared.key for declared in SETTINGS.values()]
-    values: dict[str, str] = {}
-    for binding in parse_stream(io.StringIO(text)):
-        line = binding.original.line
-        first_line = binding.original.string.splitlines()[0].strip() if binding.original.string.strip() else ""
-        where = f"line {line} of {path}"
-        if binding.error:
-            raise SettingsError(f"{where} cannot be parsed: {first_line!r} (an unterminated quote?); write KEY=value")
-        if binding.key is None:
-            continue  # a comment or a blank line
-        if binding.key not in known:
-            raise SettingsError(f"{where}: unknown key {binding.key}; {did_you_mean(binding.key, known)}")
-        if binding.value is None:
-            raise SettingsError(f"{where}: {binding.key} has no value; write {binding.key}=value")
-        values[binding.key] = binding.value
-    return values
-
-
-#: The comment line :func:`write_env_file` keeps up to date with its ``note``.
-WRITTEN_BY = "# Written by sb3-snake benchmark --write-env: "
-
-
-def check_env_file_writable(path: str | os.PathLike) -> None:
-    """Raise SettingsError unless :func:`write_env_file` can write ``path`` (checked before any work)."""
-    try:
-        check_writable_file(Path(path), what="env file")
-    except ValueError as error:
-        raise SettingsError(str(error)) from None
-
-
 def write_env_file(path: str | os.PathLike, note: str | None = None, **values: Any) -> None:
     """Set settings in a ``.env`` file, keeping its other lines and comments.
 
@@ -387,11 +329,5 @@ def write_env_file(path: str | os.PathLike, note: str | None = None, **values: A
     """
     _check_names(values)
     OptimizationSettings(**values)  # raises a SettingsError naming any bad value
-    path = Path(path)
     check_env_file_writable(path)
-    path.touch(exist_ok=True)
-    for name, value in values.items():
-        set_key(path, SETTINGS[name].key, as_text(value), quote_mode="never")
-    if note is not None:
-        lines = [line for line in path.read_text().splitlines() if not line.startswith(WRITTEN_BY)]
-        path.write_text("\n".join([*lines, WRITTEN_BY + note]) + "\n")
+    write_env_lines(path, {SETTINGS[name].key: as_text(value) for name, value in values.items()}, note)

@@ -28,14 +28,18 @@ def test_a_timed_run_is_whole_calls_lasting_about_the_seconds_asked(monkeypatch)
     assert len(calls) == 2
 
 
-def test_calls_found_once_are_reused_without_calibrating_again(monkeypatch):
+def test_calibration_finds_the_calls_that_last_the_seconds_asked(monkeypatch):
     clock = FakeClock(monkeypatch)
-    calls = timing.calibrate(clock.step, lambda: None, seconds=0.25)
-    assert calls == 16 and len(clock.calls) == 1 + 2 + 4  # 4 calls took a quarter of 0.25 s
-    clock.calls.clear()
-    assert timing.time_runs(clock.step, lambda: None, seconds=0.25, repeats=2, calls=calls) == ([0.25, 0.25], 16)
-    assert len(clock.calls) == 2 * 16  # timed runs only
+    assert timing.calibrate(clock.step, lambda: None, seconds=0.25) == 16
+    assert len(clock.calls) == 1 + 2 + 4  # 4 calls took a quarter of 0.25 s
     assert timing.calibrate(clock.step, lambda: None, seconds=0) == 1
+
+
+def test_a_run_bounded_by_time_is_whole_calls_until_the_seconds_passed(monkeypatch):
+    clock = FakeClock(monkeypatch)
+    assert timing.time_for(clock.step, lambda: None, seconds=0.1) == (7 / 64, 7)  # 6/64 s is not yet 0.1 s
+    assert timing.time_for(clock.step, lambda: None, seconds=0) == (1 / 64, 1)  # at least one call
+    assert len(clock.calls) == 8
 
 
 def test_the_device_is_waited_for_before_the_first_clock_starts_and_before_each_stops(monkeypatch):
@@ -48,3 +52,6 @@ def test_the_device_is_waited_for_before_the_first_clock_starts_and_before_each_
 
     timing.time_runs(step, lambda: events.append("sync"), seconds=0, repeats=2)
     assert events == ["sync", "step", "sync", "step", "sync"]
+    events.clear()
+    timing.time_for(step, lambda: events.append("sync"), seconds=0)
+    assert events == ["sync", "step", "sync"]

@@ -3,7 +3,7 @@ number of seconds, the clock stopped only once the device has finished.
 
 Every throughput figure of the package is timed here: ``benchmark-grad``'s gradient steps, the
 matmul peak and ceiling, ``benchmark-env``'s env steps, and the measurement behind ``auto``
-(:class:`~sb3_snake.acceleration.autotune.measure.GradientStepMeter`, one calibrated run per
+(:class:`~sb3_snake.acceleration.autotune.measure.GradientStepMeter`, one :func:`time_for` per
 slice). Warm-up is the caller's: what runs before :func:`time_runs` (a compile, a CUDA graph's
 capture) is never timed, and the calibration is not timed into the result either.
 
@@ -47,19 +47,17 @@ def calibrate(step: Callable[[], None], sync: Callable[[], None], seconds: float
 
 
 def time_runs(
-    step: Callable[[], None], sync: Callable[[], None], seconds: float, repeats: int, calls: int | None = None
+    step: Callable[[], None], sync: Callable[[], None], seconds: float, repeats: int
 ) -> tuple[list[float], int]:
-    """Time ``repeats`` runs of ``calls`` calls of ``step``; returns ``(durations, calls)``.
+    """Time ``repeats`` runs of ``calls`` calls of ``step``, ``calls`` found by :func:`calibrate`
+    so that a run lasts about ``seconds`` (0: one call a run); returns ``(durations, calls)``.
 
-    :param sync: runs before the first clock starts (the work queued before is not timed) and
-        before each clock stops (``torch.cuda.synchronize`` on a GPU, :func:`device_sync`).
-    :param seconds: how long a run should last: ``calls``, when not given, is found by
-        :func:`calibrate` (not timed into the result); 0 makes runs of one call each.
-    :param calls: calls per run, when an earlier :func:`calibrate` found them (a measurement
-        that times the same step again and again, as ``auto`` does).
+    ``sync`` (:func:`device_sync`) runs before the first clock starts, so the work queued before
+    is not timed, and before each clock stops. Every run does the same work, so their durations
+    compare as they are.
     """
     sync()
-    calls = calls if calls is not None else calibrate(step, sync, seconds)
+    calls = calibrate(step, sync, seconds)
     durations = []
     for _ in range(repeats):
         start = time.perf_counter()
@@ -68,3 +66,20 @@ def time_runs(
         sync()
         durations.append(time.perf_counter() - start)
     return durations, calls
+
+
+def time_for(step: Callable[[], None], sync: Callable[[], None], seconds: float) -> tuple[float, int]:
+    """Call ``step`` until ``seconds`` have passed (at least once); returns ``(duration, calls)``.
+
+    The run of :func:`time_runs` bounded by time rather than by a count: what a measurement
+    needs that times one short slice of each of several candidates in turn, again and again
+    (``auto``), where one calibration per slice would cost as much as the slice. ``sync`` as in
+    :func:`time_runs`.
+    """
+    sync()
+    calls, start = 0, time.perf_counter()
+    while calls < 1 or time.perf_counter() - start < seconds:
+        step()
+        calls += 1
+    sync()
+    return time.perf_counter() - start, calls

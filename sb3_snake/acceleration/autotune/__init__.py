@@ -14,7 +14,7 @@ The package, in the order a resolution runs:
 - :mod:`~sb3_snake.acceleration.autotune.search`: the stages, their candidates and margins, pure
   given a measurement (tests inject one), and what the device offers (:class:`Machine`).
 - :mod:`~sb3_snake.acceleration.autotune.measure`: the real measurement of a candidate, samples/s
-  of ``SnakeDQN.train`` timed by the one timing harness, :func:`sb3_snake.common.timing.time_runs`.
+  of ``SnakeDQN.train`` timed by the one timing harness, :mod:`sb3_snake.common.timing`.
 - :mod:`~sb3_snake.acceleration.autotune.cache`: where a choice is kept, under which key.
 """
 

@@ -1,16 +1,15 @@
 """The real measurement behind ``auto``: samples/s of one candidate's gradient step.
 
 A candidate's first measurement builds its model (a fresh :class:`~sb3_snake.SnakeDQN` with real
-transitions of random play in its buffer), runs untimed warm-up steps (compilation and the CUDA
-graph's capture included) and counts how many steps make one slice; every measurement then times
-one slice with the one timing harness, :func:`sb3_snake.common.timing.time_runs`. The model is
-kept for the candidate's later slices, so :data:`~sb3_snake.acceleration.autotune.search.ROUNDS`
-slices in turn cost one warm-up each.
+transitions of random play in its buffer) and runs untimed warm-up steps (compilation and the
+CUDA graph's capture included); every measurement then times one slice of gradient steps with
+the one timing harness (:func:`sb3_snake.common.timing.time_for`: whole steps until the slice's
+seconds have passed). The model is kept for the candidate's later slices, so
+:data:`~sb3_snake.acceleration.autotune.search.ROUNDS` slices in turn cost one warm-up each.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -20,7 +19,7 @@ from stable_baselines3.common.logger import Logger
 
 from sb3_snake.acceleration.autotune.search import ROUNDS, Candidate
 from sb3_snake.acceleration.settings import OptimizationSettings
-from sb3_snake.common.timing import calibrate, device_sync, time_runs
+from sb3_snake.common.timing import device_sync, time_for
 from sb3_snake.dqn.snake_dqn import SnakeDQN
 from sb3_snake.dqn.update.captured import WARMUP_STEPS
 from sb3_snake.envs import BatchedSnakeVecEnv
@@ -68,10 +67,10 @@ def filled_model(
 
 class GradientStepMeter:
     """The :data:`~sb3_snake.acceleration.autotune.search.Measure` of a real run: samples/s of
-    ``SnakeDQN.train`` per candidate (with the CUDA graph as the run asks), one timed slice of
-    about ``seconds`` a call. A candidate's first call builds its model, runs untimed warm-up
-    steps (compilation and the graph's capture included) and calibrates the steps of a slice;
-    the model is kept for its later slices."""
+    ``SnakeDQN.train`` per candidate (with the CUDA graph as the run asks), one timed slice of at
+    least ``seconds`` a call (:func:`~sb3_snake.common.timing.time_for`). A candidate's first
+    call builds its model and runs untimed warm-up steps (compilation and the graph's capture
+    included); the model is kept for its later slices."""
 
     def __init__(
         self,
@@ -84,23 +83,18 @@ class GradientStepMeter:
     ):
         self.device, self.policy_kwargs, self.board_size = device, policy_kwargs, board_size
         self.seconds, self.countdown, self.use_cuda_graph = seconds, countdown, use_cuda_graph
-        self.sync = device_sync(device)
         self.models: dict[Candidate, SnakeDQN] = {}
-        self.steps_per_slice: dict[Candidate, int] = {}
 
     def __call__(self, candidate: Candidate) -> float:
-        if candidate not in self.models:
-            self._build(candidate)
-        steps = self.steps_per_slice[candidate]
-        durations, _ = time_runs(self._step(candidate), self.sync, self.seconds, repeats=1, calls=steps)
-        return steps * candidate.batch_size / durations[0]
+        model = self.models.get(candidate) or self._build(candidate)
 
-    def _step(self, candidate: Candidate) -> Callable[[], None]:
-        """One gradient step of ``candidate``'s model, as ``sb3-snake train`` runs it."""
-        model = self.models[candidate]
-        return lambda: model.train(gradient_steps=1, batch_size=candidate.batch_size)
+        def step() -> None:
+            model.train(gradient_steps=1, batch_size=candidate.batch_size)
 
-    def _build(self, candidate: Candidate) -> None:
+        duration, steps = time_for(step, device_sync(self.device), self.seconds)
+        return steps * candidate.batch_size / duration
+
+    def _build(self, candidate: Candidate) -> SnakeDQN:
         transitions = max(2048, 2 * candidate.batch_size)
         settings = replace(candidate.settings(torch.get_num_threads()), use_cuda_graph=self.use_cuda_graph)
         model = filled_model(
@@ -108,4 +102,4 @@ class GradientStepMeter:
         )
         model.train(gradient_steps=WARMUP_STEPS + 1, batch_size=candidate.batch_size)
         self.models[candidate] = model
-        self.steps_per_slice[candidate] = calibrate(self._step(candidate), self.sync, self.seconds)
+        return model

@@ -1,5 +1,6 @@
-"""The one timing harness: runs of a fixed number of calls, calibrated to last about a given
-number of seconds, the clock stopped only once the device has finished.
+"""The one timing harness: runs of a fixed number of calls calibrated to last about a given
+number of seconds (:func:`time_runs`), or of whole calls until the seconds have passed
+(:func:`time_for`); either way the clock starts and stops only once the device has finished.
 
 Every throughput figure of the package is timed here: ``benchmark-grad``'s gradient steps, the
 matmul peak and ceiling, ``benchmark-env``'s env steps, and the measurement behind ``auto``

@@ -59,9 +59,14 @@ def settings(**values):
     return OptimizationSettings(**{**EXPLICIT, **values})
 
 
+def run_search(asked, machine, measure, candidates=BATCH_CANDIDATES):
+    """The search as resolve_auto runs it: the batch size asked for given as a value of its own."""
+    return search(asked, machine, measure, candidates, batch_size=asked.batch_size)
+
+
 def test_every_stage_picks_the_fastest_and_says_what_it_measured():
     table = Table()
-    result = search(settings(**ALL_AUTO), CPU_WITH_BF16, table)
+    result = run_search(settings(**ALL_AUTO), CPU_WITH_BF16, table)
     assert result["chosen"] == {"use_bf16": True, "sdpa_backend": "flash", "use_torch_compile": True, "batch_size": 512}
     evidence = result["evidence"]
     assert evidence["use_bf16"] == (
@@ -80,7 +85,7 @@ def test_every_stage_picks_the_fastest_and_says_what_it_measured():
 
 def test_candidates_are_timed_in_turn_forwards_then_backwards():
     table = Table()
-    search(settings(use_bf16="auto", use_flash_attention="auto"), CPU_WITH_BF16, table)
+    run_search(settings(use_bf16="auto", use_flash_attention="auto"), CPU_WITH_BF16, table)
     first = table.calls[:4]
     assert len(set(first)) == 4 and len(table.calls) == 4 * ROUNDS
     assert table.calls[4:8] == first[::-1] and table.calls[8:12] == first
@@ -102,14 +107,14 @@ def test_a_steady_drift_does_not_decide_and_a_close_race_keeps_the_plain_candida
     asked = settings(use_bf16="auto", use_flash_attention="auto")
     level = {(False, "flash"): 100.0, (False, "auto"): 100.0, (True, "flash"): 100.0, (True, "auto"): 100.0}
     # Timed one after the other, the first candidate (fp32, flash) would win by the drift alone.
-    result = search(asked, CPU_WITH_BF16, Drifting(level))
+    result = run_search(asked, CPU_WITH_BF16, Drifting(level))
     assert result["chosen"]["use_bf16"] is False and result["chosen"]["sdpa_backend"] == "auto"
     rates = {m["samples_per_second"] for m in result["measurements"]}
     assert len(rates) == 1  # the drift weighed on every candidate alike
-    faster = search(asked, CPU_WITH_BF16, Drifting({**level, (True, "auto"): 112.0}))  # the last in turn
+    faster = run_search(asked, CPU_WITH_BF16, Drifting({**level, (True, "auto"): 112.0}))  # the last in turn
     assert faster["chosen"]["use_bf16"] is True and faster["chosen"]["sdpa_backend"] == "auto"
     assert "samples/s (true vs false); anything but fp32 with" in faster["evidence"]["use_bf16"]
-    close = search(asked, CPU_WITH_BF16, Drifting({**level, (True, "flash"): 103.0}))
+    close = run_search(asked, CPU_WITH_BF16, Drifting({**level, (True, "flash"): 103.0}))
     assert close["chosen"]["use_bf16"] is False and close["chosen"]["sdpa_backend"] == "auto"
     assert close["evidence"]["use_bf16"] == (
         "chose false, measured 83 vs 86 samples/s (false vs true with flash)"
@@ -122,7 +127,7 @@ def test_a_rival_that_differs_in_the_other_setting_too_is_named_whole():
     same (bf16 without flash): each line must say so, or "PyTorch's choice without flash" would
     stand for 110 samples/s on one line and for the plain candidate's 100 in the margin beside it."""
     base = {(False, "flash"): 120.0, (False, "auto"): 100.0, (True, "auto"): 110.0, (True, "flash"): 90.0}
-    result = search(
+    result = run_search(
         settings(use_bf16="auto", use_flash_attention="auto"),
         CPU_WITH_BF16,
         lambda candidate: base[(candidate.use_bf16, candidate.sdpa_backend)],
@@ -140,7 +145,9 @@ def test_a_rival_that_differs_in_the_other_setting_too_is_named_whole():
 def test_the_margin_is_stated_against_the_plain_candidate_it_is_measured_against():
     """bf16 wins by 1% over its fp32 twin (both on flash) but by 9% over plain fp32: the evidence
     must name the plain rate, or "1.05x needed" reads as broken beside a 1% lead."""
-    result = search(settings(use_bf16="auto", use_flash_attention="auto"), CPU_WITH_BF16, Table(bf16=1.01, flash=1.08))
+    result = run_search(
+        settings(use_bf16="auto", use_flash_attention="auto"), CPU_WITH_BF16, Table(bf16=1.01, flash=1.08)
+    )
     assert result["chosen"]["use_bf16"] is True and result["chosen"]["sdpa_backend"] == "flash"
     assert result["evidence"]["use_bf16"] == (
         "chose true, measured 10,908 vs 10,800 samples/s (true vs false)"
@@ -150,17 +157,17 @@ def test_the_margin_is_stated_against_the_plain_candidate_it_is_measured_against
 
 def test_bf16_is_not_measured_without_native_hardware():
     table = Table(bf16=5.0)
-    result = search(settings(**ALL_AUTO), CPU_WITHOUT_BF16, table)
+    result = run_search(settings(**ALL_AUTO), CPU_WITHOUT_BF16, table)
     assert result["chosen"]["use_bf16"] is False
     assert not any(c.use_bf16 for c in table.calls)
     assert result["evidence"]["use_bf16"] == "chose false: this CPU has no native bf16 (not measured)"
 
 
 def test_compile_needs_its_margin_and_is_not_tried_where_it_cannot_run():
-    assert search(settings(**ALL_AUTO), CPU_WITH_BF16, Table(compiled=1.03))["chosen"]["use_torch_compile"] is False
+    assert run_search(settings(**ALL_AUTO), CPU_WITH_BF16, Table(compiled=1.03))["chosen"]["use_torch_compile"] is False
     no_compiler = Machine("cpu", True, "no C++ compiler found", ("flash", "auto"))
     table = Table(compiled=3.0)
-    result = search(settings(**ALL_AUTO), no_compiler, table)
+    result = run_search(settings(**ALL_AUTO), no_compiler, table)
     assert result["chosen"]["use_torch_compile"] is False and not any(c.use_torch_compile for c in table.calls)
     assert "no C++ compiler found (not measured)" in result["evidence"]["use_torch_compile"]
 
@@ -168,7 +175,7 @@ def test_compile_needs_its_margin_and_is_not_tried_where_it_cannot_run():
 def test_values_given_are_not_measured_and_are_kept():
     table = Table()
     given = settings(use_bf16=False, use_flash_attention="auto", use_torch_compile=True, batch_size=256)
-    result = search(given, CPU_WITH_BF16, table)
+    result = run_search(given, CPU_WITH_BF16, table)
     assert {(c.use_bf16, c.batch_size, c.use_torch_compile) for c in table.calls} == {(False, 256, False)}
     assert result["chosen"] == {
         "use_bf16": False,
@@ -177,7 +184,7 @@ def test_values_given_are_not_measured_and_are_kept():
         "batch_size": 256,
     }
     assert set(result["evidence"]) == {"use_flash_attention"}
-    named = search(settings(use_flash_attention="auto", sdpa_backend="math"), CPU_WITH_BF16, Table())
+    named = run_search(settings(use_flash_attention="auto", sdpa_backend="math"), CPU_WITH_BF16, Table())
     assert named["chosen"]["sdpa_backend"] == "math"
 
 
@@ -186,7 +193,7 @@ def test_kernels_that_need_bf16_are_only_candidates_with_bf16():
     would time PyTorch's fallback and could be chosen under a name that then does not run."""
     gpu = Machine("cuda", True, "", ("flash", "efficient", "cudnn", "auto"), bf16_only=("flash", "cudnn"))
     table = Table(bf16=0.5)
-    result = search(settings(use_bf16="auto", use_flash_attention="auto"), gpu, table)
+    result = run_search(settings(use_bf16="auto", use_flash_attention="auto"), gpu, table)
     assert not any(c.sdpa_backend in ("flash", "cudnn") and not c.use_bf16 for c in table.calls)
     assert {c.sdpa_backend for c in table.calls} == {"flash", "efficient", "cudnn", "auto"}
     assert result["chosen"]["use_bf16"] is False and result["chosen"]["sdpa_backend"] in ("efficient", "auto")
@@ -194,16 +201,16 @@ def test_kernels_that_need_bf16_are_only_candidates_with_bf16():
 
 def test_batch_sizes_tried_fit_the_replay_buffer():
     table = Table(batch={256: 1.0, 512: 2.0, 1000: 3.0})
-    result = search(settings(batch_size="auto"), CPU_WITHOUT_BF16, table, batch_candidates(1000))
+    result = run_search(settings(batch_size="auto"), CPU_WITHOUT_BF16, table, batch_candidates(1000))
     assert batch_candidates(1000) == (256, 512) and batch_candidates(100) == (100,)
     assert max(c.batch_size for c in table.calls) == 512 and result["chosen"]["batch_size"] == 512
     tiny = Table(batch={100: 1.0})
-    assert search(settings(batch_size="auto"), CPU_WITHOUT_BF16, tiny, (100,))["chosen"]["batch_size"] == 100
+    assert run_search(settings(batch_size="auto"), CPU_WITHOUT_BF16, tiny, (100,))["chosen"]["batch_size"] == 100
 
 
 def test_flash_asked_for_on_a_gpu_without_bf16_is_still_a_choice():
     gpu_without_bf16 = Machine("cuda", False, "", ("efficient", "auto"), bf16_only=("flash",))
-    result = search(settings(use_bf16="auto", use_flash_attention=True), gpu_without_bf16, Table())
+    result = run_search(settings(use_bf16="auto", use_flash_attention=True), gpu_without_bf16, Table())
     assert result["chosen"]["use_bf16"] is False and result["chosen"]["sdpa_backend"] == "flash"
 
 
@@ -222,7 +229,7 @@ def resolve(asked, measure, **kwargs):
 
 
 def path_for(asked):
-    return cache_path(cache_key(asked, torch.device("cpu"), SMALL_POLICY, 6))
+    return cache_path(cache_key(asked, torch.device("cpu"), SMALL_POLICY, 6, batch_size=asked.batch_size))
 
 
 def fails(candidate):

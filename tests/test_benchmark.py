@@ -4,12 +4,12 @@ the configuration chosen, .env written back, W&B."""
 import json
 import subprocess
 import sys
-from types import SimpleNamespace
 
 import pytest
 import torch
 
-from sb3_snake.acceleration.settings import WRITTEN_BY, OptimizationSettings, SettingsError, write_env_file
+from sb3_snake.acceleration.env_file import WRITTEN_BY
+from sb3_snake.acceleration.settings import OptimizationSettings, SettingsError, write_env_file
 from sb3_snake.benchmark import results
 from sb3_snake.benchmark.end_to_end import SB3_REPLAY_RATIO, measure_plain_sb3, measure_sb3_snake
 from sb3_snake.benchmark.env_throughput import format_table as format_env_table
@@ -20,20 +20,15 @@ from sb3_snake.benchmark.gradient_step import (
     GradientStepResult,
     choose_configuration,
     combination_names,
-    count_flops_per_sample,
-    efficiency,
     format_table,
     is_out_of_memory,
-    matmul_ceiling,
-    matmul_peak,
     measure_gradient_step,
     parse_combination,
-    step_products,
     sweep,
 )
+from sb3_snake.benchmark.matmul import efficiency
 from sb3_snake.benchmark.replay_sampling import run_replay_benchmark
 from sb3_snake.benchmark.results import save_results
-from sb3_snake.common import timing
 from sb3_snake.common.errors import UsageError
 from sb3_snake.common.system import system_info
 from sb3_snake.training.config import TrainConfig
@@ -162,59 +157,6 @@ def test_each_row_carries_the_matmul_ceiling_of_its_batch_and_precision_measured
     assert "matmul_ceiling_gflops" not in without  # nothing made up without a measurement
 
 
-def test_the_ceiling_replays_exactly_the_products_the_flop_count_counts():
-    """The products recorded from one step, replayed on fresh tensors, make the counted FLOPs of
-    a step (so ceiling and rows share one count), and a real ceiling is a rate."""
-    from torch.utils.flop_counter import FlopCounterMode
-
-    products = step_products(32, board_size=6)
-    with FlopCounterMode(display=False) as counter:
-        for product in products:
-            product()
-    assert counter.get_total_flops() == pytest.approx(32 * count_flops_per_sample(batch_size=32, board_size=6))
-    assert matmul_ceiling(16, board_size=6, repeats=2) > 0
-
-
-def test_flops_are_counted_per_sample_and_cover_both_passes_and_the_backward():
-    from torch.utils.flop_counter import FlopCounterMode
-
-    per_sample = count_flops_per_sample(batch_size=32, board_size=6)
-    # Per sample up to the attention pool's folded query, computed once per batch (a few kFLOP a step).
-    assert per_sample == pytest.approx(count_flops_per_sample(batch_size=64, board_size=6), rel=1e-3)
-    from sb3_snake.dqn.snake_dqn import SnakeDQN
-    from sb3_snake.envs import BatchedSnakeVecEnv
-
-    # FlopCounterMode sees math SDPA
-    eager = OptimizationSettings(use_bf16=False, use_flash_attention=False, use_torch_compile=False)
-    env = BatchedSnakeVecEnv(1, board_size=6)
-    policy = TrainConfig().policy_kwargs()  # the policy sb3-snake train builds, which the count measures
-    model = SnakeDQN(
-        "AttentionPolicy",
-        env,
-        optimizations=eager,
-        policy_kwargs=policy,
-        learning_starts=0,
-        buffer_size=64,
-        device="cpu",
-    )
-    with FlopCounterMode(display=False) as counter, torch.no_grad():
-        model.q_net(torch.zeros(16, *model.observation_space.shape))
-    forward = counter.get_total_flops() / 16
-    # online forward + target forward + backward (about twice a forward, less the input layer)
-    assert 3.0 * forward < per_sample < 4.0 * forward
-
-
-def test_matmul_peak_is_a_rate():
-    assert matmul_peak("cpu", torch.float32, size=128, repeats=3) > 0
-
-
-def test_matmul_peak_is_the_fastest_product_not_the_median(monkeypatch):
-    """Products timed at 0.5, 0.25 and 1.0 s after an untimed one: the peak is the 0.25 s one."""
-    clock = iter([10.0, 10.5, 20.0, 20.25, 30.0, 31.0])  # a start and a stop per timed product
-    monkeypatch.setattr(timing, "time", SimpleNamespace(perf_counter=lambda: next(clock)))
-    assert matmul_peak("cpu", torch.float32, size=64, repeats=3) == pytest.approx(2 * 64**3 / 0.25 / 1e9)
-
-
 def test_errors_other_than_out_of_memory_are_not_swallowed():
     measure, calls = fake_measure(fits_up_to=4096, error=RuntimeError("shape mismatch"))
     with pytest.raises(RuntimeError, match="shape mismatch"):
@@ -287,23 +229,6 @@ def test_a_real_measurement_records_peak_memory_and_what_was_active():
     assert result.samples_per_second > 0 and result.peak_memory_mib > 0
     assert result.active["flash_attention"] is True and result.active["torch_compile"] is False
     assert result.steps_per_repeat == 1  # no calibration asked for: one call of one step a run
-
-
-def test_a_timed_run_is_whole_calls_lasting_about_the_seconds_asked(monkeypatch):
-    clock = SimpleNamespace(now=0.0)
-    monkeypatch.setattr(timing, "time", SimpleNamespace(perf_counter=lambda: clock.now))
-    calls = []
-
-    def step():  # one call takes 1/64 s (exact in binary, so the sums are too)
-        calls.append(clock.now)
-        clock.now += 1 / 64
-
-    durations, per_run = timing.time_runs(step, lambda: None, seconds=0.5, repeats=3)
-    assert per_run == 32 and durations == [0.5] * 3
-    assert len(calls) == 1 + 2 + 4 + 8 + 3 * 32  # calibrated (untimed) until 8 calls took a quarter of 0.5 s
-    calls.clear()
-    assert timing.time_runs(step, lambda: None, seconds=0, repeats=2) == ([1 / 64, 1 / 64], 1)
-    assert len(calls) == 2
 
 
 def test_gradient_steps_are_timed_in_runs_of_whole_calls():

@@ -18,10 +18,11 @@ PACKAGE = Path(__file__).resolve().parent.parent / "sb3_snake"
 #: Layer of each module or package, lowest first; a module may import from its own layer or below.
 LAYERS = [
     {"common", "envs"},
-    {"acceleration.settings"},
+    {"acceleration.setting_values", "acceleration.env_file", "acceleration.settings"},
     {"dqn.replay", "dqn.extractor", "dqn.symmetry", "dqn.targets", "dqn.rollout"},
     {"dqn.policies", "dqn.save_format"},
     {"acceleration.optimizations", "acceleration.threads"},
+    {"acceleration.autotune.search", "acceleration.autotune.cache"},
     {"dqn.update"},
     {"dqn"},
     {"persistence", "acceleration.autotune", "training.evaluation", "training.tracking"},

@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from sb3_snake.acceleration.settings import OptimizationSettings, SettingsError, max_threads
+from sb3_snake.acceleration.setting_values import max_threads
+from sb3_snake.acceleration.settings import SETTINGS, OptimizationSettings, SettingsError, configuration_table
+from sb3_snake.common.errors import UsageError
 
 ENV_KEYS = (
     "OPTIMAL_BATCH_SIZE",
@@ -16,6 +18,7 @@ ENV_KEYS = (
     "TORCH_COMPILE_MODE",
     "TORCH_NUM_THREADS",
     "SDPA_BACKEND",
+    "USE_CUDA_GRAPH",
 )
 
 
@@ -91,7 +94,7 @@ def test_precedence_override_then_environment_then_file_then_default(tmp_path, m
         ),
         ("# fine\nUSE_BF16", r"line 2 of .*custom.env: USE_BF16 has no value; write USE_BF16=value"),
         ("USE_BF61=true", r"line 1 of .*: unknown key USE_BF61; did you mean USE_BF16\?"),
-        ("WANDB_API_KEY=secret", r"unknown key WANDB_API_KEY; known keys: OPTIMAL_BATCH_SIZE"),
+        ("WANDB_API_KEY=secret", r"unknown key WANDB_API_KEY; known: OPTIMAL_BATCH_SIZE, USE_TORCH_COMPILE"),
     ],
 )
 def test_malformed_env_file_lines_name_line_key_value_and_file(tmp_path, line, message):
@@ -117,7 +120,8 @@ def test_missing_explicit_env_file(tmp_path):
         ({"use_bf16": "yes"}, "use_bf16='yes': expected True, False or 'auto'"),
         ({"compile_mode": "fast"}, "compile_mode='fast'"),
         ({"num_threads": -1}, "num_threads=-1: expected auto or an integer from 1"),
-        ({"unknown": 1}, "unknown setting"),
+        ({"unknown": 1}, "unknown setting 'unknown'"),
+        ({"use_bf61": True}, r"unknown setting 'use_bf61'; did you mean use_bf16\?"),
     ],
 )
 def test_bad_overrides(overrides, message):
@@ -243,3 +247,51 @@ def test_a_default_flash_switch_follows_the_named_backend(tmp_path):
     assert agree.use_flash_attention is True and agree.sdpa_backend == "flash"
     with pytest.raises(SettingsError, match="SDPA_BACKEND='fast'"):
         OptimizationSettings.load(write_env(tmp_path, "SDPA_BACKEND=fast\n"))
+
+
+def test_a_settings_error_is_a_usage_error():
+    """The command line turns exactly UsageErrors into one line and exit 2."""
+    with pytest.raises(UsageError):
+        OptimizationSettings(batch_size=0)
+
+
+def test_every_field_is_declared_once_with_key_flag_values_and_help():
+    names = [name for name in OptimizationSettings.__dataclass_fields__ if name != "sources"]
+    assert list(SETTINGS) == names
+    assert sorted(OptimizationSettings.env_key(name) for name in names) == sorted(ENV_KEYS)
+    for name in names:
+        declared = SETTINGS[name]
+        assert declared.flag.startswith("--") and declared.help and declared.values.words
+        default = OptimizationSettings.__dataclass_fields__[name].default
+        assert declared.values.check(default) == ""  # the default is a value the setting takes
+        assert declared.values.parse(str(default).lower()) == default  # and .env spells it so
+    assert OptimizationSettings().auto_fields == ("use_flash_attention", "use_bf16")
+
+
+def test_the_compile_help_says_what_is_compiled_on_each_device():
+    help = OptimizationSettings.help("use_torch_compile")
+    assert "on a CPU the whole gradient step" in help and "on CUDA the two Q-networks" in help
+
+
+def test_the_configuration_table_has_a_row_per_setting():
+    rows = configuration_table().splitlines()
+    assert rows[0] == "| key | flag | values | default | meaning |" and len(rows) == 2 + len(SETTINGS)
+    assert rows[2].startswith("| `OPTIMAL_BATCH_SIZE` | `--batch-size` | integer > 0, or auto | 128 | Replay")
+    assert (
+        "| `USE_CUDA_GRAPH` | `--cuda-graph/--no-cuda-graph` | true/false (or 1/0, yes/no, on/off) | true |"
+        in (rows[-1])
+    )
+
+
+def test_readme_configuration_table_is_the_declared_one():
+    """README's table of .env keys is :func:`configuration_table`'s output, pasted: regenerate it
+    with ``python -c "from sb3_snake.acceleration.settings import configuration_table as t; print(t())"``."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text().splitlines()
+    section = readme[readme.index("## Configuration") + 1 :]
+    start = next(index for index, line in enumerate(section) if line.startswith("| key |"))
+    table = []
+    for line in section[start:]:
+        if not line.startswith("|"):
+            break
+        table.append(line)
+    assert "\n".join(table) == configuration_table()

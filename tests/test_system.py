@@ -16,6 +16,7 @@ from sb3_snake.common.system import (
     cpu_cores,
     cpu_model,
     descendants,
+    native_bf16,
     processes,
     resolve_device,
     system_info,
@@ -67,3 +68,24 @@ def test_the_load_meter_counts_other_processes_and_not_our_own(no_other_load):
     taken = no_other_load()
     time.sleep(1.2)
     assert taken() >= 0.5
+
+
+def test_native_bf16_is_asked_per_device():
+    assert native_bf16("cpu") == bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+    assert native_bf16("cuda") == (torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    assert capabilities()["cpu_native_bf16"] == native_bf16("cpu")
+
+
+def test_every_caller_asks_native_bf16(monkeypatch):
+    """The optimization layer's decision, auto's search and the capability report take one answer."""
+    from sb3_snake.acceleration.autotune import Machine
+    from sb3_snake.acceleration.optimizations import ActiveOptimizations
+    from sb3_snake.acceleration.report import capability_report
+    from sb3_snake.acceleration.settings import OptimizationSettings
+
+    asked = OptimizationSettings(use_bf16=True, num_threads=1)
+    for answer in (False, True):
+        monkeypatch.setattr("sb3_snake.common.system.native_bf16", lambda device, answer=answer: answer)
+        assert ActiveOptimizations.decide(asked, "cpu").bf16.active is answer
+        assert Machine.probe(torch.device("cpu")).hardware_bf16 is answer
+        assert capability_report(asked, "cpu")["available"]["bf16"]["native"] is answer

@@ -152,12 +152,12 @@ def decide_cuda_graph(requested: bool, device_type: str, device_buffer: bool, co
 def choose_num_threads(setting: int | str, device_type: str, cpu_cores: int | None) -> tuple[int, str]:
     """The torch intra-op thread count a command starts with for ``setting``, and why.
 
-    ``auto`` rule: when the networks train on the CPU, every core (on the 2-core CI machine
-    two threads ran the attention DQN's gradient step 1.15-1.9x faster than one while it was
-    quiet; README, "Measured performance"), and a training run then measures that count against
-    one thread while it trains (:func:`adaptive_thread_counts`); when they train on a GPU, the CPU
-    only feeds it, so one thread per core beyond the first, at most 4 (a rule, not yet measured on
-    a GPU machine).
+    ``auto`` rule: when the networks train on the CPU, every core (the gradient step's matrix
+    products divide among them, and on a quiet machine more threads are faster than one), and a
+    training run then measures that count against one thread while it trains
+    (:func:`adaptive_thread_counts`), because the machine may not stay quiet; when they train on a
+    GPU, the CPU only feeds it, so one thread per core beyond the first, at most 4 (a rule, not
+    yet measured on a GPU machine).
     """
     cores = max(1, cpu_cores or 1)
     if setting != "auto":
@@ -176,9 +176,10 @@ def adaptive_thread_counts(setting: int | str, device_type: str, cpu_cores: int 
     the starting one first; empty where the count stays as :func:`choose_num_threads` set it.
 
     Only ``auto`` on a CPU of more than one core: one thread per core is fastest while every core
-    is free and up to 10x slower than one thread while another process holds a core (measured on
-    the 2-core CI machine), and which of the two holds can change within a run. An explicit count
-    is the user's and stays; a GPU run's CPU threads only feed the device.
+    is free and many times slower than one thread while another process holds a core (threads
+    that wait for each other wait for the busiest core), and which of the two holds can change
+    within a run. An explicit count is the user's and stays; a GPU run's CPU threads only feed
+    the device.
     """
     cores = max(1, cpu_cores or 1)
     if setting != "auto" or device_type != "cpu" or cores == 1:
@@ -272,8 +273,7 @@ class ActiveOptimizations:
         default buffer for ``device``, as a model built there gets)."""
         settings = settings.without_auto() if settings.auto_fields else settings
         device = torch.device(device)
-        hardware_bf16 = system.cuda_supports_bf16() if device.type == "cuda" else system.cpu_has_native_bf16()
-        bf16 = decide_bf16(settings.use_bf16, device.type, hardware_bf16)
+        bf16 = decide_bf16(settings.use_bf16, device.type, system.native_bf16(device))
         kernel_dtype = torch.bfloat16 if bf16.active else torch.float32
         flash_runs = probe_flash(device, kernel_dtype)[0] if settings.use_flash_attention else True
         flash = decide_flash(settings.use_flash_attention, device.type, bf16.active, flash_runs)

@@ -38,7 +38,7 @@ def capability_report(
         (``sb3-snake train``'s ``--compile-after``), so an active compile says when it starts.
     """
     target = system.resolve_device(device)
-    bf16_native = system.cuda_supports_bf16() if target.type == "cuda" else system.cpu_has_native_bf16()
+    bf16_native = system.native_bf16(target)
     bf16_runs, bf16_error = probe_bf16(target)
     flash_fp32, flash_fp32_error = probe_flash(target, torch.float32)
     flash_bf16, flash_bf16_error = probe_flash(target, torch.bfloat16)

@@ -4,23 +4,12 @@ Precedence, highest first: an explicit override (the CLI's flags), a process env
 variable, the ``.env`` file, the built-in default. ``settings.source(field)`` says which one
 won. Nothing is read at import time; :meth:`OptimizationSettings.load` reads when called.
 
-Keys (environment variables and ``.env``):
-
-=====================  =====================  ========================  ==================================
-key                    field                  flag                      values
-=====================  =====================  ========================  ==================================
-OPTIMAL_BATCH_SIZE     batch_size             --batch-size              integer > 0, or auto
-USE_TORCH_COMPILE      use_torch_compile      --compile/--no-compile    true/false, 1/0, yes/no, on/off,
-                                                                        or auto
-USE_FLASH_ATTENTION    use_flash_attention    --flash-attention/...     same
-USE_BF16               use_bf16               --bf16/--no-bf16          same
-SDPA_BACKEND           sdpa_backend           --sdpa-backend            auto, flash, efficient, math, cudnn
-TORCH_COMPILE_MODE     compile_mode           --compile-mode            default, reduce-overhead,
-                                                                        max-autotune,
-                                                                        max-autotune-no-cudagraphs
-TORCH_NUM_THREADS      num_threads            --threads                 auto, or 1 to 4x the CPU cores
-USE_CUDA_GRAPH         use_cuda_graph         --cuda-graph/...          true/false (and the other spellings)
-=====================  =====================  ========================  ==================================
+Each setting is declared once, as a field of :class:`OptimizationSettings` made by
+:func:`setting`: its ``.env`` key, its flag, the values it takes (parsed from text, checked as
+a Python value), its default and its help. Everything else is read from there: loading,
+validation, ``.env`` writing, the CLI's options, and the table of keys that
+:func:`configuration_table` renders (README's "Configuration" shows it, and a test holds the two
+together).
 
 ``auto`` for the batch size and the three switches means "measured on this machine": see
 :mod:`sb3_snake.acceleration.autotune`, which resolves it into a plain value before a model is built and
@@ -30,161 +19,60 @@ the others), or to the measurement when that is ``auto`` too. The two must agree
 other than flash with ``USE_FLASH_ATTENTION=true``, or flash with ``false``, is an error naming
 both; ``USE_FLASH_ATTENTION=auto`` (the default) follows the backend.
 
-A ``.env`` file holds these keys and nothing else: a line that cannot be parsed, a key without
-a value and an unknown key (named with the nearest known one) are errors, never skipped.
+A ``.env`` file holds these keys and nothing else (:mod:`sb3_snake.acceleration.env_file` reads
+and writes it, every problem an error).
 """
 
 from __future__ import annotations
 
-import difflib
-import io
 import os
-import stat
-from collections.abc import Callable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from dotenv import set_key
-from dotenv.parser import parse_stream
+from sb3_snake.acceleration.env_file import check_env_file_writable, read_env_file, write_env_lines
+from sb3_snake.acceleration.setting_values import (
+    AUTO,
+    BATCH_SIZE,
+    COMPILE_MODES,
+    SDPA_BACKENDS,
+    SWITCH,
+    SWITCH_OR_AUTO,
+    THREADS,
+    SettingsError,
+    Values,
+    choice,
+)
+from sb3_snake.common.errors import did_you_mean
 
-from sb3_snake.common.paths import check_writable_file
-
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-#: ``SDPA_BACKEND`` values: ``auto`` or one ``torch.nn.attention.SDPBackend`` kernel.
-SDPA_BACKENDS = ("auto", "flash", "efficient", "math", "cudnn")
-#: The value of a setting that is measured on the machine that runs it (:mod:`sb3_snake.acceleration.autotune`).
-AUTO = "auto"
-#: Fields that accept ``auto``.
-AUTO_FIELDS = ("batch_size", "use_torch_compile", "use_flash_attention", "use_bf16")
-#: What an ``auto`` nothing measured stands for: the choice that is right on every machine if
-#: not the fastest on each (fp32, PyTorch's own pick of attention kernel, no compile warm-up) and
-#: the batch size chosen on score-against-minutes curves.
-UNMEASURED: Mapping[str, int | bool] = {
-    "batch_size": 128,
-    "use_torch_compile": False,
-    "use_flash_attention": False,
-    "use_bf16": False,
-}
 #: The source of every setting of :meth:`OptimizationSettings.unmeasured`.
 UNMEASURED_SOURCE = "default, not measured or compiled (a model built in Python)"
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
-#: Threads per core beyond which ``TORCH_NUM_THREADS`` is refused (huge counts crash OpenMP).
-MAX_THREADS_PER_CORE = 4
 
 
-class SettingsError(ValueError):
-    """A setting has a value that cannot be used; the message names key, value and origin."""
-
-
-def _parse_bool(text: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered in _TRUE:
-        return True
-    if lowered in _FALSE:
-        return False
-    raise ValueError("expected true/false, 1/0, yes/no or on/off")
-
-
-def _parse_switch(text: str) -> bool | str:
-    if str(text).strip().lower() == AUTO:
-        return AUTO
-    try:
-        return _parse_bool(text)
-    except ValueError:
-        raise ValueError("expected true/false, 1/0, yes/no, on/off or auto") from None
-
-
-def _parse_batch_size(text: str) -> int | str:
-    if str(text).strip().lower() == AUTO:
-        return AUTO
-    try:
-        value = int(str(text).strip())
-    except ValueError:
-        raise ValueError("expected a positive integer or auto") from None
-    if value < 1:
-        raise ValueError("expected a positive integer or auto")
-    return value
-
-
-def _parse_sdpa_backend(text: str) -> str:
-    backend = str(text).strip().lower()
-    if backend not in SDPA_BACKENDS:
-        raise ValueError(f"expected one of {', '.join(SDPA_BACKENDS)}")
-    return backend
-
-
-def max_threads() -> int:
-    return MAX_THREADS_PER_CORE * (os.cpu_count() or 1)
-
-
-def _threads_problem(value: Any) -> str:
-    if value == "auto":
-        return ""
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= max_threads():
-        return f"expected auto or an integer from 1 to {max_threads()} ({MAX_THREADS_PER_CORE}x this machine's cores)"
-    return ""
-
-
-def _parse_threads(text: str) -> int | str:
-    text = str(text).strip().lower()
-    try:
-        value: int | str = "auto" if text == "auto" else int(text)
-    except ValueError:
-        value = text
-    problem = _threads_problem(value)
-    if problem:
-        raise ValueError(problem)
-    return value
-
-
-def _parse_compile_mode(text: str) -> str:
-    mode = str(text).strip().lower()
-    if mode not in COMPILE_MODES:
-        raise ValueError(f"expected one of {', '.join(COMPILE_MODES)}")
-    return mode
+# ---------------------------------------------------------------------- one declaration per setting
 
 
 @dataclass(frozen=True)
-class _Key:
-    name: str  #: the environment / .env key
-    parse: Callable[[str], Any]
+class Setting:
+    """Everything about one setting but its default: how it is named and what it takes."""
+
+    key: str  #: the environment / ``.env`` key
     flag: str  #: the command-line option that overrides it (``--x/--no-x`` for switches)
-    help: str  #: one line for --help
+    values: Values
+    help: str  #: for ``--help`` and the table
+    #: What ``auto`` stands for when nothing measured it; ``None``: ``auto`` is not measured.
+    unmeasured: Any = None
+
+    @property
+    def option(self) -> str:
+        """The flag as a user names it in a message: ``--compile`` of ``--compile/--no-compile``."""
+        return self.flag.split("/")[0]
 
 
-_KEYS: dict[str, _Key] = {
-    "batch_size": _Key(
-        "OPTIMAL_BATCH_SIZE", _parse_batch_size, "--batch-size", "Replay samples per gradient step, or auto."
-    ),
-    "use_torch_compile": _Key(
-        "USE_TORCH_COMPILE", _parse_switch, "--compile/--no-compile", "torch.compile the Q-networks."
-    ),
-    "use_flash_attention": _Key(
-        "USE_FLASH_ATTENTION",
-        _parse_switch,
-        "--flash-attention/--no-flash-attention",
-        "Restrict SDPA to the FlashAttention kernel.",
-    ),
-    "use_bf16": _Key("USE_BF16", _parse_switch, "--bf16/--no-bf16", "bfloat16 autocast in forward passes."),
-    "sdpa_backend": _Key(
-        "SDPA_BACKEND",
-        _parse_sdpa_backend,
-        "--sdpa-backend",
-        f"Scaled-dot-product attention kernel: {', '.join(SDPA_BACKENDS)}.",
-    ),
-    "compile_mode": _Key(
-        "TORCH_COMPILE_MODE", _parse_compile_mode, "--compile-mode", f"torch.compile mode: {', '.join(COMPILE_MODES)}."
-    ),
-    "num_threads": _Key("TORCH_NUM_THREADS", _parse_threads, "--threads", "torch intra-op threads, or auto."),
-    "use_cuda_graph": _Key(
-        "USE_CUDA_GRAPH",
-        _parse_bool,
-        "--cuda-graph/--no-cuda-graph",
-        "On CUDA, replay each gradient step as one captured CUDA graph.",
-    ),
-}
+def setting(default: Any, key: str, flag: str, values: Values, help: str, unmeasured: Any = None) -> Any:
+    """A field of :class:`OptimizationSettings`: its default and its :class:`Setting`."""
+    return field(default=default, metadata={"setting": Setting(key, flag, values, help, unmeasured)})
 
 
 @dataclass(frozen=True)
@@ -198,48 +86,84 @@ class OptimizationSettings:
     batch 128, chosen on score-against-minutes curves; torch.compile on, which
     ``sb3-snake train`` defers past its first minutes. A model built in Python without settings
     takes :meth:`unmeasured`: nothing measured, nothing compiled.
+
+    An ``auto`` nothing measured stands for each field's ``unmeasured`` value: the choice that
+    is right on every machine if not the fastest on each (fp32, PyTorch's own pick of attention
+    kernel, no compile warm-up) and the batch size chosen on score-against-minutes curves.
     """
 
-    #: Replay samples per gradient step, or ``auto``.
-    batch_size: int | str = 128
-    #: Compile the Q-networks with ``torch.compile`` (or ``auto``).
-    use_torch_compile: bool | str = True
-    #: Restrict scaled-dot-product attention to the FlashAttention kernel where it can run (or ``auto``).
-    use_flash_attention: bool | str = AUTO
-    #: Run the networks' forward passes under bfloat16 autocast where the hardware has bf16 (or ``auto``).
-    use_bf16: bool | str = AUTO
-    #: Restrict scaled-dot-product attention to one kernel, or ``auto``.
-    sdpa_backend: str = AUTO
-    #: ``torch.compile`` mode.
-    compile_mode: str = "default"
-    #: torch intra-op threads; ``auto`` chooses by the rule in ``optimizations.choose_num_threads``.
-    num_threads: int | str = "auto"
-    #: On CUDA, capture the whole gradient step in one CUDA graph and replay it
-    #: (:mod:`sb3_snake.dqn.update.captured`); nothing to capture on a CPU.
-    use_cuda_graph: bool = True
+    batch_size: int | str = setting(
+        128,
+        "OPTIMAL_BATCH_SIZE",
+        "--batch-size",
+        BATCH_SIZE,
+        "Replay samples per gradient step; auto: measured, the smallest batch close to the fastest.",
+        unmeasured=128,
+    )
+    use_torch_compile: bool | str = setting(
+        True,
+        "USE_TORCH_COMPILE",
+        "--compile/--no-compile",
+        SWITCH_OR_AUTO,
+        "torch.compile: on a CPU the whole gradient step as one graph (forward, backward, clipping, Adam), "
+        "on CUDA the two Q-networks.",
+        unmeasured=False,
+    )
+    use_flash_attention: bool | str = setting(
+        AUTO,
+        "USE_FLASH_ATTENTION",
+        "--flash-attention/--no-flash-attention",
+        SWITCH_OR_AUTO,
+        "Restrict scaled-dot-product attention to the FlashAttention kernel where it can run.",
+        unmeasured=False,
+    )
+    use_bf16: bool | str = setting(
+        AUTO,
+        "USE_BF16",
+        "--bf16/--no-bf16",
+        SWITCH_OR_AUTO,
+        "bfloat16 autocast around the networks' forward passes, where the hardware computes bf16 natively.",
+        unmeasured=False,
+    )
+    sdpa_backend: str = setting(
+        AUTO,
+        "SDPA_BACKEND",
+        "--sdpa-backend",
+        choice(SDPA_BACKENDS),
+        "Restrict scaled-dot-product attention to one kernel; auto follows USE_FLASH_ATTENTION.",
+    )
+    compile_mode: str = setting(
+        "default", "TORCH_COMPILE_MODE", "--compile-mode", choice(COMPILE_MODES), "torch.compile mode."
+    )
+    num_threads: int | str = setting(
+        AUTO,
+        "TORCH_NUM_THREADS",
+        "--threads",
+        THREADS,
+        "torch intra-op threads; auto: every core when a CPU trains (a training run then measures that "
+        "against one thread as it trains), one per core beyond the first, at most 4, when a GPU trains.",
+    )
+    use_cuda_graph: bool = setting(
+        True,
+        "USE_CUDA_GRAPH",
+        "--cuda-graph/--no-cuda-graph",
+        SWITCH,
+        "On CUDA, capture the whole gradient step once and replay it as one CUDA graph (off on a CPU, "
+        "with a host replay buffer, or under a compile mode that captures graphs of its own).",
+    )
     #: Where each field's value came from: override, environment, .env or default (a resumed
     #: run's batch size: resumed model).
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        problems = []
-        batch = self.batch_size
-        if batch != AUTO and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
-            problems.append(f"batch_size={batch!r}: expected a positive integer or 'auto'")
-        for name in ("use_torch_compile", "use_flash_attention", "use_bf16"):
-            if not isinstance(getattr(self, name), bool) and getattr(self, name) != AUTO:
-                problems.append(f"{name}={getattr(self, name)!r}: expected True, False or 'auto'")
-        if not isinstance(self.use_cuda_graph, bool):
-            problems.append(f"use_cuda_graph={self.use_cuda_graph!r}: expected True or False")
-        if self.sdpa_backend not in SDPA_BACKENDS:
-            problems.append(f"sdpa_backend={self.sdpa_backend!r}: expected one of {', '.join(SDPA_BACKENDS)}")
-        if self.compile_mode not in COMPILE_MODES:
-            problems.append(f"compile_mode={self.compile_mode!r}: expected one of {', '.join(COMPILE_MODES)}")
-        if _threads_problem(self.num_threads):
-            problems.append(f"num_threads={self.num_threads!r}: {_threads_problem(self.num_threads)}")
+        problems = [
+            f"{name}={getattr(self, name)!r}: {problem}"
+            for name, declared in SETTINGS.items()
+            if (problem := declared.values.check(getattr(self, name)))
+        ]
         if problems:
             raise SettingsError("; ".join(problems))
-        object.__setattr__(self, "sources", {name: self.sources.get(name, "default") for name in _KEYS})
+        object.__setattr__(self, "sources", {name: self.sources.get(name, "default") for name in SETTINGS})
         self._reconcile_attention()
 
     def _reconcile_attention(self) -> None:
@@ -256,7 +180,7 @@ class OptimizationSettings:
 
     def _origin(self, name: str) -> str:
         source = self.sources[name]
-        return f"from {_KEYS[name].flag.split('/')[0]}" if source == "override" else f"from {source}"
+        return f"from {SETTINGS[name].option}" if source == "override" else f"from {source}"
 
     def resolved(self, values: Mapping[str, Any], sources: Mapping[str, str]) -> OptimizationSettings:
         """These settings with ``values`` in place of ``auto`` and where each came from."""
@@ -274,8 +198,8 @@ class OptimizationSettings:
     def unmeasured(cls) -> OptimizationSettings:
         """The built-in defaults as a model built in Python without settings takes them: each
         ``auto`` at its :data:`UNMEASURED` value and no compile, so building a model measures
-        nothing and stalls for no cold compile (a minute or more on a CPU). Ask for compile
-        or ``auto`` explicitly (and resolve it with :func:`sb3_snake.acceleration.autotune.resolve_auto`)."""
+        nothing and stalls for no cold compile. Ask for compile or ``auto`` explicitly (and
+        resolve it with :func:`sb3_snake.acceleration.autotune.resolve_auto`)."""
         return cls().resolved(UNMEASURED, {name: UNMEASURED_SOURCE for name in UNMEASURED})
 
     @property
@@ -295,15 +219,14 @@ class OptimizationSettings:
             wrong with the file (not a regular file, unreadable, not UTF-8, a line that cannot
             be parsed, a key without a value, an unknown key).
         """
-        unknown = set(overrides) - set(_KEYS)
-        if unknown:
-            raise SettingsError(f"unknown setting(s) {', '.join(sorted(unknown))}; known: {', '.join(_KEYS)}")
+        _check_names(overrides)
         path = Path(env_file) if env_file is not None else Path(".env")
-        file_values = read_env_file(path) if env_file is not None or path.exists() else {}
+        known = [declared.key for declared in SETTINGS.values()]
+        file_values = read_env_file(path, known) if env_file is not None or path.exists() else {}
 
         values: dict[str, Any] = {}
         sources: dict[str, str] = {}
-        for name, key in _KEYS.items():
+        for name, declared in SETTINGS.items():
             if overrides.get(name) is not None:
                 values[name], sources[name] = overrides[name], "override"
                 continue
@@ -311,101 +234,89 @@ class OptimizationSettings:
                 ("environment", os.environ, "the environment"),
                 (".env", file_values, str(path)),
             ):
-                if key.name in table:
-                    raw = table[key.name]
+                if declared.key in table:
+                    raw = table[declared.key]
                     try:
-                        values[name] = key.parse(raw)
+                        values[name] = declared.values.parse(raw)
                     except ValueError as error:
-                        raise SettingsError(f"{key.name}={raw!r} in {origin}: {error}") from None
+                        raise SettingsError(f"{declared.key}={raw!r} in {origin}: {error}") from None
                     sources[name] = source
                     break
         return cls(**values, sources=sources)
 
     def source(self, name: str) -> str:
         """Where the value of field ``name`` came from: override, environment, .env or default."""
-        if name not in _KEYS:
-            raise KeyError(f"unknown setting {name!r}; known: {', '.join(_KEYS)}")
+        if name not in SETTINGS:
+            raise KeyError(f"unknown setting {name!r}; {did_you_mean(name, list(SETTINGS))}")
         return self.sources[name]
 
     def as_dict(self) -> dict[str, Any]:
         """Field values, without the sources."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "sources"}
+        return {name: getattr(self, name) for name in SETTINGS}
 
     @staticmethod
     def env_key(name: str) -> str:
         """The environment / ``.env`` key of field ``name``."""
-        return _KEYS[name].name
+        return SETTINGS[name].key
 
     @staticmethod
     def flag(name: str) -> str:
         """The command-line option that overrides field ``name``, e.g. ``--compile/--no-compile``."""
-        return _KEYS[name].flag
+        return SETTINGS[name].flag
 
     @staticmethod
     def parse(name: str, text: str) -> Any:
         """Field ``name``'s value from text, as ``.env`` is read; SettingsError naming the flag."""
         try:
-            return _KEYS[name].parse(text)
+            return SETTINGS[name].values.parse(text)
         except ValueError as error:
-            raise SettingsError(f"{_KEYS[name].flag.split('/')[0]} {text!r}: {error}") from None
+            raise SettingsError(f"{SETTINGS[name].option} {text!r}: {error}") from None
 
     @staticmethod
     def help(name: str) -> str:
         """One line describing field ``name``."""
-        return _KEYS[name].help
+        return SETTINGS[name].help
 
 
-def read_env_file(path: Path) -> dict[str, str]:
-    """The keys and values of a ``.env`` file, checked line by line; every problem is a SettingsError.
-
-    The file must be a regular UTF-8 text file (a directory, a device or a FIFO is refused before
-    it is opened, so nothing blocks). Each line is parsed with python-dotenv's own parser.
-    """
-    try:
-        mode = path.stat().st_mode
-    except FileNotFoundError:
-        raise SettingsError(f"env file {str(path)!r} does not exist; pass an existing file or leave it out") from None
-    except OSError as error:
-        raise SettingsError(f"env file {str(path)!r} cannot be read ({error.strerror})") from None
-    if not stat.S_ISREG(mode):
-        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
-        raise SettingsError(f"env file {str(path)!r} is {kind}; pass a text file of KEY=value lines")
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except OSError as error:
-        raise SettingsError(f"env file {str(path)!r} cannot be read ({error.strerror or error})") from None
-    except UnicodeDecodeError:
-        raise SettingsError(f"env file {str(path)!r} is not UTF-8 text; it must hold KEY=value lines") from None
-    known = [key.name for key in _KEYS.values()]
-    values: dict[str, str] = {}
-    for binding in parse_stream(io.StringIO(text)):
-        line = binding.original.line
-        first_line = binding.original.string.splitlines()[0].strip() if binding.original.string.strip() else ""
-        where = f"line {line} of {path}"
-        if binding.error:
-            raise SettingsError(f"{where} cannot be parsed: {first_line!r} (an unterminated quote?); write KEY=value")
-        if binding.key is None:
-            continue  # a comment or a blank line
-        if binding.key not in known:
-            nearest = difflib.get_close_matches(binding.key, known, n=1, cutoff=0.5)
-            hint = f"did you mean {nearest[0]}? " if nearest else ""
-            raise SettingsError(f"{where}: unknown key {binding.key}; {hint}known keys: {', '.join(known)}")
-        if binding.value is None:
-            raise SettingsError(f"{where}: {binding.key} has no value; write {binding.key}=value")
-        values[binding.key] = binding.value
-    return values
+#: Every setting's declaration, by field name, in the order of the fields.
+SETTINGS: Mapping[str, Setting] = {
+    declared.name: declared.metadata["setting"]
+    for declared in fields(OptimizationSettings)
+    if "setting" in declared.metadata
+}
+#: What an ``auto`` nothing measured stands for, per field that ``auto`` measures.
+UNMEASURED: Mapping[str, Any] = {
+    name: declared.unmeasured for name, declared in SETTINGS.items() if declared.unmeasured is not None
+}
+#: Fields whose ``auto`` is measured on the machine (:mod:`sb3_snake.acceleration.autotune`).
+AUTO_FIELDS = tuple(UNMEASURED)
+_DEFAULTS = {declared.name: declared.default for declared in fields(OptimizationSettings)}
 
 
-#: The comment line :func:`write_env_file` keeps up to date with its ``note``.
-WRITTEN_BY = "# Written by sb3-snake benchmark --write-env: "
+def as_text(value: Any) -> str:
+    """A setting's value as ``.env`` spells it (``true``, not ``True``)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def check_env_file_writable(path: str | os.PathLike) -> None:
-    """Raise SettingsError unless :func:`write_env_file` can write ``path`` (checked before any work)."""
-    try:
-        check_writable_file(Path(path), what="env file")
-    except ValueError as error:
-        raise SettingsError(str(error)) from None
+def configuration_table() -> str:
+    """The table of settings as README's "Configuration" shows it (Markdown): each setting's key,
+    flag, values, default and help, in the order of the fields."""
+
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|")
+
+    lines = ["| key | flag | values | default | meaning |", "|-----|------|--------|---------|---------|"]
+    for name, declared in SETTINGS.items():
+        cells = (f"`{declared.key}`", f"`{declared.flag}`", declared.values.words, as_text(_DEFAULTS[name]))
+        lines.append("| " + " | ".join(cell(text) for text in (*cells, declared.help)) + " |")
+    return "\n".join(lines)
+
+
+def _check_names(names: Iterable[str]) -> None:
+    """SettingsError for the first name that is not a setting, with the nearest one."""
+    unknown = sorted(set(names) - set(SETTINGS))
+    if unknown:
+        raise SettingsError(f"unknown setting {unknown[0]!r}; {did_you_mean(unknown[0], list(SETTINGS))}")
 
 
 def write_env_file(path: str | os.PathLike, note: str | None = None, **values: Any) -> None:
@@ -416,16 +327,7 @@ def write_env_file(path: str | os.PathLike, note: str | None = None, **values: A
     existing key is replaced in place, a new one appended). The file is created if missing.
     ``note`` (where the values came from) replaces the previous such note, or is appended.
     """
-    unknown = set(values) - set(_KEYS)
-    if unknown:
-        raise SettingsError(f"unknown setting(s) {', '.join(sorted(unknown))}; known: {', '.join(_KEYS)}")
+    _check_names(values)
     OptimizationSettings(**values)  # raises a SettingsError naming any bad value
-    path = Path(path)
     check_env_file_writable(path)
-    path.touch(exist_ok=True)
-    for name, value in values.items():
-        text = str(value).lower() if isinstance(value, bool) else str(value)
-        set_key(path, _KEYS[name].name, text, quote_mode="never")
-    if note is not None:
-        lines = [line for line in path.read_text().splitlines() if not line.startswith(WRITTEN_BY)]
-        path.write_text("\n".join([*lines, WRITTEN_BY + note]) + "\n")
+    write_env_lines(path, {SETTINGS[name].key: as_text(value) for name, value in values.items()}, note)

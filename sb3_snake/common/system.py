@@ -120,13 +120,19 @@ def available_memory_bytes() -> int | None:
         return None
 
 
+def native_bf16(device: str | torch.device) -> bool:
+    """Whether ``device`` computes bf16 natively, so that bf16 autocast can be a speed-up rather
+    than an emulation: a GPU that supports bf16, a CPU with AVX512-BF16 or AMX. The one answer
+    to that question: the optimization layer's decision, ``auto``'s search and the capability
+    report all ask here."""
+    if torch.device(device).type == "cuda":
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    return cpu_has_native_bf16()
+
+
 def cpu_has_native_bf16() -> bool:
-    """True when the CPU has AVX512-BF16 or AMX, so bf16 autocast is a real speed-up."""
+    """True when the CPU has AVX512-BF16 or AMX (the CPU half of :func:`native_bf16`)."""
     return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
-
-
-def cuda_supports_bf16() -> bool:
-    return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
 
 
 def compile_unavailable_reason() -> str:
@@ -203,4 +209,4 @@ def system_info() -> dict[str, Any]:
 
 def capabilities() -> dict[str, Any]:
     """Facts about the machine that decide which optimizations can be active."""
-    return {**system_info(), "cpu_native_bf16": cpu_has_native_bf16(), "cuda_bf16": cuda_supports_bf16()}
+    return {**system_info(), "cpu_native_bf16": native_bf16("cpu"), "cuda_bf16": native_bf16("cuda")}

@@ -1,14 +1,20 @@
-"""How the throughput benchmarks time a measurement: runs of a fixed number of calls, calibrated
-to last about a given number of seconds.
+"""The one timing harness: runs of a fixed number of calls calibrated to last about a given
+number of seconds (:func:`time_runs`), or of whole calls until the seconds have passed
+(:func:`time_for`); either way the clock starts and stops only once the device has finished.
 
-A run of a few milliseconds measures the clock and the scheduler as much as the work: on a
-2-core AMD EPYC, ``benchmark-grad``'s runs of four gradient steps at batch 128 (about 40 ms)
-spread from 11,600 to 14,900 samples/s within one row. Calibrating the number of calls to a
+Every throughput figure of the package is timed here: ``benchmark-grad``'s gradient steps, the
+matmul peak and ceiling, ``benchmark-env``'s env steps, and the measurement behind ``auto``
+(:class:`~sb3_snake.acceleration.autotune.measure.GradientStepMeter`, one :func:`time_for` per
+slice). Warm-up is the caller's: what runs before :func:`time_runs` (a compile, a CUDA graph's
+capture) is never timed, and the calibration is not timed into the result either.
+
+A run of a few milliseconds measures the clock and the scheduler as much as the work: one
+descheduled slice weighs on it as much as the work itself. Calibrating the number of calls to a
 duration keeps every configuration's runs equally long, whether one call takes a microsecond (an
-env step) or a second (a gradient step at batch 8192), so one descheduled slice weighs the same
-in each. What longer runs cannot remove is the host's own drift over seconds and minutes (runs
-of half a second on the same machine still spread 13,200-18,300 samples/s in one row): that is
-why each figure is the median of its runs, with the slowest and the fastest printed beside it.
+env step) or a second (a gradient step at batch 8192), so such a slice weighs the same in each.
+What longer runs cannot remove is the host's own drift over seconds and minutes: that is why a
+figure is the median of its runs, with the slowest and the fastest beside it (or, for ``auto``,
+the median of slices taken in turn with its rivals).
 """
 
 from __future__ import annotations
@@ -24,16 +30,11 @@ def device_sync(device: str | torch.device) -> Callable[[], None]:
     return torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
 
 
-def time_runs(
-    step: Callable[[], None], sync: Callable[[], None], seconds: float, repeats: int
-) -> tuple[list[float], int]:
-    """Time ``repeats`` runs of ``calls`` calls of ``step``, ``calls`` chosen so a run lasts about
-    ``seconds``; returns ``(durations, calls)``.
+def calibrate(step: Callable[[], None], sync: Callable[[], None], seconds: float) -> int:
+    """How many calls of ``step`` last about ``seconds`` (at least one; one for ``seconds`` of 0).
 
-    The calibration times 1, 2, 4, ... calls until a batch of them takes a quarter of
-    ``seconds`` (one call, when one call already does), which also warms ``step`` up; it is not
-    timed into the result. ``sync`` runs before each clock stops (``torch.cuda.synchronize`` on
-    a GPU). ``seconds`` of 0 skips the calibration: runs of one call each.
+    Times 1, 2, 4, ... calls until a batch of them takes a quarter of ``seconds`` (one call, when
+    one call already does), which also warms ``step`` up, then scales the count to ``seconds``.
     """
     calls, elapsed = 0, 0.0
     while seconds > 0 and elapsed < seconds / 4:
@@ -43,7 +44,21 @@ def time_runs(
             step()
         sync()
         elapsed = time.perf_counter() - start
-    calls = max(1, int(calls * seconds / max(elapsed, 1e-9)))
+    return max(1, int(calls * seconds / max(elapsed, 1e-9)))
+
+
+def time_runs(
+    step: Callable[[], None], sync: Callable[[], None], seconds: float, repeats: int
+) -> tuple[list[float], int]:
+    """Time ``repeats`` runs of ``calls`` calls of ``step``, ``calls`` found by :func:`calibrate`
+    so that a run lasts about ``seconds`` (0: one call a run); returns ``(durations, calls)``.
+
+    ``sync`` (:func:`device_sync`) runs before the first clock starts, so the work queued before
+    is not timed, and before each clock stops. Every run does the same work, so their durations
+    compare as they are.
+    """
+    sync()
+    calls = calibrate(step, sync, seconds)
     durations = []
     for _ in range(repeats):
         start = time.perf_counter()
@@ -52,3 +67,20 @@ def time_runs(
         sync()
         durations.append(time.perf_counter() - start)
     return durations, calls
+
+
+def time_for(step: Callable[[], None], sync: Callable[[], None], seconds: float) -> tuple[float, int]:
+    """Call ``step`` until ``seconds`` have passed (at least once); returns ``(duration, calls)``.
+
+    The run of :func:`time_runs` bounded by time rather than by a count: what a measurement
+    needs that times one short slice of each of several candidates in turn, again and again
+    (``auto``), where one calibration per slice would cost as much as the slice. ``sync`` as in
+    :func:`time_runs`.
+    """
+    sync()
+    calls, start = 0, time.perf_counter()
+    while calls < 1 or time.perf_counter() - start < seconds:
+        step()
+        calls += 1
+    sync()
+    return time.perf_counter() - start, calls

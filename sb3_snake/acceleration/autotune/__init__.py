@@ -1,0 +1,60 @@
+"""Settings measured on the machine that runs them: resolving ``auto``.
+
+``OPTIMAL_BATCH_SIZE``, ``USE_BF16``, ``USE_FLASH_ATTENTION`` (with ``SDPA_BACKEND``) and
+``USE_TORCH_COMPILE`` accept ``auto``. What is fastest differs between machines (bf16 pays only
+where the hardware computes it natively, and not on every such machine; which attention kernel
+wins changes with the CPU), so a value measured once and committed is wrong somewhere else.
+:func:`resolve_auto` replaces each ``auto`` by a value chosen from a short measurement of the
+gradient step of the very policy the run trains, at the thread count it trains with.
+
+The package, in the order a resolution runs:
+
+- :mod:`~sb3_snake.acceleration.autotune.resolve`: :func:`resolve_auto`, the entry: a cached
+  choice, or a search whose choice is cached; then each ``auto`` replaced, its source the evidence.
+- :mod:`~sb3_snake.acceleration.autotune.search`: the stages, their candidates and margins, pure
+  given a measurement (tests inject one), and what the device offers (:class:`Machine`).
+- :mod:`~sb3_snake.acceleration.autotune.measure`: the real measurement of a candidate, samples/s
+  of ``SnakeDQN.train`` timed by the one timing harness, :mod:`sb3_snake.common.timing`.
+- :mod:`~sb3_snake.acceleration.autotune.cache`: where a choice is kept, under which key.
+"""
+
+from sb3_snake.acceleration.autotune.cache import CACHE_ENV, cache_dir, cache_key, cache_path
+from sb3_snake.acceleration.autotune.measure import GradientStepMeter, fill_replay_buffer, filled_model
+from sb3_snake.acceleration.autotune.resolve import CONTENDED_CORES, apply_choice, resolve_auto
+from sb3_snake.acceleration.autotune.search import (
+    BATCH_CANDIDATES,
+    BATCH_TOLERANCE,
+    COMPILE_MARGIN,
+    PLAIN_MARGIN,
+    ROUNDS,
+    Candidate,
+    Machine,
+    Measure,
+    batch_candidates,
+    search,
+    smallest_fast_enough,
+)
+
+__all__ = [
+    "BATCH_CANDIDATES",
+    "BATCH_TOLERANCE",
+    "CACHE_ENV",
+    "COMPILE_MARGIN",
+    "CONTENDED_CORES",
+    "PLAIN_MARGIN",
+    "ROUNDS",
+    "Candidate",
+    "GradientStepMeter",
+    "Machine",
+    "Measure",
+    "apply_choice",
+    "batch_candidates",
+    "cache_dir",
+    "cache_key",
+    "cache_path",
+    "fill_replay_buffer",
+    "filled_model",
+    "resolve_auto",
+    "search",
+    "smallest_fast_enough",
+]

@@ -1,0 +1,105 @@
+"""The real measurement behind ``auto``: samples/s of one candidate's gradient step.
+
+A candidate's first measurement builds its model (a fresh :class:`~sb3_snake.SnakeDQN` with real
+transitions of random play in its buffer) and runs untimed warm-up steps (compilation and the
+CUDA graph's capture included); every measurement then times one slice of gradient steps with
+the one timing harness (:func:`sb3_snake.common.timing.time_for`: whole steps until the slice's
+seconds have passed). The model is kept for the candidate's later slices, so
+:data:`~sb3_snake.acceleration.autotune.search.ROUNDS` slices in turn cost one warm-up each.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import torch
+from stable_baselines3.common.logger import Logger
+
+from sb3_snake.acceleration.autotune.search import ROUNDS, Candidate
+from sb3_snake.acceleration.settings import OptimizationSettings
+from sb3_snake.common.timing import device_sync, time_for
+from sb3_snake.dqn.snake_dqn import SnakeDQN
+from sb3_snake.dqn.update.captured import WARMUP_STEPS
+from sb3_snake.envs import BatchedSnakeVecEnv
+
+#: Seconds of timed gradient steps per measured configuration (warm-up not counted).
+MEASURE_SECONDS = 0.6
+
+
+def fill_replay_buffer(model: SnakeDQN, env: BatchedSnakeVecEnv, transitions: int, seed: int = 0) -> None:
+    """Add at least ``transitions`` real transitions of uniformly random play to the model's buffer."""
+    obs, rng = env.reset(), np.random.default_rng(seed)
+    while model.replay_buffer.size() * env.num_envs < transitions and not model.replay_buffer.full:
+        actions = rng.integers(4, size=env.num_envs)
+        next_obs, rewards, dones, infos = env.step(actions)
+        model.replay_buffer.add(obs, next_obs, actions, rewards, dones, infos)
+        obs = next_obs
+
+
+def filled_model(
+    settings: OptimizationSettings,
+    device: torch.device | str,
+    board_size: int,
+    transitions: int,
+    policy_kwargs: dict[str, Any] | None = None,
+    n_envs: int = 256,
+    countdown: bool = False,
+) -> SnakeDQN:
+    """A fresh SnakeDQN for timing gradient steps: ``transitions`` of random play in its
+    buffer, learning from the first step, no logging."""
+    env = BatchedSnakeVecEnv(n_envs, board_size=board_size, device=device, seed=0, countdown=countdown)
+    model = SnakeDQN(
+        "AttentionPolicy",
+        env,
+        optimizations=settings,
+        policy_kwargs=policy_kwargs,
+        buffer_size=transitions,
+        learning_starts=0,
+        device=device,
+        seed=0,
+    )
+    model.set_logger(Logger(folder=None, output_formats=[]))
+    fill_replay_buffer(model, env, transitions)
+    return model
+
+
+class GradientStepMeter:
+    """The :data:`~sb3_snake.acceleration.autotune.search.Measure` of a real run: samples/s of
+    ``SnakeDQN.train`` per candidate (with the CUDA graph as the run asks), one timed slice of at
+    least ``seconds`` a call (:func:`~sb3_snake.common.timing.time_for`). A candidate's first
+    call builds its model and runs untimed warm-up steps (compilation and the graph's capture
+    included); the model is kept for its later slices."""
+
+    def __init__(
+        self,
+        device: torch.device,
+        policy_kwargs: dict[str, Any],
+        board_size: int,
+        seconds: float = MEASURE_SECONDS / ROUNDS,
+        countdown: bool = False,
+        use_cuda_graph: bool = True,
+    ):
+        self.device, self.policy_kwargs, self.board_size = device, policy_kwargs, board_size
+        self.seconds, self.countdown, self.use_cuda_graph = seconds, countdown, use_cuda_graph
+        self.models: dict[Candidate, SnakeDQN] = {}
+
+    def __call__(self, candidate: Candidate) -> float:
+        model = self.models.get(candidate) or self._build(candidate)
+
+        def step() -> None:
+            model.train(gradient_steps=1, batch_size=candidate.batch_size)
+
+        duration, steps = time_for(step, device_sync(self.device), self.seconds)
+        return steps * candidate.batch_size / duration
+
+    def _build(self, candidate: Candidate) -> SnakeDQN:
+        transitions = max(2048, 2 * candidate.batch_size)
+        settings = replace(candidate.settings(torch.get_num_threads()), use_cuda_graph=self.use_cuda_graph)
+        model = filled_model(
+            settings, self.device, self.board_size, transitions, self.policy_kwargs, n_envs=64, countdown=self.countdown
+        )
+        model.train(gradient_steps=WARMUP_STEPS + 1, batch_size=candidate.batch_size)
+        self.models[candidate] = model
+        return model

@@ -1,0 +1,120 @@
+"""Resolving ``auto``: :func:`resolve_auto`, the one entry, and :func:`apply_choice`.
+
+Settings given a plain value (flags, the environment, ``.env``) are not measured: they win
+over ``auto``. A choice is measured once per machine and kept in the cache
+(:mod:`~sb3_snake.acceleration.autotune.cache`), unless other processes (or the host) took
+:data:`CONTENDED_CORES` or more while it was measured: then it decides that run only. Each
+resolved field's source tells the story, e.g. ``auto: chose true, measured <a> vs <b> samples/s
+(true vs false) on <date>; cache ~/.cache/sb3-snake/auto-<key>.json``; the configuration summary
+and ``python test_optimizations.py`` print it.
+
+The batch size asked for (a size, or ``auto``) is read once, at the top of :func:`resolve_auto`,
+and the size chosen is written once, in :func:`apply_choice`; the search and the cache key are
+given it as a value of its own.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import date
+from typing import Any
+
+import torch
+
+from sb3_snake.acceleration.autotune.cache import cache_key, cache_path, read_cache, write_cache
+from sb3_snake.acceleration.autotune.measure import GradientStepMeter
+from sb3_snake.acceleration.autotune.search import Candidate, Machine, Measure, batch_candidates, search
+from sb3_snake.acceleration.settings import AUTO, OptimizationSettings
+from sb3_snake.common import system
+
+#: Cores taken by other processes (or the host) during a measurement above which it is not cached.
+CONTENDED_CORES = 0.5
+
+
+def resolve_auto(
+    settings: OptimizationSettings,
+    device: torch.device | str,
+    policy_kwargs: dict[str, Any],
+    board_size: int,
+    *,
+    measure: Measure | None = None,
+    machine: Machine | None = None,
+    allow_measure: bool = True,
+    max_batch_size: int | None = None,
+    countdown: bool = False,
+    progress: Callable[[str], None] = lambda line: None,
+    today: Callable[[], str] = lambda: date.today().isoformat(),
+    load_meter: Callable[[], Callable[[], float | None]] | None = None,
+) -> OptimizationSettings:
+    """``settings`` with every ``auto`` replaced by the value measured fastest on this machine.
+
+    A cached choice for the same key is used as is. Without one, the candidates are measured
+    (``measure``, by default a :class:`GradientStepMeter` on ``device`` with the policy of
+    ``policy_kwargs``) and the choice cached; with ``allow_measure=False`` (acting, or a report
+    that must not spend the time) the unmeasured values stand in (``settings.UNMEASURED``), and the
+    sources say so.
+    ``max_batch_size`` (the replay buffer's size) bounds the batch sizes tried; ``countdown``
+    says whether the boards carry the countdown channel.
+
+    A measurement during which other processes (or the host of a virtual machine) took
+    :data:`CONTENDED_CORES` or more (``load_meter``, by default
+    :func:`sb3_snake.common.system.other_load_meter`) decides this run but is not cached: beside a busy
+    process the gradient step runs many times slower with every core, and a choice measured then
+    would stand for every later run on the machine.
+    """
+    if not settings.auto_fields:
+        return settings
+    batch_size = settings.batch_size  # a size, or auto: the one place the batch size asked for is read
+    device = torch.device(device)
+    key = cache_key(settings, device, policy_kwargs, board_size, max_batch_size, countdown, batch_size=batch_size)
+    path = cache_path(key)
+    entry = read_cache(path, key)
+    if entry is None and not allow_measure:
+        return settings.without_auto(
+            "auto, not measured on this machine yet (the first sb3-snake train measures it): "
+            f"the value that runs everywhere; cache {path}"
+        )
+    if entry is None:
+        progress(
+            f"measuring auto settings ({', '.join(OptimizationSettings.env_key(n) for n in settings.auto_fields)}) "
+            f"on this machine; cached in {path}"
+        )
+        machine = machine or Machine.probe(device)
+        measure = measure or GradientStepMeter(
+            device, policy_kwargs, board_size, countdown=countdown, use_cuda_graph=settings.use_cuda_graph
+        )
+        started, taken = time.perf_counter(), (load_meter or system.other_load_meter)()
+        result = search(settings, machine, measure, batch_candidates(max_batch_size), batch_size=batch_size)
+        result["seconds"] = time.perf_counter() - started
+        others = taken()
+        result["cores_taken_by_others"] = others
+        entry = {"key": key, "date": today(), "result": result}
+        if others is not None and others >= CONTENDED_CORES:
+            where = f"not cached: other processes took {others:.1f} cores while it was measured"
+            progress(f"auto settings: {where}; the next run measures again")
+            return apply_choice(settings, entry, where)
+        write_cache(path, key, result, entry["date"])
+    return apply_choice(settings, entry, f"cache {path}")
+
+
+def apply_choice(settings: OptimizationSettings, entry: dict[str, Any], where: str) -> OptimizationSettings:
+    """``settings`` with the measured choice in place of each ``auto`` (the batch size chosen
+    included), its source the evidence and ``where`` it is kept."""
+    chosen = Candidate(**entry["result"]["chosen"])
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    fields = {
+        "use_bf16": chosen.use_bf16,
+        "use_flash_attention": chosen.sdpa_backend == "flash",
+        "use_torch_compile": chosen.use_torch_compile,
+        "batch_size": chosen.batch_size,
+    }
+    for name in settings.auto_fields:
+        values[name] = fields[name]
+        evidence = entry["result"]["evidence"].get(name, f"chose {fields[name]}")
+        sources[name] = f"auto: {evidence} on {entry['date']}; {where}"
+    if "use_flash_attention" in settings.auto_fields and settings.sdpa_backend == AUTO:
+        values["sdpa_backend"] = chosen.sdpa_backend
+        sources["sdpa_backend"] = sources["use_flash_attention"]
+    return settings.resolved(values, sources)

@@ -1,0 +1,262 @@
+"""The search behind ``auto``: which candidates are measured, in which stages, and what wins.
+
+Pure given a measurement (:data:`Measure`, samples/s of one candidate over one slice) and the
+device's facts (:class:`Machine`), so tests drive it with a formula. Three stages:
+
+1. **precision and attention kernel**, eager (compiling every candidate would take minutes on
+   a CPU), at the run's batch size (:data:`PROBE_BATCH_SIZE` when that is auto too): bf16 on and
+   off (on only where the hardware computes bf16 natively; without it bf16 is not measured and
+   stays off) against each SDPA kernel that runs on the device (flash, and PyTorch's choice
+   without flash; on CUDA also efficient and cudnn, flash only with bf16). The fastest wins if it
+   is :data:`PLAIN_MARGIN` faster than fp32 with PyTorch's own kernel, the value an unmeasured
+   ``auto`` stands for; a closer race keeps that: a lead of a few percent is within the
+   measurement's noise, and a choice that noise made can be slower than the plain one on the
+   very machine it was measured on.
+2. **torch.compile**: where it is unavailable it stays off; otherwise the winner of stage 1 is
+   compiled and measured. Compile must be :data:`COMPILE_MARGIN` faster to win, because it
+   costs a warm-up at the start of every run (the measurement's compile also warms the
+   inductor cache, which the run's own compile then reuses).
+3. **batch size**, eager, over :data:`BATCH_CANDIDATES`: the smallest within
+   :data:`BATCH_TOLERANCE` of the fastest (DQN at a fixed replay ratio learns per update, so a
+   much larger batch that is barely faster is a worse choice; the same rule as ``sb3-snake
+   benchmark --write-env``).
+
+Every stage times its candidates in turn, forwards then backwards (A B C, C B A, A B C, ...),
+:data:`ROUNDS` slices each, and takes each one's median: a machine's speed can drift within
+minutes (other tenants, the host, the CPU's clocks), and candidates timed one after the other
+would take that drift for a difference between them; in this order a steady drift weighs on
+every candidate alike.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+import torch
+
+from sb3_snake.acceleration.optimizations import probe_sdpa
+from sb3_snake.acceleration.settings import AUTO, OptimizationSettings
+from sb3_snake.common import system
+
+#: Batch sizes tried when ``OPTIMAL_BATCH_SIZE=auto``.
+BATCH_CANDIDATES = (256, 512, 1024, 2048)
+#: Batch size of stages 1 and 2 when the batch size is auto too.
+PROBE_BATCH_SIZE = 512
+#: A batch within this fraction of the fastest counts as fast enough.
+BATCH_TOLERANCE = 0.9
+#: How much faster compiled must be than eager to be chosen.
+COMPILE_MARGIN = 1.05
+#: How much faster bf16 or a named attention kernel must be than fp32 with PyTorch's own kernel
+#: (what an unmeasured ``auto`` stands for) to be chosen.
+PLAIN_MARGIN = 1.05
+#: Slices each candidate of a stage is timed in, the candidates in turn (an even count: every
+#: other round runs backwards, so a steady drift cancels out of the medians).
+ROUNDS = 4
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One configuration measured: what each auto setting would be."""
+
+    use_bf16: bool
+    sdpa_backend: str  #: "flash", "efficient", "math", "cudnn", or "auto": PyTorch's choice without flash
+    use_torch_compile: bool
+    batch_size: int
+
+    def settings(self, threads: int | str = "auto") -> OptimizationSettings:
+        return OptimizationSettings(
+            batch_size=self.batch_size,
+            use_bf16=self.use_bf16,
+            use_flash_attention=self.sdpa_backend == "flash",
+            sdpa_backend=self.sdpa_backend,
+            use_torch_compile=self.use_torch_compile,
+            num_threads=threads,
+        )
+
+
+#: Samples/s of the gradient step of one candidate, over one timed slice (a stage calls it
+#: :data:`ROUNDS` times per candidate, in turn).
+Measure = Callable[[Candidate], float]
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What the search needs to know of the device, found by probes (injectable for tests)."""
+
+    device_type: str
+    hardware_bf16: bool
+    compile_unavailable: str  #: why torch.compile cannot run, or ""
+    kernels: tuple[str, ...]  #: SDPA kernel names that run here ("auto" always does)
+    #: Those of ``kernels`` that run on bf16 inputs only (on CUDA: flash, and cudnn where it runs).
+    bf16_only: tuple[str, ...] = ()
+
+    @classmethod
+    def probe(cls, device: torch.device) -> Machine:
+        hardware_bf16 = system.native_bf16(device)
+        names = ("flash", "efficient", "cudnn") if device.type == "cuda" else ("flash",)
+        dtypes = (torch.float32, torch.bfloat16) if hardware_bf16 else (torch.float32,)
+        runs = {name: [probe_sdpa(device, dtype, name)[0] for dtype in dtypes] for name in names}  # fp32 first
+        kernels = tuple(name for name in names if any(runs[name]))
+        bf16_only = tuple(name for name in kernels if not runs[name][0])
+        return cls(device.type, hardware_bf16, system.compile_unavailable_reason(), (*kernels, "auto"), bf16_only)
+
+
+def search(
+    settings: OptimizationSettings,
+    machine: Machine,
+    measure: Measure,
+    batch_candidates: Sequence[int] = BATCH_CANDIDATES,
+    *,
+    batch_size: int | str,
+) -> dict[str, Any]:
+    """Measure the candidates for ``settings``' auto switches and ``batch_size`` (a size, or
+    ``auto``: measured over ``batch_candidates``), stage by stage; return the choice, every
+    measurement and, per field, the evidence in words."""
+    measured: dict[Candidate, float] = {}
+    records: list[dict[str, Any]] = []
+
+    def measure_stage(stage: int, candidates: Sequence[Candidate]) -> None:
+        """Time ``candidates`` in turn, :data:`ROUNDS` times, every other round backwards; each
+        one's rate is the median of its slices."""
+        slices: dict[Candidate, list[float]] = {candidate: [] for candidate in candidates}
+        for round_ in range(ROUNDS):
+            for candidate in candidates if round_ % 2 == 0 else candidates[::-1]:
+                slices[candidate].append(measure(candidate))
+        for candidate, rates in slices.items():
+            measured[candidate] = statistics.median(rates)
+            records.append({"stage": stage, "candidate": asdict(candidate), "samples_per_second": measured[candidate]})
+
+    rate = measured.__getitem__
+    auto = set(settings.auto_fields)
+    evidence: dict[str, str] = {}
+    bf16_options = _bf16_options(settings, machine, evidence)
+    kernel_options = _kernel_options(settings, machine)
+    batch = min(PROBE_BATCH_SIZE, max(batch_candidates)) if batch_size == AUTO else batch_size
+
+    # Stage 1: precision and attention kernel, eager (compiling each candidate would take minutes).
+    every = [Candidate(bf16, kernel, False, batch) for bf16 in bf16_options for kernel in kernel_options]
+    # A kernel that runs on bf16 inputs only is a candidate with bf16 only (timing it without would
+    # time PyTorch's fallback under its name). Where nothing else is left (flash asked for, no
+    # bf16) it stays, and the optimization layer reports it inactive with its reason.
+    stage1 = [c for c in every if c.use_bf16 or c.sdpa_backend not in machine.bf16_only]
+    stage1 = stage1 or every
+    if len(stage1) == 1:
+        best, margin = stage1[0], ""  # nothing to choose: not measured
+    else:
+        measure_stage(1, stage1)
+        best = max(stage1, key=rate)
+        plain = Candidate(min(bf16_options), "auto" if "auto" in kernel_options else kernel_options[0], False, batch)
+        margin = (
+            f"; anything but {_precision_name(plain.use_bf16)} with {_kernel_name(plain.sdpa_backend)} "
+            f"({rate(plain):,.0f} samples/s) needs {PLAIN_MARGIN:.2f}x it"
+            if plain in stage1
+            else ""
+        )
+        if margin and rate(best) < PLAIN_MARGIN * rate(plain):
+            best = plain
+    # Each setting is set against the fastest candidate without its choice (on a tie, the one
+    # that shares the other setting), which may differ in the other setting too: then the rival
+    # is named whole, so one name never carries two rates.
+    if "use_bf16" in auto and len(bf16_options) > 1:
+        others = [c for c in stage1 if c.use_bf16 != best.use_bf16]
+        if others:
+            other = max(others, key=lambda c: (rate(c), c.sdpa_backend == best.sdpa_backend))
+            kernel = f" with {_kernel_name(other.sdpa_backend)}" if other.sdpa_backend != best.sdpa_backend else ""
+            named = str(other.use_bf16).lower() + kernel
+            evidence["use_bf16"] = _versus(best.use_bf16, named, rate(best), rate(other)) + margin
+        else:
+            evidence["use_bf16"] = (
+                f"chose {str(best.use_bf16).lower()}: the only precision {best.sdpa_backend} runs in here"
+            )
+    others = [c for c in stage1 if c.sdpa_backend != best.sdpa_backend]
+    if "use_flash_attention" in auto and others:
+        other = max(others, key=lambda c: (rate(c), c.use_bf16 == best.use_bf16))
+        precision = f" in {_precision_name(other.use_bf16)}" if other.use_bf16 != best.use_bf16 else ""
+        named = _kernel_name(other.sdpa_backend) + precision
+        evidence["use_flash_attention"] = (
+            _versus(_kernel_name(best.sdpa_backend), named, rate(best), rate(other)) + margin
+        )
+    elif "use_flash_attention" in auto:
+        evidence["use_flash_attention"] = f"chose {_kernel_name(best.sdpa_backend)}: the only kernel that runs here"
+
+    # Stage 2: compile, against the eager winner timed again beside it.
+    if "use_torch_compile" in auto:
+        if machine.compile_unavailable:
+            evidence["use_torch_compile"] = f"chose false: {machine.compile_unavailable} (not measured)"
+        else:
+            compiled = replace(best, use_torch_compile=True)
+            measure_stage(2, [best, compiled])
+            chosen, other = (compiled, best) if rate(compiled) >= COMPILE_MARGIN * rate(best) else (best, compiled)
+            evidence["use_torch_compile"] = _versus(
+                chosen.use_torch_compile, other.use_torch_compile, rate(chosen), rate(other)
+            )
+            evidence["use_torch_compile"] += f", {COMPILE_MARGIN:.2f}x needed"
+            best = chosen
+    elif settings.use_torch_compile:
+        best = replace(best, use_torch_compile=True)
+
+    # Stage 3: batch size, eager (a compiled network recompiles for each new batch size).
+    if batch_size == AUTO:
+        sizes = [replace(best, use_torch_compile=False, batch_size=size) for size in batch_candidates]
+        measure_stage(3, sizes)
+        rates = {candidate.batch_size: rate(candidate) for candidate in sizes}
+        chosen = smallest_fast_enough(rates)
+        listed = ", ".join(f"{size}: {value:,.0f}" for size, value in rates.items())
+        evidence["batch_size"] = (
+            f"chose {chosen}, measured {listed} samples/s eager (smallest within {BATCH_TOLERANCE:.0%} of the fastest)"
+        )
+        best = replace(best, batch_size=chosen)
+
+    return {"chosen": asdict(best), "evidence": evidence, "measurements": records}
+
+
+def smallest_fast_enough(rates: dict[int, float], tolerance: float = BATCH_TOLERANCE) -> int:
+    """The smallest batch size whose samples/s is within ``tolerance`` of the fastest."""
+    threshold = tolerance * max(rates.values())
+    return min(size for size, value in rates.items() if value >= threshold)
+
+
+def _bf16_options(settings: OptimizationSettings, machine: Machine, evidence: dict[str, str]) -> list[bool]:
+    if settings.use_bf16 != AUTO:
+        return [settings.use_bf16]
+    if not machine.hardware_bf16:
+        where = "this GPU" if machine.device_type == "cuda" else "this CPU"
+        evidence["use_bf16"] = f"chose false: {where} has no native bf16 (not measured)"
+        return [False]
+    return [False, True]
+
+
+def _kernel_options(settings: OptimizationSettings, machine: Machine) -> list[str]:
+    if settings.sdpa_backend != AUTO:
+        return [settings.sdpa_backend]
+    if settings.use_flash_attention != AUTO:
+        return ["flash" if settings.use_flash_attention else "auto"]
+    return list(machine.kernels)
+
+
+def _precision_name(use_bf16: bool) -> str:
+    return "bf16" if use_bf16 else "fp32"
+
+
+def _kernel_name(backend: str) -> str:
+    return "PyTorch's choice without flash" if backend == "auto" else backend
+
+
+def _versus(chosen: Any, other: Any, chosen_rate: float, other_rate: float) -> str:
+    def word(value: Any) -> str:
+        return str(value).lower() if isinstance(value, bool) else str(value)
+
+    return (
+        f"chose {word(chosen)}, measured {chosen_rate:,.0f} vs {other_rate:,.0f} samples/s "
+        f"({word(chosen)} vs {word(other)})"
+    )
+
+
+def batch_candidates(max_batch_size: int | None = None) -> tuple[int, ...]:
+    """:data:`BATCH_CANDIDATES` that fit ``max_batch_size`` (the replay buffer), or that size alone."""
+    if max_batch_size is None:
+        return BATCH_CANDIDATES
+    return tuple(size for size in BATCH_CANDIDATES if size <= max_batch_size) or (max_batch_size,)

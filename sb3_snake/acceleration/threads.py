@@ -3,13 +3,12 @@
 On a machine of few cores, one thread per core is the fastest way to run the gradient step only
 while every core is free. torch's intra-op threads wait for each other at the end of every
 operation, so when another process takes a core (or the host of a virtual machine takes a vCPU
-away), each operation waits for the thread that lost its core. Measured on the 2-core CI machine
-(Intel Xeon @ 2.50GHz, torch 2.13.0+cpu; ``sb3-snake benchmark-grad --batch-sizes 128
---combinations fp32 --threads N``, benchmark_results/threads_20261123/): 4,788-4,871 gradient
-samples/s with two threads against 4,141-4,204 with one while the machine was quiet, and 349-403
-against 2,915-4,166 while one other busy process ran. A count fixed at start-up is right in one of
-those conditions and wrong by up to 10x in the other, and a run can meet both: another program
-starts, or the host of a virtual machine takes a vCPU away for seconds at a time.
+away), each operation waits for the thread that lost its core. With the machine to itself, two
+threads on two cores beat one; beside one other busy process, one thread beats two by several
+times (the measurements, with their machines, are in benchmark_results/threads_20261123/ and
+README's "Threads"). A count fixed at start-up is right in one of those conditions and wrong in
+the other, and a run can meet both: another program starts, or the host of a virtual machine
+takes a vCPU away for seconds at a time.
 
 So a CPU run with ``TORCH_NUM_THREADS=auto`` measures: :class:`ThreadTuner` decides from env
 steps per second measured with each count, :class:`AdaptiveThreads` is the SB3 callback that

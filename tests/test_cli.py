@@ -361,7 +361,7 @@ def test_second_signal_aborts_and_signals_before_training_abort_at_once():
 
 
 def test_an_abort_during_the_final_save_leaves_the_previous_files_and_no_temporary(tmp_path, monkeypatch):
-    import sb3_snake.training.run as training
+    import sb3_snake.training.summary as run_summary
 
     first = runner.invoke(app, ["train", "--episodes", "3", *TINY, "--output", str(tmp_path), "--save-replay-buffer"])
     assert first.exit_code == 0, first.output
@@ -372,7 +372,7 @@ def test_an_abort_during_the_final_save_leaves_the_previous_files_and_no_tempora
             temporary.write_bytes(b"half a model")
             raise KeyboardInterrupt  # a second Ctrl-C in the middle of the save
 
-    monkeypatch.setattr(training, "save_model", aborted_save)
+    monkeypatch.setattr(run_summary, "save_model", aborted_save)  # save_run writes the model
     args = ["train", "--episodes", "3", *TINY, "--output", str(tmp_path), "--save-replay-buffer", "--overwrite"]
     result = runner.invoke(app, [*args[:-1], "--resume", str(tmp_path / "model.zip")])
     assert result.exit_code == 130 and "aborted; files saved before it are intact" in result.output

@@ -26,6 +26,7 @@ from sb3_snake.benchmark.learning import (
     summarize,
     time_to_score,
 )
+from sb3_snake.common.errors import UsageError
 
 
 class FakeClock:
@@ -196,7 +197,7 @@ def test_plan_refuses_what_cannot_run():
         ({"seeds": ()}, "--seeds"),
         ({"systems": ("sb3_snake", "ppo")}, "systems must be among"),
     ]:
-        with pytest.raises(ValueError, match=message):
+        with pytest.raises(UsageError, match=message):
             LearningPlan(**changes)
     assert LearningPlan.quick().minutes == 2.0 and LearningPlan.quick(seeds=(4,)).seeds == (4,)
 

@@ -1,13 +1,21 @@
-"""The run's callbacks, each on its own: episode budget and stop requests, checkpoints, best model."""
+"""The run's callbacks, each on its own: episode budget and stop requests, checkpoints, greedy
+evaluation and the best model."""
 
 import threading
 
 import numpy as np
 import pytest
 
+import sb3_snake.training.callbacks as callbacks
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.persistence import load_model
-from sb3_snake.training.callbacks import EpisodeBudget, EpisodeCheckpoint, EpisodeRecord, StopRequest
+from sb3_snake.training.callbacks import (
+    EpisodeBudget,
+    EpisodeCheckpoint,
+    EpisodeRecord,
+    GreedyEvaluation,
+    StopRequest,
+)
 from sb3_snake.training.config import TrainConfig
 from sb3_snake.training.run import train
 from tests.conftest import small_dqn
@@ -81,7 +89,6 @@ def test_checkpoint_every_n_episodes_is_atomic_and_loadable(tmp_path):
 @pytest.mark.slow
 def test_best_model_selection_keeps_the_best_greedy_evaluation(tmp_path, monkeypatch):
     """Evaluations on their own seeds; best_model.zip is rewritten only when the mean improves."""
-    import sb3_snake.training.callbacks as callbacks
     from sb3_snake.training.evaluation import EVAL_SEED_OFFSET, SELECTION_SEED_OFFSET
 
     means, calls, saves = iter([1.0, 3.0, 2.0, 0.5]), [], []
@@ -101,3 +108,31 @@ def test_best_model_selection_keeps_the_best_greedy_evaluation(tmp_path, monkeyp
     assert summary["best_model"]["mean_score"] == 3.0 and 200 <= summary["best_model"]["env_steps"] < 300
     assert [entry["mean_score"] for entry in summary["selection_history"]] == [1.0, 3.0, 2.0, 0.5]
     assert load_model(tmp_path / "best_model.zip", FAST).observation_space.shape == (5, 5, 5)
+
+
+def test_greedy_evaluation_on_the_clock_plays_new_games_each_time(monkeypatch):
+    """Due every ``every_seconds`` after the last evaluation ended; each one on the next seed; the
+    hook sees each result; ``mean_score`` plays the next games without recording them."""
+    now, calls, seen = [0.0], [], []
+    monkeypatch.setattr(callbacks.time, "perf_counter", lambda: now[0])
+
+    def scripted_evaluate(model, episodes, seed, seed_offset):
+        calls.append((episodes, seed_offset + seed))
+        now[0] += 3.0  # evaluating takes time, which the next interval starts after
+        return {"mean_score": float(seed)}
+
+    monkeypatch.setattr(callbacks, "evaluate", scripted_evaluate)
+
+    class Recording(GreedyEvaluation):
+        def on_evaluation(self, entry):
+            seen.append(entry)
+
+    evaluation = Recording(episodes=2, seed_offset=100, every_seconds=10.0)
+    evaluation.init_callback(small_dqn(FAST))
+    evaluation.on_training_start({}, {})
+    for seconds, timesteps in ((5.0, 4), (10.0, 8), (20.0, 12), (23.0, 16)):
+        now[0] = seconds
+        assert step(evaluation, [False], [0], [0], timesteps)
+    assert calls == [(2, 100), (2, 101)]  # at 10 s and, 10 s after that one ended at 13 s, at 23 s
+    assert evaluation.history == seen == [{"env_steps": 8, "mean_score": 0.0}, {"env_steps": 16, "mean_score": 1.0}]
+    assert evaluation.mean_score() == 2.0 and len(evaluation.history) == 2

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 import sb3_snake.training.evaluation as evaluation
 from sb3_snake.cli import app
-from sb3_snake.cli.common import is_user_error, signal_exit_code, stop_on_signals
+from sb3_snake.cli.common import signal_exit_code, stop_on_signals
 from sb3_snake.common.errors import UsageError
 from sb3_snake.training.callbacks import StopRequest
 
@@ -70,12 +70,11 @@ def test_the_program_prints_a_bugs_traceback():
     assert "Traceback" in completed.stderr and "ZeroDivisionError" in completed.stderr
 
 
-def test_only_the_modules_not_yet_converted_count_a_plain_value_error_as_a_users():
+def test_a_library_user_error_is_a_usage_error_and_a_plain_value_error_is_not_one():
     from sb3_snake.persistence import load_model
 
-    with pytest.raises(ValueError) as from_the_library:
+    with pytest.raises(UsageError):
         load_model("missing.zip", None)
     with pytest.raises(ValueError) as from_python:
         json.loads("{not json")
-    assert is_user_error(from_the_library.value) and is_user_error(UsageError("x"))
-    assert not is_user_error(from_python.value) and not is_user_error(ValueError("never raised"))
+    assert not isinstance(from_python.value, UsageError)

@@ -29,7 +29,12 @@ LAYERS = [
     {"acceleration", "acceleration.report", "training.run_directory", "training.plotting"},
     {"training.callbacks"},
     {"training"},
+    {"benchmark.learning.clock", "benchmark.learning.summary"},
+    {"benchmark.learning.runs"},
+    {"benchmark.learning.plan"},
     {"benchmark"},
+    {"training.tuning.space"},
+    {"training.tuning.storage", "training.tuning.report"},
     {"training.tuning"},
     {"cli", "__init__"},
 ]

@@ -15,12 +15,23 @@ import optuna
 import pytest
 from typer.testing import CliRunner
 
-import sb3_snake.training.tuning as tuning
+import sb3_snake.training.callbacks as callbacks
+import sb3_snake.training.tuning.trial as trial_run
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.cli import app
+from sb3_snake.common.errors import UsageError
 from sb3_snake.training.config import TrainConfig
 from sb3_snake.training.hyperparameters import split_hyperparameters
-from sb3_snake.training.tuning import TuneConfig, finish, load_study, sample_hyperparameters, tune, write_report
+from sb3_snake.training.tuning import (
+    TUNE_SEED_OFFSET,
+    TuneConfig,
+    finish,
+    load_study,
+    sample_hyperparameters,
+    trial_config,
+    tune,
+    write_report,
+)
 
 FAST = OptimizationSettings(use_torch_compile=False, use_bf16=False, num_threads=1)
 TINY_TRIAL = TrainConfig(
@@ -61,7 +72,55 @@ def test_search_space_covers_the_documented_hyperparameters_and_fits_train():
 
 def scripted_evaluations(monkeypatch, values):
     values = iter(values)
-    monkeypatch.setattr(tuning, "evaluate", lambda *args, **kwargs: {"mean_score": next(values)})
+    monkeypatch.setattr(callbacks, "evaluate", lambda *args, **kwargs: {"mean_score": next(values)})
+
+
+def test_a_trial_without_a_budget_trains_the_default_minutes():
+    assert trial_config() == TrainConfig(episodes=None, time_limit_minutes=2.0) == TuneConfig().trial
+    steps = trial_config(timesteps=500, board_size=6)
+    assert (steps.timesteps, steps.time_limit_minutes, steps.episodes, steps.board_size) == (500, None, None, 6)
+    both = trial_config(timesteps=500, time_limit_minutes=1.0)
+    assert (both.timesteps, both.time_limit_minutes) == (500, 1.0)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"n_trials": 0}, "--n-trials must be at least 1, got 0"),
+        ({"sampler": "grid"}, "--sampler must be one of tpe, random, got 'grid'"),
+        ({"study_name": " "}, "--study-name must not be empty"),
+        ({"trial": TrainConfig(episodes=None)}, "a trial needs a budget"),
+    ],
+)
+def test_a_search_that_cannot_run_is_a_usage_error(changes, message):
+    with pytest.raises(UsageError, match=message):
+        TuneConfig(**changes)
+
+
+def test_a_storage_or_study_that_cannot_be_opened_is_a_usage_error(tmp_path):
+    with pytest.raises(UsageError, match="give a journal file ending in .log or a URL"):
+        load_study(TuneConfig(storage="study.db"))
+    with pytest.raises(UsageError, match="no study journal"):
+        load_study(TuneConfig(storage=str(tmp_path / "none.log")), create=False)
+    load_study(TuneConfig(study_name="other", storage=str(tmp_path / "s.log")))
+    with pytest.raises(UsageError, match="no study 'snake' in"):
+        load_study(TuneConfig(storage=str(tmp_path / "s.log")), create=False)
+
+
+def test_a_trial_evaluates_on_its_own_seeds_and_its_final_value_on_the_next(tmp_path, monkeypatch):
+    """Every n_evaluations-th of the step budget, and once at the end: new games each time."""
+    seeds = []
+
+    def scripted(model, episodes, seed, seed_offset):
+        seeds.append(seed_offset + seed)
+        return {"mean_score": float(len(seeds))}
+
+    monkeypatch.setattr(callbacks, "evaluate", scripted)
+    study = tune(tiny_tune(tmp_path, n_trials=1, pruner="none"), FAST, notify=lambda line: None)
+    assert seeds == [TUNE_SEED_OFFSET + index for index in range(4)]  # 3 during training (48 steps / 3), 1 final
+    trial = study.trials[0]
+    assert trial.intermediate_values == {0: 1.0, 1: 2.0, 2: 3.0}
+    assert trial.user_attrs["evaluations"] == [1.0, 2.0, 3.0, 4.0] and trial.value == 4.0
 
 
 def test_a_bad_trial_is_pruned_by_the_median_pruner(tmp_path, monkeypatch):
@@ -79,13 +138,13 @@ def test_a_bad_trial_is_pruned_by_the_median_pruner(tmp_path, monkeypatch):
 
 
 def test_a_failing_trial_is_recorded_with_its_reason_and_the_study_goes_on(tmp_path, monkeypatch):
-    real = tuning.sample_hyperparameters
+    real = trial_run.sample_hyperparameters
     draws = iter([{"batch_size": 4096}, {}, {}])  # the first cannot fit the 2048-transition buffer
 
     def sample(trial):
         return {**real(trial), **next(draws)}
 
-    monkeypatch.setattr(tuning, "sample_hyperparameters", sample)
+    monkeypatch.setattr(trial_run, "sample_hyperparameters", sample)
     study = tune(tiny_tune(tmp_path, pruner="none"), FAST, notify=lambda line: None)
     assert [trial.state.name for trial in study.trials] == ["FAIL", "COMPLETE", "COMPLETE"]
     assert "batch size 4096 is larger than the replay buffer" in study.trials[0].user_attrs["failure"]

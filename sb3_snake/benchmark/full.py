@@ -4,15 +4,17 @@ The result is one JSON document (``benchmark_results/benchmark_results_full_<UTC
 holding the system, the plan that ran, every measurement, the configuration chosen for
 training (:func:`~sb3_snake.benchmark.gradient_step.choose_configuration`) and the end-to-end
 speedup of ``sb3-snake train`` over plain SB3 DQN at the same replay ratio.
+:func:`write_benchmark_choice` writes the chosen configuration into a ``.env`` file.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from sb3_snake.acceleration.settings import OptimizationSettings
+from sb3_snake.acceleration.settings import OptimizationSettings, write_env_file
 from sb3_snake.benchmark import end_to_end, gradient_step
 from sb3_snake.common.system import system_info
 
@@ -117,6 +119,34 @@ def format_report(report: dict[str, Any]) -> str:
             )
         lines.append(f"  speedup          {e2e['speedup']:.2f}x")
     return "\n".join(lines)
+
+
+#: The settings a benchmark chooses for training (:class:`OptimizationSettings` field names), in
+#: the order they are written into ``.env``: the batch size and the switches of the chosen combination.
+CHOSEN_SETTINGS = ("batch_size", "use_bf16", "use_flash_attention", "use_torch_compile", "use_cuda_graph")
+
+
+def env_values_from(report: dict[str, Any]) -> dict[str, Any]:
+    """The settings of the report's chosen configuration (``report["best"]``), by field name."""
+    return {name: report["best"][name] for name in CHOSEN_SETTINGS}
+
+
+def write_benchmark_choice(report: dict[str, Any], env_file: str | os.PathLike, results_name: str) -> str:
+    """Write the report's chosen configuration into ``env_file`` (its other lines and comments
+    kept), with a note naming the results it came from, and return the line that says so.
+
+    :param report: a report of :func:`run_benchmark`.
+    :param env_file: the ``.env`` file to change (created if missing).
+    :param results_name: the name of the saved results file, written into the note.
+    """
+    best = report["best"]
+    write_env_file(
+        env_file, note=f"{results_name}: {best['combination']} at batch {best['batch_size']}", **env_values_from(report)
+    )
+    return (
+        f"Wrote OPTIMAL_BATCH_SIZE={best['batch_size']}, USE_BF16, USE_FLASH_ATTENTION, "
+        f"USE_TORCH_COMPILE and USE_CUDA_GRAPH ({best['combination']}) into {env_file}"
+    )
 
 
 def log_to_wandb(report: dict[str, Any], run: Any) -> None:

@@ -14,8 +14,6 @@ from sb3_snake.acceleration.settings import OptimizationSettings, check_env_file
 from sb3_snake.benchmark.env_throughput import DEFAULT_NUM_ENVS
 from sb3_snake.benchmark.gradient_step import DEFAULT_BATCH_SIZES
 from sb3_snake.benchmark.results import RESULTS_DIR, save_results, utc_stamp
-
-#: Click's exception classes: recent Typer vendors its own Click (``typer._click``), older
 from sb3_snake.cli.common import (
     ONLINE,
     Device,
@@ -27,11 +25,10 @@ from sb3_snake.cli.common import (
     user_errors,
     with_parameters,
 )
+from sb3_snake.common.errors import UsageError
 from sb3_snake.common.paths import check_writable_dir, claim_new_path
 from sb3_snake.common.system import check_device, cpu_cores, resolve_device
 from sb3_snake.training.tracking import resolve_mode
-
-# ---------------------------------------------------------------------- benchmarks
 
 
 def _parse_int_list(text: str, option: str) -> list[int]:
@@ -40,7 +37,7 @@ def _parse_int_list(text: str, option: str) -> list[int]:
     except ValueError:
         values = []
     if not values or min(values) < 1:
-        raise ValueError(f"{option}: expected comma-separated positive integers such as 64,4096, got {text!r}")
+        raise UsageError(f"{option}: expected comma-separated positive integers such as 64,4096, got {text!r}")
     return values
 
 
@@ -52,7 +49,7 @@ def _parse_combinations(text: str) -> tuple[str, ...]:
     known = gradient_step.combination_names("cuda")
     unknown = [name for name in names if name not in known]
     if unknown or not names:
-        raise ValueError(
+        raise UsageError(
             f"--combinations: unknown {', '.join(unknown) or '(none given)'}; "
             f"choose from {', '.join(gradient_step.COMBINATIONS)}, each optionally with "
             f"{gradient_step.GRAPH_SUFFIX} (CUDA)"
@@ -302,9 +299,14 @@ def benchmark(
     benchmark_results/benchmark_results_full_<UTC>.json.
     """
     from sb3_snake.acceleration.optimizations import threads_for, torch_threads
-    from sb3_snake.acceleration.settings import write_env_file
     from sb3_snake.benchmark import gradient_step
-    from sb3_snake.benchmark.full import BenchmarkPlan, format_report, log_to_wandb, run_benchmark
+    from sb3_snake.benchmark.full import (
+        BenchmarkPlan,
+        format_report,
+        log_to_wandb,
+        run_benchmark,
+        write_benchmark_choice,
+    )
     from sb3_snake.training.tracking import WandbRun
 
     env_file = options.pop("env_file")
@@ -337,21 +339,9 @@ def benchmark(
     typer.echo(f"Saved {path}")
 
     if write_env:
-        best = report["best"]
         with user_errors():
-            write_env_file(
-                target_env,
-                note=f"{path.name}: {best['combination']} at batch {best['batch_size']}",
-                batch_size=best["batch_size"],
-                use_bf16=best["use_bf16"],
-                use_flash_attention=best["use_flash_attention"],
-                use_torch_compile=best["use_torch_compile"],
-                use_cuda_graph=best["use_cuda_graph"],
-            )
-        typer.echo(
-            f"Wrote OPTIMAL_BATCH_SIZE={best['batch_size']}, USE_BF16, USE_FLASH_ATTENTION, "
-            f"USE_TORCH_COMPILE and USE_CUDA_GRAPH ({best['combination']}) into {target_env}"
-        )
+            written = write_benchmark_choice(report, target_env, path.name)
+        typer.echo(written)
     if wandb:
         config = {key: report[key] for key in ("system", "plan", "settings")}
         tracking = WandbRun(wandb_project, mode, config, Path("runs") / path.stem, name=path.stem, notify=typer.echo)

@@ -94,42 +94,13 @@ def fail(message: str) -> typer.Exit:
     return typer.Exit(code=2)
 
 
-#: Modules whose user errors are still plain ValueErrors until the other branches of issue 36
-#: merge (each then raises UsageError, SettingsError among them). Until then a ValueError raised
-#: in one of these modules or packages itself counts as a user error; one raised deeper (in
-#: torch, NumPy or SB3) does not. Remove each module as it converts, and this tuple when empty.
-_NOT_YET_CONVERTED = (
-    "sb3_snake.acceleration.settings",
-    "sb3_snake.persistence",
-    "sb3_snake.training.run",
-    "sb3_snake.training.tuning",
-    "sb3_snake.benchmark.learning",
-    "sb3_snake.cli.benchmark",
-)
-
-
-def is_user_error(error: BaseException) -> bool:
-    """Whether ``error`` is a user's mistake (a :class:`UsageError`), not a bug."""
-    if isinstance(error, UsageError):
-        return True
-    if not isinstance(error, ValueError) or error.__traceback__ is None:
-        return False
-    frame = error.__traceback__
-    while frame.tb_next is not None:
-        frame = frame.tb_next
-    module = frame.tb_frame.f_globals.get("__name__", "")
-    return any(module == name or module.startswith(name + ".") for name in _NOT_YET_CONVERTED)
-
-
 @contextmanager
 def user_errors() -> Iterator[None]:
     """A :class:`UsageError` becomes :func:`fail` (one line, exit 2); every other exception goes
     on with its traceback (exit 1), so a bug never looks like a user's mistake."""
     try:
         yield
-    except ValueError as error:
-        if not is_user_error(error):
-            raise
+    except UsageError as error:
         raise fail(str(error)) from None
 
 

@@ -7,32 +7,33 @@ from typing import Annotated, Any
 
 import typer
 
-#: Click's exception classes: recent Typer vendors its own Click (``typer._click``), older
 from sb3_snake.cli.common import app, load_settings, settings_parameters, user_errors, with_parameters
 from sb3_snake.common.paths import check_writable_dir
-
-# ---------------------------------------------------------------------- tune
+from sb3_snake.training.config import TrainConfig
+from sb3_snake.training.tuning.space import DEFAULT_TRIAL_MINUTES, PRUNERS, SAMPLERS, TuneConfig
 
 TUNE = "Search"
 TRIAL = "One trial"
-Sampler = Enum("Sampler", {name: name for name in ("tpe", "random")}, type=str)
-Pruner = Enum("Pruner", {name: name for name in ("median", "halving", "none")}, type=str)
-TPE, MEDIAN = Sampler("tpe"), Pruner("median")
+Sampler = Enum("Sampler", {name: name for name in SAMPLERS}, type=str)
+Pruner = Enum("Pruner", {name: name for name in PRUNERS}, type=str)
+#: The library's defaults, which the options show and pass on.
+SEARCH, RUN = TuneConfig(), TrainConfig()
+DEFAULT_SAMPLER, DEFAULT_PRUNER = Sampler(SEARCH.sampler), Pruner(SEARCH.pruner)
 
 
 @app.command()
 @with_parameters(settings_parameters())
 def tune(
-    n_trials: Annotated[int, typer.Option(help="Trials this worker runs.", rich_help_panel=TUNE)] = 20,
+    n_trials: Annotated[int, typer.Option(help="Trials this worker runs.", rich_help_panel=TUNE)] = SEARCH.n_trials,
     max_total_trials: Annotated[
         int | None, typer.Option(help="Trials of all workers together, at most.", rich_help_panel=TUNE)
     ] = None,
-    n_jobs: Annotated[int, typer.Option(help="Trials this worker runs at once.", rich_help_panel=TUNE)] = 1,
-    sampler: Annotated[Sampler, typer.Option(help="Optuna sampler.", rich_help_panel=TUNE)] = TPE,
-    pruner: Annotated[Pruner, typer.Option(help="Optuna pruner.", rich_help_panel=TUNE)] = MEDIAN,
+    n_jobs: Annotated[int, typer.Option(help="Trials this worker runs at once.", rich_help_panel=TUNE)] = SEARCH.n_jobs,
+    sampler: Annotated[Sampler, typer.Option(help="Optuna sampler.", rich_help_panel=TUNE)] = DEFAULT_SAMPLER,
+    pruner: Annotated[Pruner, typer.Option(help="Optuna pruner.", rich_help_panel=TUNE)] = DEFAULT_PRUNER,
     n_startup_trials: Annotated[
         int, typer.Option(help="Random, unpruned trials before TPE and pruning start.", rich_help_panel=TUNE)
-    ] = 5,
+    ] = SEARCH.n_startup_trials,
     storage: Annotated[
         str | None,
         typer.Option(
@@ -40,7 +41,9 @@ def tune(
             rich_help_panel=TUNE,
         ),
     ] = None,
-    study_name: Annotated[str, typer.Option(help="The study's name in its storage.", rich_help_panel=TUNE)] = "snake",
+    study_name: Annotated[
+        str, typer.Option(help="The study's name in its storage.", rich_help_panel=TUNE)
+    ] = SEARCH.study_name,
     report: Annotated[
         bool,
         typer.Option("--report", help="Run no trial: print the best and write the files again.", rich_help_panel=TUNE),
@@ -48,32 +51,32 @@ def tune(
     seed: Annotated[int | None, typer.Option(help="Seed of the sampler.", rich_help_panel=TUNE)] = None,
     n_evaluations: Annotated[
         int, typer.Option(help="Greedy evaluations per trial, reported to the pruner.", rich_help_panel=TRIAL)
-    ] = 4,
-    eval_episodes: Annotated[int, typer.Option(help="Greedy games per evaluation.", rich_help_panel=TRIAL)] = 16,
+    ] = SEARCH.n_evaluations,
+    eval_episodes: Annotated[
+        int, typer.Option(help="Greedy games per evaluation.", rich_help_panel=TRIAL)
+    ] = SEARCH.eval_episodes,
     timesteps: Annotated[int | None, typer.Option(help="Env steps per trial.", rich_help_panel=TRIAL)] = None,
     time_limit: Annotated[
-        float | None, typer.Option(help="Minutes per trial (default 2 without --timesteps).", rich_help_panel=TRIAL)
+        float | None,
+        typer.Option(
+            help=f"Minutes per trial (default {DEFAULT_TRIAL_MINUTES:g} without --timesteps).", rich_help_panel=TRIAL
+        ),
     ] = None,
-    board_size: Annotated[int, typer.Option(help="Side of the board.", rich_help_panel=TRIAL)] = 10,
-    n_envs: Annotated[int, typer.Option(help="Games stepped together.", rich_help_panel=TRIAL)] = 16,
+    board_size: Annotated[int, typer.Option(help="Side of the board.", rich_help_panel=TRIAL)] = RUN.board_size,
+    n_envs: Annotated[int, typer.Option(help="Games stepped together.", rich_help_panel=TRIAL)] = RUN.n_envs,
     **options: Any,
 ) -> None:
     """Hyperparameter search on Optuna: one machine by default, many with the same --storage URL."""
     from optuna import logging as optuna_logging
 
     from sb3_snake.acceleration.optimizations import threads_for, torch_threads
-    from sb3_snake.training.config import TrainConfig
-    from sb3_snake.training.tuning import TuneConfig, best_line, load_study, write_report
+    from sb3_snake.training.tuning import best_line, load_study, trial_config, write_report
     from sb3_snake.training.tuning import tune as run_tune
 
     env_file = options.pop("env_file")
     with user_errors():
         settings = load_settings(env_file, options)
-        if timesteps is None and time_limit is None:
-            time_limit = 2.0
-        trial = TrainConfig(
-            episodes=None, timesteps=timesteps, time_limit_minutes=time_limit, board_size=board_size, n_envs=n_envs
-        )
+        trial = trial_config(timesteps, time_limit, board_size=board_size, n_envs=n_envs)
         config = TuneConfig(
             study_name=study_name,
             storage=storage,

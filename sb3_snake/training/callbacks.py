@@ -1,5 +1,5 @@
 """SB3 callbacks of a training run: episode budget and stop requests, progress, checkpoints,
-best-model selection, W&B episodes.
+greedy evaluation (and best-model selection on it), W&B episodes.
 
 Each callback does one thing and reads what SB3 hands every callback (``self.locals``:
 ``dones`` and ``infos`` of the step just taken). They are combined in
@@ -212,42 +212,81 @@ class EpisodeCheckpoint(BaseCallback):
         return True
 
 
-class BestModelSelection(BaseCallback):
+class GreedyEvaluation(BaseCallback):
+    """Greedy evaluations during training: every ``every_steps`` env steps, or else every
+    ``every_seconds`` of training, plays ``episodes`` greedy games and records their mean.
+
+    The games are seeded from ``seed_offset`` (a range of the caller's own, apart from training's
+    seeds and from ``sb3-snake eval``'s) and each evaluation plays new games: its seed is its
+    index. :meth:`on_evaluation` is the hook for what an evaluation leads to (keeping the best
+    model, reporting to Optuna), as SB3's ``EvalCallback`` takes a callback on a new best. The
+    time spent here counts in the run's wall time; the next evaluation on the clock falls due
+    ``every_seconds`` after this one ends.
+    """
+
+    def __init__(
+        self, episodes: int, seed_offset: int, every_steps: int | None = None, every_seconds: float | None = None
+    ):
+        super().__init__()
+        assert (every_steps is None) != (every_seconds is None), "evaluate on steps or on seconds, not both"
+        self.episodes, self.seed_offset = episodes, seed_offset
+        self.every_steps, self.every_seconds = every_steps, every_seconds
+        self.history: list[dict[str, float]] = []  #: env steps and mean score of each evaluation
+        self._next_step, self._next_time = every_steps or 0, 0.0
+
+    def _on_training_start(self) -> None:
+        self._next_time = time.perf_counter() + (self.every_seconds or 0.0)
+
+    def _on_step(self) -> bool:
+        if self.every_steps is not None:
+            due = self.num_timesteps >= self._next_step
+        else:
+            due = time.perf_counter() >= self._next_time
+        if due:
+            self._next_step = self.num_timesteps + (self.every_steps or 0)
+            self.evaluate_now()
+            self._next_time = time.perf_counter() + (self.every_seconds or 0.0)
+        return True
+
+    def mean_score(self) -> float:
+        """The greedy mean score of the model now, on the next evaluation's games; not recorded."""
+        result = evaluate(self.model, self.episodes, seed=len(self.history), seed_offset=self.seed_offset)
+        return result["mean_score"]
+
+    def evaluate_now(self) -> dict[str, float]:
+        """Evaluate, record the result in :attr:`history`, and hand it to :meth:`on_evaluation`."""
+        entry = {"env_steps": self.num_timesteps, "mean_score": self.mean_score()}
+        self.history.append(entry)
+        self.on_evaluation(entry)
+        return entry
+
+    def on_evaluation(self, entry: dict[str, float]) -> None:
+        """What an evaluation leads to; nothing here."""
+
+
+class BestModelSelection(GreedyEvaluation):
     """Every ``every`` env steps, plays ``episodes`` greedy games and keeps the best model so far.
 
     The model with the highest mean score is saved as ``best_model.zip`` in ``run_dir``,
     atomically, as SB3's ``EvalCallback`` keeps ``best_model``. The games are seeded from
-    :data:`~sb3_snake.training.evaluation.SELECTION_SEED_OFFSET`, apart from training's seeds and from
-    ``sb3-snake eval``'s, and each evaluation plays new games (its seed is its index). The
-    time spent here counts in the run's wall time.
+    :data:`~sb3_snake.training.evaluation.SELECTION_SEED_OFFSET`.
     """
 
     def __init__(self, run_dir: Path, every: int, episodes: int, log: Any = None):
-        super().__init__()
-        self.run_dir, self.every, self.episodes, self.log = run_dir, every, episodes, log
-        self.history: list[dict[str, float]] = []  #: env steps and mean score of each evaluation
-        self._next = every
+        super().__init__(episodes, SELECTION_SEED_OFFSET, every_steps=every)
+        self.run_dir, self.log = run_dir, log
 
     @property
     def best(self) -> dict[str, float] | None:
         """The evaluation that produced ``best_model.zip``, if any."""
         return max(self.history, key=lambda entry: entry["mean_score"], default=None)
 
-    def _on_step(self) -> bool:
-        if self.num_timesteps >= self._next:
-            self._next = self.num_timesteps + self.every
-            self.evaluate_now()
-        return True
-
-    def evaluate_now(self) -> None:
-        result = evaluate(self.model, self.episodes, seed=len(self.history), seed_offset=SELECTION_SEED_OFFSET)
-        best = self.best
-        entry = {"env_steps": self.num_timesteps, "mean_score": result["mean_score"]}
-        self.history.append(entry)
-        if best is None or entry["mean_score"] > best["mean_score"]:
+    def on_evaluation(self, entry: dict[str, float]) -> None:
+        earlier = max((old["mean_score"] for old in self.history[:-1]), default=None)
+        if earlier is None or entry["mean_score"] > earlier:
             save_model(self.model, self.run_dir / "best_model.zip")
         if self.log is not None:
-            self.log({"selection/mean_score": entry["mean_score"], "env_steps": self.num_timesteps})
+            self.log({"selection/mean_score": entry["mean_score"], "env_steps": entry["env_steps"]})
 
 
 class EpisodeMetrics(BaseCallback):

@@ -1,4 +1,4 @@
-"""A training run, top to bottom: run folder, model, logging, callbacks, learn, save, summary.
+"""A training run, top to bottom: settings, run folder, model, logging, callbacks, learn, summary, save.
 
 :func:`train` is what ``sb3-snake train`` calls; a Python user gets the same run with
 ``train(TrainConfig(...), OptimizationSettings.load())``. :class:`TrainConfig` declares every
@@ -26,6 +26,7 @@ from sb3_snake.acceleration.autotune import batch_candidates, resolve_auto
 from sb3_snake.acceleration.report import summary_lines
 from sb3_snake.acceleration.settings import AUTO, OptimizationSettings
 from sb3_snake.acceleration.threads import AdaptiveThreads
+from sb3_snake.common.errors import UsageError
 from sb3_snake.common.system import capabilities, resolve_device
 from sb3_snake.dqn.snake_dqn import SnakeDQN, TrainingDiverged
 from sb3_snake.envs import BatchedSnakeVecEnv
@@ -52,7 +53,108 @@ from sb3_snake.training.run_directory import claim_run_directory
 from sb3_snake.training.summary import Outcome, build_summary, save_run, trained_hyperparameters
 from sb3_snake.training.tracking import WandbOutput, WandbRun, resolve_mode
 
-# ---------------------------------------------------------------------- the run
+
+def train(
+    config: TrainConfig,
+    settings: OptimizationSettings,
+    run_dir: Path | None = None,
+    *,
+    resume: Path | None = None,
+    trust_model: bool = False,
+    overwrite: bool = False,
+    wandb_options: WandbOptions = WandbOptions(),  # noqa: B008 - frozen, so one shared default is safe
+    stop: StopRequest | None = None,
+    callbacks: list[BaseCallback] | None = None,
+    console: Console | None = None,
+) -> dict[str, Any]:
+    """Train until the first limit of ``config`` (episodes, env steps, wall time) or ``stop``.
+
+    Writes ``model.zip``, ``summary.json`` and ``episodes.json`` into ``run_dir`` (a new folder
+    under ``runs/`` when ``None``), plus ``checkpoint.zip`` every ``config.checkpoint_every``
+    episodes and ``best_model.zip`` when ``config.select_every`` is set, and returns the summary.
+    A loss that becomes NaN stops the run: the summary is written, ``model.zip`` is not (the
+    last checkpoint stays the last good model), and :class:`TrainingDiverged` is raised.
+    ``callbacks`` (SB3 callbacks) run after the run's own, as with ``learn(callback=...)``.
+    """
+    console, stop, resumed = console or Console(), stop or StopRequest(), resume is not None
+    # Settings: a resumed model's batch size; bad input refused before any ``auto`` is measured.
+    settings = resumed_settings(settings, resume, trust_model)
+    check_before_measuring(config, settings)
+    settings = resolve_settings(config, settings, console)
+    with claim_run_directory(run_dir, overwrite=overwrite, resuming=resumed, keep=_kept(resume)) as run_dir:
+        # The model, what it shows, and where it logs.
+        model = build_model(config, settings, resume, trust_model)
+        print_configuration(model, config, run_dir, console)
+        tracking = open_tracking(wandb_options, run_config(model, config), run_dir, console)
+        model.set_logger(build_logger(config, run_dir, tracking, console, resumed=resumed))
+        # Callbacks, learn, then the summary and the files, the summary last.
+        threads = model.active_optimizations.adaptive_threads
+        run_callbacks = RunCallbacks.build(config, run_dir, tracking, stop, console, threads, extra=callbacks or [])
+        outcome = learn(model, config, run_callbacks, stop, resumed=resumed)
+        summary = build_summary(model, config, run_callbacks, outcome)
+        summary.update(run_dir=str(run_dir), resumed_from=str(resume) if resume else None, wandb_mode=tracking.mode)
+        save_run(model, run_dir, summary, run_callbacks.record, config.save_replay_buffer, outcome.diverged is None)
+        tracking.finish({key: value for key, value in summary.items() if isinstance(value, (int, float, str))})
+        stop.phase = "finished"
+    if outcome.diverged is not None:
+        raise TrainingDiverged(f"{outcome.diverged}; model.zip was not written, {_last_good(run_dir)}")
+    return summary
+
+
+def _kept(resume: Path | None) -> tuple[Path, ...]:
+    if resume is None:
+        return ()
+    return (Path(resume), replay_buffer_path(resume), legacy_replay_buffer_path(resume))
+
+
+def _last_good(run_dir: Path) -> str:
+    checkpoint = run_dir / "checkpoint.zip"
+    if checkpoint.is_file():
+        return f"the last good checkpoint is {checkpoint}"
+    return "and no checkpoint was written (--checkpoint-every saves one)"
+
+
+# ---------------------------------------------------------------------- settings
+
+
+def resumed_settings(settings: OptimizationSettings, resume: Path | None, trusted: bool) -> OptimizationSettings:
+    """A resumed run keeps its model's batch size unless ``--batch-size`` says otherwise."""
+    if resume is None or settings.source("batch_size") == "override":
+        return settings
+    metadata = saved_metadata(resume, trusted)
+    sources = {**settings.sources, "batch_size": "resumed model"}
+    return replace(settings, batch_size=metadata["hyperparameters"]["batch_size"], sources=sources)
+
+
+def check_before_measuring(config: TrainConfig, settings: OptimizationSettings) -> None:
+    """Refuse a batch the buffer cannot hold, or a run that cannot fit in memory, with the largest
+    batch ``auto`` could choose, before anything is measured."""
+    planned_batch = max(batch_candidates(config.buffer_size)) if settings.batch_size == AUTO else settings.batch_size
+    config.check_batch_size(planned_batch)
+    check_memory(config, planned_batch)
+
+
+def resolve_settings(
+    config: TrainConfig, settings: OptimizationSettings, console: Console | None = None
+) -> OptimizationSettings:
+    """``settings`` with each ``auto`` measured on this machine for this run's policy (or read
+    from the cache of an earlier measurement): :func:`sb3_snake.acceleration.autotune.resolve_auto`."""
+    if not settings.auto_fields:
+        return settings
+    notify = (lambda line: console.print(line, highlight=False, soft_wrap=True)) if console else (lambda line: None)
+    device = resolve_device(config.device)
+    return resolve_auto(
+        settings,
+        device,
+        config.policy_kwargs(),
+        config.board_size,
+        max_batch_size=config.buffer_size,
+        countdown=config.countdown,
+        progress=notify,
+    )
+
+
+# ---------------------------------------------------------------------- the model
 
 
 def build_model(
@@ -80,129 +182,17 @@ def _load_saved_replay_buffer(model: SnakeDQN, model_path: Path, trusted: bool) 
         load_replay_buffer(model, buffer)
     elif legacy.is_file():
         if not trusted:
-            raise ValueError(
+            raise UsageError(
                 f"{legacy} is a pickled replay buffer, which can run code when loaded; pass --trust-model if you "
                 "trust it, or move it away to resume without it"
             )
         try:
             model.load_replay_buffer(legacy)
         except Exception as error:  # noqa: BLE001 - a truncated or foreign pickle
-            raise ValueError(f"replay buffer {legacy} cannot be read ({type(error).__name__}: {error})") from None
+            raise UsageError(f"replay buffer {legacy} cannot be read ({type(error).__name__}: {error})") from None
 
 
-def resolve_settings(
-    config: TrainConfig, settings: OptimizationSettings, console: Console | None = None
-) -> OptimizationSettings:
-    """``settings`` with each ``auto`` measured on this machine for this run's policy (or read
-    from the cache of an earlier measurement): :func:`sb3_snake.acceleration.autotune.resolve_auto`."""
-    if not settings.auto_fields:
-        return settings
-    notify = (lambda line: console.print(line, highlight=False, soft_wrap=True)) if console else (lambda line: None)
-    device = resolve_device(config.device)
-    return resolve_auto(
-        settings,
-        device,
-        config.policy_kwargs(),
-        config.board_size,
-        max_batch_size=config.buffer_size,
-        countdown=config.countdown,
-        progress=notify,
-    )
-
-
-def resumed_settings(settings: OptimizationSettings, resume: Path | None, trusted: bool) -> OptimizationSettings:
-    """A resumed run keeps its model's batch size unless ``--batch-size`` says otherwise."""
-    if resume is None or settings.source("batch_size") == "override":
-        return settings
-    metadata = saved_metadata(resume, trusted)
-    sources = {**settings.sources, "batch_size": "resumed model"}
-    return replace(settings, batch_size=metadata["hyperparameters"]["batch_size"], sources=sources)
-
-
-def train(
-    config: TrainConfig,
-    settings: OptimizationSettings,
-    run_dir: Path | None = None,
-    *,
-    resume: Path | None = None,
-    trust_model: bool = False,
-    overwrite: bool = False,
-    wandb_options: WandbOptions = WandbOptions(),  # noqa: B008 - frozen, so one shared default is safe
-    stop: StopRequest | None = None,
-    callbacks: list[BaseCallback] | None = None,
-    console: Console | None = None,
-) -> dict[str, Any]:
-    """Train until the first limit of ``config`` (episodes, env steps, wall time) or ``stop``.
-
-    Writes ``model.zip``, ``summary.json`` and ``episodes.json`` into ``run_dir`` (a new folder
-    under ``runs/`` when ``None``), plus ``checkpoint.zip`` every ``config.checkpoint_every``
-    episodes and ``best_model.zip`` when ``config.select_every`` is set, and returns the summary.
-    A loss that becomes NaN stops the run: the summary is written, ``model.zip`` is not (the
-    last checkpoint stays the last good model), and :class:`TrainingDiverged` is raised.
-    ``callbacks`` (SB3 callbacks) run after the run's own, as with ``learn(callback=...)``.
-    """
-    console, stop = console or Console(), stop or StopRequest()
-    settings = resumed_settings(settings, resume, trust_model)
-    planned_batch = max(batch_candidates(config.buffer_size)) if settings.batch_size == AUTO else settings.batch_size
-    config.check_batch_size(planned_batch)  # bad input is refused before anything is measured
-    check_memory(config, planned_batch)
-    settings = resolve_settings(config, settings, console)
-    with claim_run_directory(run_dir, overwrite=overwrite, resuming=resume is not None, keep=_kept(resume)) as run_dir:
-        model = build_model(config, settings, resume, trust_model)
-        print_configuration(model, config, run_dir, console)
-        tracking = open_tracking(wandb_options, run_config(model, config), run_dir, console)
-        model.set_logger(build_logger(config, run_dir, tracking, console, resumed=resume is not None))
-        threads = model.active_optimizations.adaptive_threads
-        run_callbacks = RunCallbacks.build(config, run_dir, tracking, stop, console, threads, extra=callbacks or [])
-        outcome = learn(model, config, run_callbacks, stop, resumed=resume is not None)
-        summary = build_summary(model, config, run_callbacks, outcome)
-        summary.update(run_dir=str(run_dir), resumed_from=str(resume) if resume else None, wandb_mode=tracking.mode)
-        save_run(model, run_dir, summary, run_callbacks.record, config.save_replay_buffer, outcome.diverged is None)
-        tracking.finish({key: value for key, value in summary.items() if isinstance(value, (int, float, str))})
-        stop.phase = "finished"
-    if outcome.diverged is not None:
-        raise TrainingDiverged(f"{outcome.diverged}; model.zip was not written, {_last_good(run_dir)}")
-    return summary
-
-
-def learn(model: SnakeDQN, config: TrainConfig, callbacks: RunCallbacks, stop: StopRequest, resumed: bool) -> Outcome:
-    """``model.learn`` until a callback stops it; wall time and env steps of this run only."""
-    if stop.requested:
-        raise RunCancelled(f"{stop.reason} before training started; nothing was trained or saved")
-    stop.phase, diverged = "training", None
-    start = callbacks.budget.start_time = time.perf_counter()
-    steps_before = model.num_timesteps
-    try:
-        model.learn(
-            MAX_TIMESTEPS,
-            callback=CallbackList(callbacks.all),
-            reset_num_timesteps=not resumed,
-            log_interval=max(1, config.n_envs),
-        )
-    except TrainingDiverged as error:
-        diverged = error
-    finally:
-        callbacks.progress.close()
-        if callbacks.threads is not None:
-            callbacks.threads.close()
-        stop.phase = "saving"
-    return Outcome(time.perf_counter() - start, model.num_timesteps - steps_before, diverged)
-
-
-def _kept(resume: Path | None) -> tuple[Path, ...]:
-    if resume is None:
-        return ()
-    return (Path(resume), replay_buffer_path(resume), legacy_replay_buffer_path(resume))
-
-
-def _last_good(run_dir: Path) -> str:
-    checkpoint = run_dir / "checkpoint.zip"
-    if checkpoint.is_file():
-        return f"the last good checkpoint is {checkpoint}"
-    return "and no checkpoint was written (--checkpoint-every saves one)"
-
-
-# ---------------------------------------------------------------------- the run's parts
+# ---------------------------------------------------------------------- what the run shows and logs
 
 
 def print_configuration(model: SnakeDQN, config: TrainConfig, run_dir: Path, console: Console) -> None:
@@ -242,6 +232,9 @@ def build_logger(
     if tracking.active:
         outputs.append(WandbOutput(tracking))
     return Logger(folder=None, output_formats=outputs)
+
+
+# ---------------------------------------------------------------------- callbacks and learning
 
 
 @dataclass
@@ -285,3 +278,27 @@ class RunCallbacks:
             threads = AdaptiveThreads(adaptive_threads, notify=lambda line: console.print(line, highlight=False))
             callbacks.append(threads)
         return cls(record, budget, progress, selection, threads, [*callbacks, *extra])
+
+
+def learn(model: SnakeDQN, config: TrainConfig, callbacks: RunCallbacks, stop: StopRequest, resumed: bool) -> Outcome:
+    """``model.learn`` until a callback stops it; wall time and env steps of this run only."""
+    if stop.requested:
+        raise RunCancelled(f"{stop.reason} before training started; nothing was trained or saved")
+    stop.phase, diverged = "training", None
+    start = callbacks.budget.start_time = time.perf_counter()
+    steps_before = model.num_timesteps
+    try:
+        model.learn(
+            MAX_TIMESTEPS,
+            callback=CallbackList(callbacks.all),
+            reset_num_timesteps=not resumed,
+            log_interval=max(1, config.n_envs),
+        )
+    except TrainingDiverged as error:
+        diverged = error
+    finally:
+        callbacks.progress.close()
+        if callbacks.threads is not None:
+            callbacks.threads.close()
+        stop.phase = "saving"
+    return Outcome(time.perf_counter() - start, model.num_timesteps - steps_before, diverged)

@@ -8,13 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sb3_snake.dqn.snake_dqn import SnakeDQN, TrainingDiverged
-from sb3_snake.persistence import (
-    save_model,
-    write_json,
-)
-from sb3_snake.training.callbacks import (
-    EpisodeRecord,
-)
+from sb3_snake.persistence import save_model, write_json
+from sb3_snake.training.callbacks import EpisodeRecord
 from sb3_snake.training.config import MODEL_FIELDS, TrainConfig
 
 if TYPE_CHECKING:
@@ -23,6 +18,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Outcome:
+    """How ``learn`` ended: its wall time and env steps (this run's only), and the divergence
+    that stopped it, if one did."""
+
     wall_seconds: float
     env_steps: int
     diverged: TrainingDiverged | None

@@ -1,0 +1,80 @@
+"""The benchmark's clock: counted seconds that leave checkpoint saving out, and the callback that
+saves the model on that clock and stops learning at the budget."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from stable_baselines3.common.callbacks import BaseCallback
+
+
+class Stopwatch:
+    """Seconds since ``start`` (a ``time.time()`` value, so it holds across processes), less the
+    time spent inside :meth:`paused`."""
+
+    def __init__(self, start: float, clock: Callable[[], float] = time.time):
+        self.start, self.clock, self.paused_seconds = start, clock, 0.0
+
+    def elapsed(self) -> float:
+        return self.clock() - self.start - self.paused_seconds
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        began = self.clock()
+        try:
+            yield
+        finally:
+            self.paused_seconds += self.clock() - began
+
+
+class WallClockCheckpoints(BaseCallback):
+    """Saves the model every ``every`` counted seconds and stops learning at ``budget``.
+
+    Saving happens with the stopwatch paused. A checkpoint is recorded at the counted time it
+    was taken and the point it fell due at (a long step can make the first later than the
+    second; points missed during one step are skipped, not saved twice, and the checkpoint
+    stands for the latest of them). When the budget is reached, a last checkpoint is saved
+    (due at the budget) and ``learn`` stops.
+    """
+
+    def __init__(
+        self,
+        stopwatch: Stopwatch,
+        every: float,
+        budget: float,
+        directory: Path,
+        save: Callable[[Any, Path], None],
+    ):
+        super().__init__()
+        self.stopwatch, self.every, self.budget, self.directory, self.save = stopwatch, every, budget, directory, save
+        self.saved: list[dict[str, Any]] = []  #: counted seconds, env steps and file of each checkpoint
+        self._next = every
+
+    def _on_step(self) -> bool:
+        now = self.stopwatch.elapsed()
+        finished = now >= self.budget
+        if now >= self._next or finished:
+            due = self.budget
+            while self._next <= now:
+                due, self._next = self._next, self._next + self.every
+            self.checkpoint(min(now, self.budget) if finished else now, self.budget if finished else due)
+        return not finished
+
+    def checkpoint(self, seconds: float, due_seconds: float | None = None) -> None:
+        """Save the model now, off the clock, as the checkpoint of counted time ``seconds``, due
+        at ``due_seconds`` (default: ``seconds``)."""
+        with self.stopwatch.paused():
+            path = self.directory / f"t{len(self.saved):04d}.zip"
+            self.save(self.model, path)
+            self.saved.append(
+                {
+                    "seconds": seconds,
+                    "due_seconds": seconds if due_seconds is None else due_seconds,
+                    "env_steps": int(self.num_timesteps),
+                    "path": str(path),
+                }
+            )

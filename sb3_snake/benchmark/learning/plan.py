@@ -1,0 +1,172 @@
+"""The plan of a learning benchmark and its run: every system and seed trained in a process of its
+own, every checkpoint then played greedily, and one JSON-ready report."""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from sb3_snake.benchmark.learning.runs import CALIBRATION_SECONDS, RunSpec, calibrate_plain_sb3, run_in_process
+from sb3_snake.benchmark.learning.summary import SCORE_AT_SECONDS, SCORE_THRESHOLDS, score_at, summarize, time_to_score
+from sb3_snake.common.errors import UsageError
+from sb3_snake.common.system import system_info
+
+SYSTEMS = ("sb3_snake", "plain_sb3")
+
+
+@dataclass(frozen=True)
+class LearningPlan:
+    """What one ``sb3-snake benchmark-learning`` run does."""
+
+    minutes: float = 15.0  #: counted wall-clock budget of each run
+    every_seconds: float = 15.0  #: counted seconds between checkpoints
+    seeds: tuple[int, ...] = (0, 1, 2)
+    episodes: int = 100  #: greedy games per checkpoint evaluation
+    systems: tuple[str, ...] = SYSTEMS
+    board_size: int = 10
+    cold_cache: bool = True  #: a fresh, empty compile cache for each run
+    env_file: str | None = None  #: the ``.env`` of the sb3_snake runs (None: ./.env when present)
+    #: sb3_snake's changes to the defaults, as in a ``--hyperparams`` file (config and batch size)
+    hyperparameters: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def quick(cls, **changes: Any) -> LearningPlan:
+        """Two minutes per run, a checkpoint every 10 s: the shape of the curve, not its end."""
+        return replace(cls(minutes=2.0, every_seconds=10.0), **changes)
+
+    def __post_init__(self) -> None:
+        problems = [
+            (0 < self.minutes < math.inf, f"--minutes must be a positive number, got {self.minutes}"),
+            (
+                0 < self.every_seconds < math.inf,
+                f"--every must be a positive number of seconds, got {self.every_seconds}",
+            ),
+            (len(self.seeds) >= 1, "--seeds must be at least 1"),
+            (self.episodes >= 1, f"--episodes must be at least 1, got {self.episodes}"),
+            (set(self.systems) <= set(SYSTEMS), f"systems must be among {', '.join(SYSTEMS)}, got {self.systems}"),
+        ]
+        problem = next((message for ok, message in problems if not ok), "")
+        if problem:
+            raise UsageError(problem)
+
+    @property
+    def budget_seconds(self) -> float:
+        return self.minutes * 60
+
+
+def evaluate_checkpoints(run: dict[str, Any], episodes: int, settings: Any = None) -> list[dict[str, Any]]:
+    """Every checkpoint of ``run`` played greedily on the evaluation seeds: the run's curve."""
+    from stable_baselines3 import DQN
+
+    from sb3_snake.persistence import load_model
+    from sb3_snake.training.evaluation import evaluate
+
+    curve = []
+    for checkpoint in run["checkpoints"]:
+        if run["system"] == "sb3_snake":
+            model = load_model(checkpoint["path"], settings)
+        else:
+            model = DQN.load(checkpoint["path"], device="cpu")
+        result = evaluate(model, episodes, seed=0)
+        curve.append(
+            {
+                "seconds": checkpoint["seconds"],
+                "due_seconds": checkpoint.get("due_seconds", checkpoint["seconds"]),
+                "minutes": checkpoint["seconds"] / 60,
+                "env_steps": checkpoint["env_steps"],
+                **{key: result[key] for key in ("mean_score", "median_score", "max_score", "ends")},
+            }
+        )
+    return curve
+
+
+def compile_cache_state(cache_dir: str | None) -> str:
+    """``cold`` when the compile cache ``cache_dir`` (None: torch's default) is empty or missing."""
+    if cache_dir is None:
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+        cache_dir = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or default_cache_dir()
+    path = Path(cache_dir)
+    return "warm" if path.is_dir() and any(path.iterdir()) else "cold"
+
+
+def run_learning_benchmark(
+    plan: LearningPlan,
+    work_dir: Path,
+    progress: Callable[[str], None] = lambda line: None,
+    run: Callable[[RunSpec, str | None], dict[str, Any]] = run_in_process,
+    evaluate_run: Callable[[dict[str, Any], int], list[dict[str, Any]]] | None = None,
+    calibrate: Callable[[float, int], float] = calibrate_plain_sb3,
+) -> dict[str, Any]:
+    """Train every system and seed of ``plan`` (under ``work_dir``), evaluate the checkpoints,
+    and return the JSON-ready report. ``run``, ``evaluate_run`` and ``calibrate`` are the
+    measurements, injectable for tests."""
+    evaluate_run = evaluate_run or _evaluate_with_plan_settings(plan)
+    total_timesteps = None
+    if "plain_sb3" in plan.systems:
+        seconds = min(CALIBRATION_SECONDS, plan.budget_seconds / 10)
+        progress(f"calibrating plain SB3's env steps/s ({seconds:.0f} s, not counted)...")
+        rate = calibrate(seconds, plan.board_size)
+        total_timesteps = max(1, int(rate * plan.budget_seconds))
+        progress(f"  {rate:,.0f} env steps/s: plain SB3 gets total_timesteps={total_timesteps:,}")
+    runs = []
+    for seed in plan.seeds:
+        for system in plan.systems:
+            directory = work_dir / f"{system}-seed{seed}"
+            cache_dir = tempfile.mkdtemp(prefix="caches-", dir=work_dir) if plan.cold_cache else None
+            cache = compile_cache_state(f"{cache_dir}/inductor" if cache_dir else None)
+            progress(f"{system} seed {seed}: training for {plan.minutes:g} min ({cache} compile cache)...")
+            spec = RunSpec(
+                system,
+                seed,
+                plan.budget_seconds,
+                plan.every_seconds,
+                plan.board_size,
+                str(directory),
+                plan.env_file,
+                plan.hyperparameters if system == "sb3_snake" else {},
+                total_timesteps if system == "plain_sb3" else None,
+            )
+            result = run(spec, cache_dir)
+            runs.append({**result, "compile_cache": cache})
+    for entry in runs:
+        progress(f"evaluating {len(entry['checkpoints'])} checkpoints of {entry['system']} seed {entry['seed']}...")
+        entry["curve"] = evaluate_run(entry, plan.episodes)
+        entry["seconds_to_score"] = {str(t): time_to_score(entry["curve"], t) for t in SCORE_THRESHOLDS}
+        points = {str(t): score_at(entry["curve"], t) for t in SCORE_AT_SECONDS}
+        entry["mean_score_at"] = {t: None if point is None else point["mean_score"] for t, point in points.items()}
+    return {
+        "benchmark": "learning",
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "system": system_info(),
+        "plan": asdict(plan),
+        "method": {
+            "clock": "wall clock from before the run's process starts (imports, model build and "
+            "compilation included); checkpoint saving is not counted",
+            "evaluation": f"{plan.episodes} greedy games on the evaluation seeds per checkpoint, after training",
+            "compile_cache": "fresh empty TORCHINDUCTOR_CACHE_DIR and SB3_SNAKE_CACHE_DIR per run (cold)"
+            if plan.cold_cache
+            else "the user's caches; each run records whether the compile cache held anything",
+            "plain_sb3": "DQN('MlpPolicy', SnakeEnv()) with SB3's defaults, torch's default threads, "
+            "total_timesteps from a calibration run (not counted)",
+        },
+        "plain_sb3_total_timesteps": total_timesteps,
+        "runs": runs,
+        "summary": summarize(runs),
+    }
+
+
+def _evaluate_with_plan_settings(plan: LearningPlan) -> Callable[[dict[str, Any], int], list[dict[str, Any]]]:
+    def evaluate_run(run: dict[str, Any], episodes: int) -> list[dict[str, Any]]:
+        from sb3_snake.acceleration.settings import OptimizationSettings
+
+        # The run's settings; load_model does not compile a model loaded for acting.
+        return evaluate_checkpoints(run, episodes, OptimizationSettings.load(plan.env_file))
+
+    return evaluate_run

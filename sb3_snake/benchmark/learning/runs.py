@@ -1,0 +1,170 @@
+"""One run of a system and a seed, in a process of its own: started fresh with the clock already
+running, trained with checkpoints on that clock, its result written back as JSON. Plain SB3's
+``total_timesteps`` comes from a short calibration run."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import multiprocessing
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sb3_snake.benchmark.learning.clock import Stopwatch, WallClockCheckpoints
+
+#: Seconds of plain SB3 learning whose env steps/s sets its ``total_timesteps``.
+CALIBRATION_SECONDS = 10.0
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    system: str
+    seed: int
+    budget_seconds: float
+    every_seconds: float
+    board_size: int
+    directory: str
+    env_file: str | None = None
+    hyperparameters: dict[str, Any] = field(default_factory=dict)
+    total_timesteps: int | None = None  #: plain_sb3 only: what its exploration schedule spans
+
+
+def run_in_process(spec: RunSpec, cache_dir: str | None) -> dict[str, Any]:
+    """Train ``spec`` in a fresh process (spawned); the clock starts before the process does.
+
+    ``cache_dir``: a folder for the run's own compile and auto-settings caches (None: the user's).
+    """
+    result_path = Path(spec.directory) / "run.json"
+    result_path.parent.mkdir(parents=True, exist_ok=True)
+    caches = {"TORCHINDUCTOR_CACHE_DIR": None, "SB3_SNAKE_CACHE_DIR": None}
+    if cache_dir is not None:
+        caches = {"TORCHINDUCTOR_CACHE_DIR": f"{cache_dir}/inductor", "SB3_SNAKE_CACHE_DIR": f"{cache_dir}/sb3-snake"}
+    start = time.time()
+    with _environment(**caches):
+        process = multiprocessing.get_context("spawn").Process(
+            target=_run_and_write, args=(asdict(spec), start, str(result_path))
+        )
+        process.start()
+    process.join()
+    if process.exitcode != 0 or not result_path.is_file():
+        raise RuntimeError(
+            f"the {spec.system} run of seed {spec.seed} failed (exit code {process.exitcode}); "
+            f"its output is in {Path(spec.directory) / 'train.log'}"
+        )
+    return json.loads(result_path.read_text())
+
+
+@contextlib.contextmanager
+def _environment(**values: str | None) -> Iterator[None]:
+    """Environment variables set (None: left as they are) for processes started inside."""
+    previous = {key: os.environ.get(key) for key in values}
+    os.environ.update({key: value for key, value in values.items() if value is not None})
+    try:
+        yield
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _run_and_write(spec: dict[str, Any], start: float, result_path: str) -> None:
+    result = run_system(RunSpec(**spec), Stopwatch(start))
+    Path(result_path).write_text(json.dumps(result, indent=2) + "\n")
+
+
+def run_system(spec: RunSpec, stopwatch: Stopwatch) -> dict[str, Any]:
+    """Train one system for the budget on ``stopwatch``, saving checkpoints; runs in the child.
+
+    ``startup_seconds`` in the result is the counted time already gone when this starts: the
+    process's start and its imports, when the clock began in the parent.
+    """
+    startup_seconds = stopwatch.elapsed()
+    directory = Path(spec.directory)
+    checkpoints_dir = directory / "checkpoints"
+    checkpoints_dir.mkdir(parents=True, exist_ok=True)
+    trainer = _train_sb3_snake if spec.system == "sb3_snake" else _train_plain_sb3
+    with open(directory / "train.log", "w") as log:
+        result = trainer(spec, stopwatch, checkpoints_dir, log)
+    return {"system": spec.system, "seed": spec.seed, "startup_seconds": startup_seconds, **result}
+
+
+def _train_sb3_snake(spec: RunSpec, stopwatch: Stopwatch, checkpoints_dir: Path, log: Any) -> dict[str, Any]:
+    import torch
+    from rich.console import Console
+
+    from sb3_snake.acceleration.optimizations import threads_for, torch_threads
+    from sb3_snake.acceleration.settings import OptimizationSettings
+    from sb3_snake.persistence import save_model
+    from sb3_snake.training.config import TrainConfig
+    from sb3_snake.training.hyperparameters import split_hyperparameters
+    from sb3_snake.training.run import train
+
+    config_values, setting_values = split_hyperparameters(spec.hyperparameters)
+    settings = OptimizationSettings.load(spec.env_file, **setting_values)
+    # The budget is the checkpoints' to enforce; the config's limit is only a backstop.
+    config = TrainConfig(
+        **{**config_values, "seed": spec.seed, "board_size": spec.board_size},
+        time_limit_minutes=2 * spec.budget_seconds / 60,
+    )
+    threads = threads_for(settings, config.device)
+    checkpoints = WallClockCheckpoints(
+        stopwatch, spec.every_seconds, spec.budget_seconds, checkpoints_dir, lambda model, path: save_model(model, path)
+    )
+    with torch_threads(threads):
+        summary = train(
+            config,
+            settings,
+            Path(spec.directory) / "run",
+            callbacks=[checkpoints],
+            console=Console(file=log, width=100),
+        )
+        threads = torch.get_num_threads()
+    return {
+        "checkpoints": checkpoints.saved,
+        "env_steps": summary["env_steps"],
+        "threads": threads,
+        "optimizations": summary["active"],
+    }
+
+
+def _train_plain_sb3(spec: RunSpec, stopwatch: Stopwatch, checkpoints_dir: Path, log: Any) -> dict[str, Any]:
+    import torch
+    from stable_baselines3 import DQN
+
+    from sb3_snake.envs import SnakeEnv
+
+    # On the CPU even where a GPU exists, as benchmark.end_to_end does: a 64x64 MLP at batch
+    # 32 runs faster there. torch's own thread count, as a user's script would have.
+    model = DQN("MlpPolicy", SnakeEnv(board_size=spec.board_size), seed=spec.seed, device="cpu")
+    checkpoints = WallClockCheckpoints(
+        stopwatch, spec.every_seconds, spec.budget_seconds, checkpoints_dir, lambda model, path: model.save(path)
+    )
+    model.learn(spec.total_timesteps or 10**12, callback=checkpoints)
+    if not checkpoints.saved or checkpoints.saved[-1]["env_steps"] != model.num_timesteps:
+        checkpoints.checkpoint(min(stopwatch.elapsed(), spec.budget_seconds))  # total_timesteps came first
+    log.write(f"plain SB3 DQN: {model.num_timesteps} env steps of total_timesteps={spec.total_timesteps}\n")
+    return {
+        "checkpoints": checkpoints.saved,
+        "env_steps": int(model.num_timesteps),
+        "threads": torch.get_num_threads(),
+        "total_timesteps": spec.total_timesteps,
+    }
+
+
+def calibrate_plain_sb3(seconds: float = CALIBRATION_SECONDS, board_size: int = 10) -> float:
+    """Env steps/s of plain SB3 DQN learning with its defaults (a throwaway model)."""
+    from stable_baselines3 import DQN
+
+    from sb3_snake.envs import SnakeEnv
+
+    model = DQN("MlpPolicy", SnakeEnv(board_size=board_size), seed=0, device="cpu")
+    stopwatch = Stopwatch(time.time())
+    stop = WallClockCheckpoints(stopwatch, every=float("inf"), budget=seconds, directory=Path(), save=lambda *_: None)
+    model.learn(10**12, callback=stop)
+    return model.num_timesteps / max(stopwatch.elapsed(), 1e-9)

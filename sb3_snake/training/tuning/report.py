@@ -1,0 +1,91 @@
+"""What a study reports: one line per trial and the best so far, and the files
+:func:`write_report` leaves in the study's folder (best hyperparameters, every trial, plots)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from sb3_snake.training.tuning.space import ONE_RATIO
+
+
+def describe(trial: FrozenTrial) -> str:
+    """One line: number, state, value, duration and parameters (and why it failed)."""
+    duration = trial.duration.total_seconds() if trial.duration else 0.0
+    value = f"{trial.value:.2f}" if trial.value is not None else "-"
+    params = ", ".join(f"{name}={_short(value)}" for name, value in trial.params.items())
+    failure = f" ({trial.user_attrs['failure']})" if "failure" in trial.user_attrs else ""
+    return f"trial {trial.number}: {trial.state.name} value {value} in {duration:.1f}s; {params}{failure}"
+
+
+def _short(value: Any) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def best_line(study: optuna.Study) -> str:
+    try:
+        best = study.best_trial
+    except ValueError:
+        return "best so far: none (no trial completed yet)"
+    return f"best so far: trial {best.number}, value {best.value:.2f}"
+
+
+def write_report(study: optuna.Study, folder: Path) -> list[Path]:
+    """Best hyperparameters (JSON), every trial (CSV) and Optuna's plots (PNG) into ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    written = [folder / "trials.csv"]
+    trials = study.get_trials(deepcopy=False)
+    names = sorted({name for trial in trials for name in trial.params})
+    with open(written[0], "w", newline="") as file:
+        writer = csv.writer(file)
+        writer.writerow(["number", "state", "value", "duration_seconds", *names, "failure"])
+        for trial in trials:
+            duration = trial.duration.total_seconds() if trial.duration else ""
+            params = [trial.params.get(name, "") for name in names]
+            writer.writerow(
+                [trial.number, trial.state.name, trial.value, duration, *params, trial.user_attrs.get("failure", "")]
+            )
+    completed = [trial for trial in trials if trial.state == TrialState.COMPLETE]
+    if completed:
+        best = folder / "best_hyperparameters.json"
+        best.write_text(json.dumps({**study.best_trial.params, **ONE_RATIO}, indent=2) + "\n")
+        written.append(best)
+    written += _plots(study, folder)
+    return written
+
+
+def _plots(study: optuna.Study, folder: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from optuna.visualization import matplotlib as plots
+
+    chosen = (
+        ("optimization_history", plots.plot_optimization_history),
+        ("param_importances", plots.plot_param_importances),
+        ("intermediate_values", plots.plot_intermediate_values),
+    )
+    with warnings.catch_warnings():
+        # Optuna marks its matplotlib plots experimental; importances warn on tiny studies.
+        warnings.simplefilter("ignore")
+        return [path for name, plot in chosen if (path := _plot(study, folder, name, plot)) is not None]
+
+
+def _plot(study: optuna.Study, folder: Path, name: str, plot: Callable) -> Path | None:
+    import matplotlib.pyplot as plt
+
+    try:
+        axes = plot(study)
+    except (ValueError, RuntimeError, ZeroDivisionError):
+        return None  # e.g. importances need completed trials whose parameters differ
+    figure = axes.figure if hasattr(axes, "figure") else axes.flat[0].figure
+    figure.savefig(folder / f"{name}.png", dpi=100, bbox_inches="tight")
+    plt.close(figure)
+    return folder / f"{name}.png"

@@ -1,0 +1,137 @@
+"""Where a study lives and how its workers share it: the Optuna storage (a journal file or a
+database), the study with its sampler and pruner, and the lock under which workers take trials."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
+
+from sb3_snake.common.errors import UsageError
+from sb3_snake.training.tuning.space import TuneConfig
+
+#: What a database says when two workers create Optuna's schema at once (the loser opens it again).
+_SCHEMA_RACE = ("already exists", "UNIQUE constraint failed", "duplicate key value", "database is locked")
+
+
+def open_storage(config: TuneConfig, create: bool = True) -> Any:
+    """The Optuna storage of ``config.storage`` (see :mod:`sb3_snake.training.tuning`); a bad
+    storage raises :class:`~sb3_snake.common.errors.UsageError`, one line.
+
+    :param config: the search, whose ``storage`` and ``folder`` say where the study lives.
+    :param create: a journal file may be created (else it must exist).
+    """
+    storage = config.storage
+    if storage is None or ("://" not in storage and storage.endswith(".log")):
+        path = Path(storage) if storage else config.folder / "journal.log"
+        if not create and not path.is_file():
+            raise UsageError(f"no study journal {path}; run sb3-snake tune first, or pass its --storage")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return JournalStorage(JournalFileBackend(str(path)))
+    if "://" not in storage:
+        raise UsageError(
+            f"--storage {storage!r}: give a journal file ending in .log or a URL such as sqlite:///study.db"
+        )
+    for attempt in range(5):
+        try:
+            return optuna.storages.RDBStorage(storage)
+        except ModuleNotFoundError as error:
+            raise UsageError(
+                f"--storage {storage.split('://')[0]}:// needs its database driver ({error.name}): "
+                'pip install "sb3-snake[distributed]"'
+            ) from None
+        except Exception as error:  # noqa: BLE001 - a server that cannot be reached, a bad URL
+            if not any(sign in str(error) for sign in _SCHEMA_RACE) or attempt == 4:
+                raise UsageError(f"--storage {storage}: cannot open ({type(error).__name__}: {error})") from None
+            time.sleep(0.2 * (attempt + 1))  # another worker was creating the schema: open it again
+    raise AssertionError("unreachable")
+
+
+def make_sampler(config: TuneConfig) -> optuna.samplers.BaseSampler:
+    if config.sampler == "random":
+        return optuna.samplers.RandomSampler(seed=config.seed)
+    return optuna.samplers.TPESampler(n_startup_trials=config.n_startup_trials, seed=config.seed)
+
+
+def make_pruner(config: TuneConfig) -> optuna.pruners.BasePruner:
+    if config.pruner == "median":
+        return optuna.pruners.MedianPruner(n_startup_trials=config.n_startup_trials, n_warmup_steps=1)
+    if config.pruner == "halving":
+        return optuna.pruners.SuccessiveHalvingPruner()
+    return optuna.pruners.NopPruner()
+
+
+def load_study(config: TuneConfig, create: bool = True) -> optuna.Study:
+    """The study in its storage: created on first use (by whichever worker comes first).
+
+    :param create: create the study (and its journal) if missing; else a missing one raises
+        :class:`~sb3_snake.common.errors.UsageError`.
+    """
+    storage = open_storage(config, create)
+    if not create:
+        try:
+            return optuna.load_study(study_name=config.study_name, storage=storage)
+        except KeyError:
+            raise UsageError(f"no study {config.study_name!r} in {config.storage or config.folder}") from None
+    return optuna.create_study(
+        study_name=config.study_name,
+        storage=storage,
+        sampler=make_sampler(config),
+        pruner=make_pruner(config),
+        direction="maximize",
+        load_if_exists=True,
+    )
+
+
+def trial_slot_lock(config: TuneConfig, study: optuna.Study) -> Callable[[], contextlib.AbstractContextManager]:
+    """A lock all workers of the study share, for "count the trials, then ask for one".
+
+    A lock file beside a journal or SQLite file; a PostgreSQL advisory lock; MySQL's GET_LOCK.
+    """
+    storage = study._storage  # the storage object Optuna opened (public API has no accessor)
+    url = config.storage or ""
+    if url.startswith(("postgresql", "mysql")):
+        return lambda: _database_lock(storage, config.study_name, url.split(":")[0].split("+")[0])
+    if url.startswith("sqlite:///"):
+        path = Path(url[len("sqlite:///") :])
+    else:
+        path = Path(config.storage) if config.storage else config.folder / "journal.log"
+    return lambda: _file_lock(path.with_name(path.name + ".trials.lock"))
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    lock = JournalFileOpenLock(str(path))
+    while not lock.acquire():
+        time.sleep(0.01)
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+@contextlib.contextmanager
+def _database_lock(storage: Any, study_name: str, dialect: str) -> Iterator[None]:
+    from sqlalchemy import text
+
+    key = zlib.crc32(f"sb3-snake tune {study_name}".encode()) & 0x7FFFFFFF
+    engine = getattr(storage, "engine", None) or storage._backend.engine  # RDBStorage, possibly cached
+    with engine.connect() as connection:
+        if dialect == "postgresql":
+            connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": key})
+            release = text("SELECT pg_advisory_unlock(:key)")
+        else:
+            connection.execute(text("SELECT GET_LOCK(:name, 600)"), {"name": f"sb3_snake_{key}"})
+            release = text("SELECT RELEASE_LOCK(:name)")
+        try:
+            yield
+        finally:
+            connection.execute(release, {"key": key, "name": f"sb3_snake_{key}"})
+            connection.commit()

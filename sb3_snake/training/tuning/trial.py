@@ -1,0 +1,153 @@
+"""Running a search: each trial trains with its sampled hyperparameters, evaluated greedily on
+the way (:class:`TrialEvaluation`, reported to Optuna's pruner); :func:`tune` runs this worker's
+share of the study, taking trials under the study's lock so that ``--max-total-trials`` holds."""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import replace
+
+import optuna
+import torch
+from optuna.trial import TrialState
+from rich.console import Console
+
+from sb3_snake.acceleration.optimizations import threads_for
+from sb3_snake.acceleration.settings import AUTO, OptimizationSettings
+from sb3_snake.dqn.snake_dqn import TrainingDiverged
+from sb3_snake.training.callbacks import GreedyEvaluation
+from sb3_snake.training.hyperparameters import split_hyperparameters
+from sb3_snake.training.run import train
+from sb3_snake.training.tuning.report import best_line, describe
+from sb3_snake.training.tuning.space import ONE_RATIO, TuneConfig, sample_hyperparameters
+from sb3_snake.training.tuning.storage import load_study, trial_slot_lock
+
+#: Seeds of the evaluations inside trials: apart from training's (small), ``eval``'s
+#: (1,000,000,007 on) and best-model selection's (2,000,000,011 on).
+TUNE_SEED_OFFSET = 3_000_000_019
+
+
+class TrialEvaluation(GreedyEvaluation):
+    """Greedy evaluations during a trial, reported to Optuna: every ``every_steps`` env steps
+    (a trial with a step budget), else every ``every_seconds`` of training (a time budget).
+
+    Raises ``optuna.TrialPruned`` when the pruner says the trial should stop.
+    """
+
+    def __init__(self, trial: optuna.Trial, episodes: int, every_steps: int | None, every_seconds: float | None):
+        super().__init__(episodes, TUNE_SEED_OFFSET, every_steps, every_seconds)
+        self.trial = trial
+
+    @classmethod
+    def for_budget(cls, trial: optuna.Trial, config: TuneConfig) -> TrialEvaluation:
+        """``n_evaluations`` spread over the trial's step budget, or else over its time budget."""
+        budget = config.trial
+        if budget.timesteps is not None:
+            return cls(trial, config.eval_episodes, max(1, math.ceil(budget.timesteps / config.n_evaluations)), None)
+        return cls(trial, config.eval_episodes, None, budget.time_limit_minutes * 60 / config.n_evaluations)
+
+    @property
+    def reports(self) -> list[float]:
+        """The mean score of each evaluation, as reported to Optuna."""
+        return [entry["mean_score"] for entry in self.history]
+
+    def on_evaluation(self, entry: dict[str, float]) -> None:
+        mean_score, number = entry["mean_score"], len(self.history)
+        self.trial.report(mean_score, step=number - 1)
+        if self.trial.should_prune():
+            raise optuna.TrialPruned(f"pruned after evaluation {number}: mean score {mean_score:.2f}")
+
+
+class TrialFailed(RuntimeError):
+    """A trial that could not train; recorded as FAIL with its reason, and the study goes on."""
+
+
+def run_trial(trial: optuna.Trial, config: TuneConfig, settings: OptimizationSettings, console: Console) -> float:
+    """Train one trial's sampled hyperparameters and return its final greedy mean score."""
+    trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
+    config_values, setting_values = split_hyperparameters(sample_hyperparameters(trial))
+    trial_settings = replace(settings, **setting_values, sources={**settings.sources, "batch_size": "trial"})
+    run_config = replace(config.trial, **config_values, **ONE_RATIO)
+    evaluations = TrialEvaluation.for_budget(trial, config)
+    folder = config.folder / f"trial_{trial.number:04d}"
+    try:
+        train(run_config, trial_settings, folder, overwrite=True, callbacks=[evaluations], console=console)
+        final = evaluations.mean_score()  # on the games after the last report's
+    except (ValueError, TrainingDiverged, MemoryError, torch.OutOfMemoryError) as error:
+        trial.set_user_attr("failure", f"{type(error).__name__}: {error}")
+        raise TrialFailed(str(error)) from error
+    trial.set_user_attr("evaluations", [*evaluations.reports, final])
+    return final
+
+
+def tune(
+    config: TuneConfig,
+    settings: OptimizationSettings,
+    notify: Callable[[str], None] = print,
+    console: Console | None = None,
+) -> optuna.Study:
+    """Run this worker's trials of the study (see :mod:`sb3_snake.training.tuning`) and return the study.
+
+    ``--max-total-trials`` is exact across workers: counting the study's trials and asking for a
+    new one happen under :func:`~sb3_snake.training.tuning.storage.trial_slot_lock`, so no two
+    workers both take the last slot. ``n_jobs`` threads each run this loop.
+    """
+    study = load_study(config)
+    console = console or Console(quiet=True)
+    if config.n_jobs > 1 and settings.num_threads == AUTO:
+        # Concurrent trials share the process's thread count: none of them may change it.
+        fixed = threads_for(settings, config.trial.device)
+        settings = replace(settings, num_threads=fixed, sources={**settings.sources, "num_threads": "tune --n-jobs"})
+    lock = trial_slot_lock(config, study)
+    trials_left = [config.n_trials]
+    guard = threading.Lock()
+
+    def next_trial() -> optuna.Trial | None:
+        with guard:
+            if trials_left[0] <= 0:
+                return None
+            trials_left[0] -= 1
+        with lock():
+            if config.max_total_trials is not None and len(study.get_trials(deepcopy=False)) >= config.max_total_trials:
+                return None
+            return study.ask()
+
+    def worker() -> None:
+        while (trial := next_trial()) is not None:
+            finish(study, trial, lambda: run_trial(trial, config, settings, console), notify)
+
+    threads = [threading.Thread(target=worker) for _ in range(config.n_jobs - 1)]
+    for thread in threads:
+        thread.start()
+    try:
+        worker()
+    finally:
+        for thread in threads:
+            thread.join()
+    if config.max_total_trials is not None and trials_left[0] > 0:
+        notify(f"the study has {config.max_total_trials} trials (--max-total-trials); this worker stops")
+    return study
+
+
+def finish(study: optuna.Study, trial: optuna.Trial, run: Callable[[], float], notify: Callable[[str], None]) -> None:
+    """Run one trial and tell the study how it ended: COMPLETE, PRUNED or FAIL (with the reason);
+    Ctrl-C marks it FAIL and stops."""
+    try:
+        value = run()
+    except optuna.TrialPruned as pruned:
+        trial.set_user_attr("pruned", str(pruned))
+        frozen = study.tell(trial, state=TrialState.PRUNED)
+    except TrialFailed:
+        frozen = study.tell(trial, state=TrialState.FAIL)
+    except BaseException:
+        trial.set_user_attr("failure", "interrupted")
+        study.tell(trial, state=TrialState.FAIL)
+        raise
+    else:
+        frozen = study.tell(trial, value)
+    notify(describe(frozen))
+    notify(best_line(study))

@@ -305,12 +305,14 @@ def benchmark(
     from sb3_snake.acceleration.settings import write_env_file
     from sb3_snake.benchmark import gradient_step
     from sb3_snake.benchmark.full import BenchmarkPlan, format_report, log_to_wandb, run_benchmark
+    from sb3_snake.training.options import load_config
     from sb3_snake.training.tracking import WandbRun
 
     env_file = options.pop("env_file")
     target_env = env_file or Path(".env")
     with user_errors():
         settings = load_settings(env_file, options)
+        config = load_config(env_file)  # the end-to-end run's batch size, as sb3-snake train reads it
         changes: dict[str, object] = {"repeats": repeats, "end_to_end": end_to_end}
         changes["device"] = resolve_device(device.value).type
         if batch_sizes is not None:
@@ -331,7 +333,7 @@ def benchmark(
         f"{plan.device}, {plan.repeats} repeats each" + ("; then end-to-end training speed" if end_to_end else "")
     )
     with torch_threads(threads_for(settings, plan.device)):
-        report = run_benchmark(plan, settings, progress=typer.echo)
+        report = run_benchmark(plan, settings, progress=typer.echo, config=config)
     typer.echo(format_report(report))
     path = save_results("benchmark_results_full", report, output)
     typer.echo(f"Saved {path}")

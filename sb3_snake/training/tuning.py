@@ -55,7 +55,7 @@ from sb3_snake.acceleration.settings import AUTO, OptimizationSettings
 from sb3_snake.dqn.snake_dqn import TrainingDiverged
 from sb3_snake.training.config import TrainConfig
 from sb3_snake.training.evaluation import evaluate
-from sb3_snake.training.hyperparameters import split_hyperparameters
+from sb3_snake.training.hyperparameters import check_hyperparameters
 from sb3_snake.training.run import train
 
 #: Seeds of the evaluations inside trials: apart from training's (small), ``eval``'s
@@ -256,13 +256,12 @@ class TrialEvaluation(BaseCallback):
 def run_trial(trial: optuna.Trial, config: TuneConfig, settings: OptimizationSettings, console: Console) -> float:
     """Train one trial's sampled hyperparameters and return its final greedy mean score."""
     trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
-    config_values, setting_values = split_hyperparameters(sample_hyperparameters(trial))
-    trial_settings = replace(settings, **setting_values, sources={**settings.sources, "batch_size": "trial"})
-    run_config = replace(config.trial, **config_values, **ONE_RATIO)
+    config_values = check_hyperparameters(sample_hyperparameters(trial))
+    run_config = replace(config.trial, **config_values, **ONE_RATIO, sources={"batch_size": "trial"})
     evaluations = TrialEvaluation.for_budget(trial, config)
     folder = config.folder / f"trial_{trial.number:04d}"
     try:
-        train(run_config, trial_settings, folder, overwrite=True, callbacks=[evaluations], console=console)
+        train(run_config, settings, folder, overwrite=True, callbacks=[evaluations], console=console)
         final = evaluate(
             evaluations.model, config.eval_episodes, len(evaluations.reports), seed_offset=TUNE_SEED_OFFSET
         )

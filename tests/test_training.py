@@ -182,15 +182,9 @@ class RandomPolicy:
 def test_training_beats_a_random_policy_by_a_clear_margin(tmp_path):
     settings = OptimizationSettings(use_torch_compile=False, use_bf16=False, num_threads=1)
     config = TrainConfig(
-        episodes=None,
-        timesteps=15_000,
-        n_envs=16,
-        board_size=6,
-        seed=0,
-        exploration_steps=8_000,
-        batch_size=256,
-        device="cpu",
+        episodes=None, timesteps=15_000, n_envs=16, board_size=6, seed=0, exploration_steps=8_000, device="cpu"
     )
+    config = replace(config, batch_size=256)
     train(config, settings, tmp_path)
     trained = evaluate(load_model(tmp_path / "model.zip", settings), episodes=100)
     random = evaluate(RandomPolicy(BatchedSnakeVecEnv(1, board_size=6).observation_space), episodes=100)

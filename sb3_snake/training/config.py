@@ -95,10 +95,10 @@ def option(
     """A config field with its one-line help and its :class:`Role`.
 
     :param flag: the command-line option when it is not ``--`` and the field's name in kebab case.
-    :param env: the ``.env`` key that may set the field, for a value that lives in ``.env`` too
-        (the environment, then ``.env``, then the default: :func:`sb3_snake.training.options.load_config`).
-    :param values: the values the field takes, parsed from text (its flag and ``env``), for a
-        field whose type alone does not say (the batch size: a size, or ``auto``).
+    :param env: the ``.env`` key that may set the field (the environment, then ``.env``, then the
+        default: :func:`sb3_snake.training.options.load_config`).
+    :param values: what the field takes when its type alone does not say (the batch size: a
+        size, or ``auto``), parsed from its flag's and ``env``'s text.
     """
     metadata = {"help": help, "role": role, "flag": flag, "env": env, "values": values}
     return field(default=default, metadata=metadata)

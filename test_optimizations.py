@@ -21,7 +21,7 @@ from sb3_snake.acceleration.optimizations import threads_for, torch_threads
 from sb3_snake.acceleration.report import capability_report, format_capability_report
 from sb3_snake.acceleration.settings import OptimizationSettings, SettingsError
 from sb3_snake.common.system import check_device
-from sb3_snake.training.config import TrainConfig
+from sb3_snake.training.options import load_config
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         settings = OptimizationSettings.load(args.env_file)
+        config = load_config(args.env_file)  # the batch size, from the environment, .env or the default
     except SettingsError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -42,7 +43,6 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    config = TrainConfig()
     threads = threads_for(settings, args.device)  # the count training will use, so a measurement here is valid there
     with torch_threads(threads):
         report = capability_report(
@@ -52,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
             policy=(config.policy_kwargs(), config.board_size, config.countdown),
             measure_auto=args.measure_auto,
             compile_after=config.compile_after,
+            batch_size=(config.batch_size, config.source("batch_size")),
         )
     print(json.dumps(report, indent=2) if args.json else format_capability_report(report))
     return 0

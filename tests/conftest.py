@@ -227,12 +227,12 @@ def rewrite_metadata(path, target, edit):
     return target
 
 
-#: Settings of quick CPU runs: a small batch, nothing compiled, one thread.
-FAST = OptimizationSettings(batch_size=16, use_torch_compile=False, use_bf16=False, num_threads=1)
+#: Settings of quick CPU runs: nothing compiled, one thread.
+FAST = OptimizationSettings(use_torch_compile=False, use_bf16=False, num_threads=1)
 
 
 def tiny_config(**changes):
-    """A TrainConfig of a run that takes seconds: 12 episodes of 4 games on a 5x5 board, on the CPU."""
+    """A TrainConfig of a run that takes seconds: 12 episodes of 4 games on a 5x5 board, batch 16, on the CPU."""
     from sb3_snake.training.config import TrainConfig
 
     values = {
@@ -243,6 +243,7 @@ def tiny_config(**changes):
         "learning_starts": 16,
         "exploration_steps": 50,
         "buffer_size": 2_000,
+        "batch_size": 16,
         "device": "cpu",
     }
     return TrainConfig(**{**values, **changes})

@@ -2,6 +2,7 @@
 miss, corrupt, another machine, unwritable), flags over auto, and the words the summary shows."""
 
 import json
+from typing import NamedTuple
 
 import pytest
 import torch
@@ -22,6 +23,7 @@ from sb3_snake.acceleration.autotune import (
 from sb3_snake.acceleration.optimizations import ActiveOptimizations
 from sb3_snake.acceleration.report import summary_lines
 from sb3_snake.acceleration.settings import OptimizationSettings
+from sb3_snake.training.options import load_config
 from tests.conftest import SMALL_POLICY
 
 CPU_WITH_BF16 = Machine("cpu", hardware_bf16=True, compile_unavailable="", kernels=("flash", "auto"))
@@ -48,20 +50,26 @@ class Table:
 #: Every setting given, so that what a test names is all that is ``auto``.
 EXPLICIT = {
     "num_threads": 1,
-    "batch_size": 1024,
     "use_torch_compile": False,
     "use_flash_attention": True,
     "use_bf16": True,
 }
 
 
-def settings(**values):
-    return OptimizationSettings(**{**EXPLICIT, **values})
+class Asked(NamedTuple):
+    """What a run asks ``auto`` to resolve: its settings, and its batch size (a learning value)."""
+
+    settings: OptimizationSettings
+    batch_size: int | str
+
+
+def settings(batch_size=1024, **values):
+    return Asked(OptimizationSettings(**{**EXPLICIT, **values}), batch_size)
 
 
 def run_search(asked, machine, measure, candidates=BATCH_CANDIDATES):
     """The search as resolve_auto runs it: the batch size asked for given as a value of its own."""
-    return search(asked, machine, measure, candidates, batch_size=asked.batch_size)
+    return search(asked.settings, machine, measure, candidates, batch_size=asked.batch_size)
 
 
 def test_every_stage_picks_the_fastest_and_says_what_it_measured():
@@ -225,11 +233,11 @@ def test_smallest_batch_within_the_tolerance():
 
 def resolve(asked, measure, **kwargs):
     options = {"measure": measure, "machine": CPU_WITH_BF16, "today": lambda: "2026-11-22"}
-    return resolve_auto(asked, "cpu", SMALL_POLICY, 6, **{**options, **kwargs})
+    return resolve_auto(asked.settings, asked.batch_size, "cpu", SMALL_POLICY, 6, **{**options, **kwargs})
 
 
 def path_for(asked):
-    return cache_path(cache_key(asked, torch.device("cpu"), SMALL_POLICY, 6, batch_size=asked.batch_size))
+    return cache_path(cache_key(asked.settings, torch.device("cpu"), SMALL_POLICY, 6, batch_size=asked.batch_size))
 
 
 def fails(candidate):
@@ -239,17 +247,19 @@ def fails(candidate):
 def test_a_miss_measures_and_caches_then_a_hit_does_not_measure(tmp_path, monkeypatch):
     monkeypatch.setenv("SB3_SNAKE_CACHE_DIR", str(tmp_path))
     asked = settings(**ALL_AUTO)
-    resolved = resolve(asked, Table())
+    resolved, batch_size, batch_source = resolve(asked, Table())
     assert (resolved.use_bf16, resolved.use_flash_attention, resolved.sdpa_backend) == (True, True, "flash")
-    assert (resolved.use_torch_compile, resolved.batch_size) == (True, 512)
+    assert (resolved.use_torch_compile, batch_size) == (True, 512)
     assert resolved.auto_fields == ()
     path = path_for(asked)
     assert path.parent == tmp_path and json.loads(path.read_text())["result"]["chosen"]["batch_size"] == 512
     source = resolved.source("use_bf16")
     assert source.startswith("auto: chose true, measured 13,585 vs 10,450 samples/s") and "on 2026-11-22" in source
     assert source.endswith(f"cache {path}")
+    assert batch_source.startswith("auto: chose 512, measured 256: ") and batch_source.endswith(f"cache {path}")
     again = resolve(asked, fails, today=lambda: "2027-01-01")
-    assert again == resolved and again.sources == resolved.sources  # the cached date, not today's
+    assert again == (resolved, batch_size, batch_source)  # the cached date, not today's
+    assert again.settings.sources == resolved.sources
 
 
 @pytest.mark.parametrize("content", ["{not json", "[]", '{"key": {}}', '{"key": "x", "date": 1}'])
@@ -259,7 +269,7 @@ def test_a_corrupt_cache_is_measured_again_and_rewritten(tmp_path, monkeypatch, 
     path_for(asked).write_text(content)
     table = Table()
     with caplog.at_level("WARNING"):
-        resolved = resolve(asked, table)
+        resolved = resolve(asked, table).settings
     assert table.calls and resolved.use_flash_attention is True
     assert "cannot be used" in caplog.text
     assert json.loads(path_for(asked).read_text())["result"]["chosen"]["sdpa_backend"] == "flash"
@@ -273,7 +283,7 @@ def test_a_cache_entry_of_another_machine_is_not_used(tmp_path, monkeypatch):
     entry["key"]["device_name"] = "another CPU"
     path_for(asked).write_text(json.dumps(entry))
     table = Table(flash=0.5)
-    assert resolve(asked, table).use_flash_attention is False and table.calls
+    assert resolve(asked, table).settings.use_flash_attention is False and table.calls
 
 
 def test_an_unwritable_cache_is_a_warning_not_an_error(tmp_path, monkeypatch, caplog):
@@ -281,27 +291,31 @@ def test_an_unwritable_cache_is_a_warning_not_an_error(tmp_path, monkeypatch, ca
     blocker.write_text("")
     monkeypatch.setenv("SB3_SNAKE_CACHE_DIR", str(blocker / "cache"))
     with caplog.at_level("WARNING"):
-        resolved = resolve(settings(use_flash_attention="auto"), Table())
+        resolved = resolve(settings(use_flash_attention="auto"), Table()).settings
     assert resolved.use_flash_attention is True and "cannot be written" in caplog.text
 
 
 def test_without_measuring_the_defaults_stand_in_and_say_why(tmp_path, monkeypatch):
     monkeypatch.setenv("SB3_SNAKE_CACHE_DIR", str(tmp_path))
     resolved = resolve(settings(use_torch_compile="auto", batch_size="auto"), fails, allow_measure=False)
-    assert (resolved.use_torch_compile, resolved.batch_size) == (False, 128)
-    assert "not measured on this machine yet" in resolved.source("batch_size")
+    assert (resolved.settings.use_torch_compile, resolved.batch_size) == (False, 128)
+    assert "not measured on this machine yet" in resolved.batch_source
+    given = resolve(settings(use_torch_compile="auto", batch_size=64), fails, allow_measure=False)
+    assert (given.batch_size, given.batch_source) == (64, None)  # a size given stays, its source the caller's
 
 
 def test_flags_win_over_auto_and_the_summary_tells_the_story(tmp_path, monkeypatch):
     monkeypatch.setenv("SB3_SNAKE_CACHE_DIR", str(tmp_path))
     env_file = tmp_path / ".env"
     env_file.write_text("USE_BF16=auto\nUSE_FLASH_ATTENTION=auto\nOPTIMAL_BATCH_SIZE=auto\n")
-    asked = OptimizationSettings.load(env_file, use_bf16=False, num_threads=1)
+    asked = Asked(OptimizationSettings.load(env_file, use_bf16=False, num_threads=1), load_config(env_file).batch_size)
     table = Table()
-    resolved = resolve(asked, table)
+    resolved, batch_size, batch_source = resolve(asked, table)
     assert resolved.use_bf16 is False and resolved.source("use_bf16") == "override"
     assert not any(c.use_bf16 for c in table.calls)
-    lines = summary_lines(ActiveOptimizations.decide(resolved, "cpu"))
+    lines = summary_lines(
+        ActiveOptimizations.decide(resolved, "cpu"), {"batch size": f"{batch_size} (from {batch_source})"}
+    )
     flash_line = next(line for line in lines if line.startswith("FlashAttention"))
     assert "enabled (from auto: chose flash, measured" in flash_line and "on 2026-11-22; cache" in flash_line
     assert any(line.startswith("batch size:       512 (from auto: chose 512, measured 256:") for line in lines)
@@ -309,7 +323,8 @@ def test_flags_win_over_auto_and_the_summary_tells_the_story(tmp_path, monkeypat
 
 def test_settings_without_auto_are_returned_as_they_are():
     given = settings(use_bf16=False)
-    assert resolve(given, fails) is given
+    resolved = resolve(given, fails)
+    assert resolved.settings is given.settings and resolved == (given.settings, 1024, None)
 
 
 # --- the real measurement ---------------------------------------------------------------------------
@@ -327,10 +342,10 @@ def test_the_real_measurement_times_the_gradient_step_of_the_given_policy():
 
 def test_resolving_for_real_writes_a_cache_a_second_run_reads(tmp_path, monkeypatch):
     monkeypatch.setenv("SB3_SNAKE_CACHE_DIR", str(tmp_path))
-    asked = settings(use_flash_attention="auto", use_bf16=False)
-    first = resolve_auto(asked, "cpu", SMALL_POLICY, 5)
+    asked = settings(use_flash_attention="auto", use_bf16=False, batch_size=32).settings
+    first = resolve_auto(asked, 32, "cpu", SMALL_POLICY, 5).settings
     assert first.auto_fields == () and first.source("use_flash_attention").startswith("auto: chose ")
-    assert resolve_auto(asked, "cpu", SMALL_POLICY, 5, measure=fails) == first
+    assert resolve_auto(asked, 32, "cpu", SMALL_POLICY, 5, measure=fails).settings == first
 
 
 def test_a_measurement_beside_other_load_decides_the_run_but_is_not_cached(tmp_path, monkeypatch):
@@ -338,8 +353,10 @@ def test_a_measurement_beside_other_load_decides_the_run_but_is_not_cached(tmp_p
     asked = settings(**ALL_AUTO)
     lines = []
     busy = resolve(asked, Table(), load_meter=lambda: lambda: 1.2, progress=lines.append)
-    assert (busy.use_bf16, busy.batch_size) == (True, 512) and not path_for(asked).exists()
-    assert busy.source("use_bf16").endswith("not cached: other processes took 1.2 cores while it was measured")
+    assert (busy.settings.use_bf16, busy.batch_size) == (True, 512) and not path_for(asked).exists()
+    assert lines[0].startswith("measuring auto settings (OPTIMAL_BATCH_SIZE, USE_TORCH_COMPILE, USE_FLASH_ATTENTION,")
+    assert busy.batch_source.endswith("not cached: other processes took 1.2 cores while it was measured")
+    assert busy.settings.source("use_bf16").endswith("not cached: other processes took 1.2 cores while it was measured")
     assert lines[-1] == (
         "auto settings: not cached: other processes took 1.2 cores while it was measured; the next run measures again"
     )
@@ -350,7 +367,8 @@ def test_a_measurement_beside_other_load_decides_the_run_but_is_not_cached(tmp_p
         return Table()(candidate)
 
     quiet = resolve(asked, counting, load_meter=lambda: lambda: 0.3)
-    assert measured and path_for(asked).exists() and quiet.source("use_bf16").endswith(f"cache {path_for(asked)}")
+    assert measured and path_for(asked).exists()
+    assert quiet.settings.source("use_bf16").endswith(f"cache {path_for(asked)}")
     assert json.loads(path_for(asked).read_text())["result"]["cores_taken_by_others"] == 0.3
     unknown = settings(**{**ALL_AUTO, "batch_size": 256})
     resolve(unknown, Table(), load_meter=lambda: lambda: None)  # not Linux: nothing to judge by

@@ -32,6 +32,7 @@ from sb3_snake.benchmark.results import save_results
 from sb3_snake.common.errors import UsageError
 from sb3_snake.common.system import system_info
 from sb3_snake.training.config import TrainConfig
+from sb3_snake.training.options import load_config
 from sb3_snake.training.tracking import WandbRun
 
 
@@ -272,8 +273,8 @@ def test_plain_sb3_is_measured_at_its_default_replay_ratio_for_each_thread_count
 
 def test_our_loop_runs_at_the_requested_replay_ratio_and_restores_threads():
     threads = torch.get_num_threads()
-    config = TrainConfig(n_envs=4, board_size=5, learning_starts=32, buffer_size=2_000, device="cpu")
-    settings = OptimizationSettings(batch_size=16, use_torch_compile=False, use_bf16=False, num_threads=1)
+    config = TrainConfig(n_envs=4, board_size=5, learning_starts=32, buffer_size=2_000, batch_size=16, device="cpu")
+    settings = OptimizationSettings(use_torch_compile=False, use_bf16=False, num_threads=1)
     result = measure_sb3_snake(settings, 8.0, warmup_steps=64, steps_per_repeat=64, repeats=2, config=config)
     setup = result.setup
     assert setup["batch_size"] * setup["gradient_steps"] / (setup["train_freq"] * setup["n_envs"]) == 8.0
@@ -320,7 +321,7 @@ def test_write_env_file_keeps_comments_and_other_lines(tmp_path):
     assert text.startswith(kept)
     assert text.count(WRITTEN_BY) == 1 and text.endswith(WRITTEN_BY + "run 2\n")
     settings = OptimizationSettings.load(path)
-    assert (settings.batch_size, settings.use_bf16, settings.use_torch_compile, settings.num_threads) == (
+    assert (load_config(path).batch_size, settings.use_bf16, settings.use_torch_compile, settings.num_threads) == (
         4096,
         False,
         True,

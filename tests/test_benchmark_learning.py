@@ -294,7 +294,7 @@ def test_both_systems_train_save_on_the_clock_and_their_checkpoints_play(tmp_pat
         assert all(p["due_seconds"] <= p["seconds"] for p in curve)
         assert all(p["mean_score"] >= 0 and p["max_score"] >= p["median_score"] for p in curve)
         assert all(sum(p["ends"].values()) == 3 for p in curve)  # how each of the 3 games ended
-    assert runs[0]["optimizations"]["batch_size"] == 32  # the file's batch size reached the settings
+    assert runs[0]["batch_size"] == 32  # the file's batch size reached the run
     assert isinstance(DQN.load(runs[1]["checkpoints"][0]["path"]), DQN)
 
 

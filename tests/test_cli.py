@@ -62,6 +62,8 @@ def test_installed_program_shows_help():
         ),
         (["train", "--sdpa-backend", "fastest"], "Invalid value for '--sdpa-backend'"),
         (["train", "--batch-size", "many"], "--batch-size 'many': expected a positive integer or auto"),
+        (["benchmark", "--batch-size", "many"], "--batch-size 'many': expected a positive integer or auto"),
+        (["tune", "--batch-size", "64"], "--batch-size does not apply to tune: every trial draws its own"),
         (["benchmark-learning", "--minutes", "0"], "--minutes must be a positive number, got 0"),
         (["benchmark-learning", "--minutes", "inf"], "--minutes must be a positive number, got inf"),
         (["benchmark-learning", "--every", "-5"], "--every must be a positive number of seconds"),

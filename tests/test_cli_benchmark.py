@@ -11,6 +11,7 @@ from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.benchmark import results
 from sb3_snake.cli import app
 from sb3_snake.common.errors import UsageError
+from sb3_snake.training.options import load_config
 
 runner = CliRunner()
 
@@ -79,7 +80,7 @@ def test_benchmark_writes_the_full_results_and_the_env_file(tmp_path):
     assert {"cpu", "cpu_cores", "torch", "python", "stable_baselines3", "cuda", "gpu"} <= set(report["system"])
     best = report["best"]
     settings = OptimizationSettings.load(env_file)
-    assert settings.batch_size == best["batch_size"] and settings.use_torch_compile is False
+    assert load_config(env_file).batch_size == best["batch_size"] and settings.use_torch_compile is False
     assert settings.use_flash_attention == best["use_flash_attention"]
     assert env_file.read_text().startswith("# my comment\n")
     assert path.name in env_file.read_text() and "Saved" in result.output

@@ -92,7 +92,7 @@ def test_overrides_are_visible_in_the_summary_and_json(trained_run):
     assert "torch.compile:    disabled (from override)" in output
     assert "BF16 autocast:    disabled (from override)" in output
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["optimizations"]["batch_size"] == {"value": 16, "source": "override"}
+    assert summary["batch_size"] == {"value": 16, "source": "override"}
     assert summary["optimizations"]["use_flash_attention"] == {"value": True, "source": "override"}
     assert summary["active"]["flash_attention_active"] is True
     assert summary["hyperparameters"]["board_size"] == 5
@@ -209,10 +209,11 @@ def test_auto_settings_are_measured_before_training_and_recorded(tmp_path):
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "measuring auto settings (OPTIMAL_BATCH_SIZE, USE_FLASH_ATTENTION) on this machine" in result.output
-    optimizations = json.loads((tmp_path / "run" / "summary.json").read_text())["optimizations"]
-    assert optimizations["batch_size"]["value"] in (256, 512, 1024, 2048)
-    assert optimizations["batch_size"]["source"].startswith("auto: chose ")
-    assert optimizations["use_flash_attention"]["source"].startswith("auto: chose ")
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["batch_size"]["value"] in (256, 512, 1024, 2048)
+    assert summary["hyperparameters"]["batch_size"] == summary["batch_size"]["value"]
+    assert summary["batch_size"]["source"].startswith("auto: chose ")
+    assert summary["optimizations"]["use_flash_attention"]["source"].startswith("auto: chose ")
     again = runner.invoke(app, [*args[:-1], str(tmp_path / "run2")])
     assert again.exit_code == 0 and "measuring auto settings" not in again.output  # cached
 
@@ -317,7 +318,11 @@ def test_train_with_wandb_offline_logs_config_and_metrics(tmp_path, fake_wandb):
     assert result.exit_code == 0, result.output
     assert fake.init_kwargs["mode"] == "offline" and fake.init_kwargs["project"] == "cli-test"
     optimizations = fake.init_kwargs["config"]["optimizations"]
-    assert optimizations["torch_compile_requested"] is False and optimizations["sources"]["batch_size"] == "override"
+    assert (
+        optimizations["torch_compile_requested"] is False
+        and optimizations["sources"]["use_torch_compile"] == "override"
+    )
+    assert fake.init_kwargs["config"]["hyperparameters"]["batch_size"] == 16  # a hyperparameter, not an optimization
     assert sum("episode/score" in m for m in fake.logged) == 30
     assert any("train/loss" in m for m in fake.logged)
     assert "exploration_rate" in result.output and "loss" in result.output  # --verbose 1 prints SB3's metrics

@@ -1,6 +1,6 @@
 """``TrainConfig``: its checks, its fields' roles, the update schedule and the memory a run needs."""
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import pytest
 
@@ -20,6 +20,7 @@ from sb3_snake.training.config import (
     TrainConfig,
     check_memory,
     option,
+    option_fields,
 )
 from tests.conftest import tiny_config
 
@@ -47,6 +48,8 @@ from tests.conftest import tiny_config
         ({"seed": 2**64}, "seed must be from 0 to 4294967295"),
         ({"seed": -1}, "seed must be from 0 to 4294967295"),
         ({"exploration_final_eps": float("nan")}, "exploration_final_eps must be from 0 to 1"),
+        ({"batch_size": 0}, "batch_size must be a positive integer or auto, got 0"),
+        ({"batch_size": "big"}, "batch_size must be a positive integer or auto, got 'big'"),
     ],
 )
 def test_bad_config(changes, message):
@@ -56,10 +59,20 @@ def test_bad_config(changes, message):
 
 def test_update_schedule_meets_the_replay_ratio():
     config = TrainConfig(n_envs=16, replay_ratio=32)
-    assert config.update_schedule(512) == (1, 1)  # 512 samples per 16 env steps
-    assert config.update_schedule(4096) == (8, 1)
-    assert config.update_schedule(64) == (1, 8)
-    assert TrainConfig(n_envs=16, train_freq=3, gradient_steps=2).update_schedule(512) == (3, 2)
+    assert replace(config, batch_size=512).update_schedule() == (1, 1)  # 512 samples per 16 env steps
+    assert replace(config, batch_size=4096).update_schedule() == (8, 1)
+    assert replace(config, batch_size=64).update_schedule() == (1, 8)
+    assert TrainConfig(n_envs=16, train_freq=3, gradient_steps=2, batch_size=512).update_schedule() == (3, 2)
+
+
+def test_an_auto_batch_size_plans_for_the_largest_it_may_choose_and_schedules_nothing_until_resolved():
+    auto = TrainConfig(batch_size="auto", buffer_size=1_000)
+    assert auto.planned_batch_size == 512  # the largest candidate that fits the buffer
+    assert TrainConfig(batch_size="auto").planned_batch_size == 2048
+    with pytest.raises(UsageError, match="batch_size is auto: resolve it first"):
+        auto.dqn_kwargs()
+    with pytest.raises(UsageError, match="batch size 64 is larger than the replay buffer \\(32 transitions\\)"):
+        TrainConfig(batch_size=64, buffer_size=32).check_batch_size()
 
 
 @pytest.mark.parametrize(
@@ -83,15 +96,16 @@ def test_no_limit_means_the_default_episodes():
 def test_memory_needed_is_stated_up_front(changes, part):
     config = tiny_config(**changes)
     with pytest.raises(UsageError, match=rf"this run needs about [\d.]+ GiB \(.*{part}.*\) but 1.0 GiB are available"):
-        check_memory(config, 16, available=2**30)
-    check_memory(tiny_config(), 16, available=2**30)  # a small run fits
+        check_memory(config, available=2**30)
+    check_memory(tiny_config(), available=2**30)  # a small run fits
 
 
 def test_memory_estimate_grows_with_what_it_holds():
-    small, large = tiny_config().memory_estimate(16), tiny_config(buffer_size=20_000).memory_estimate(16)
+    small, large = tiny_config().memory_estimate(), tiny_config(buffer_size=20_000).memory_estimate()
     assert large["replay buffer"] == 10 * small["replay buffer"] and large["networks"] == small["networks"]
-    with_view, without = tiny_config().memory_estimate(16), tiny_config(head_view=False).memory_estimate(16)
+    with_view, without = tiny_config().memory_estimate(), tiny_config(head_view=False).memory_estimate()
     assert with_view["networks"] > without["networks"]
+    assert tiny_config(batch_size=64).memory_estimate()["one batch"] == 4 * small["one batch"]
 
 
 @pytest.mark.parametrize(
@@ -100,7 +114,8 @@ def test_memory_estimate_grows_with_what_it_holds():
 )
 def test_early_replay_ratio_is_a_fraction_of_the_scheduled_updates(changes, batch_size, fraction):
     """The early ratio over the ratio the update schedule really gives (16 games)."""
-    kwargs = TrainConfig(**changes).dqn_kwargs(batch_size)
+    kwargs = TrainConfig(**changes, batch_size=batch_size).dqn_kwargs()
+    assert kwargs["batch_size"] == batch_size
     assert kwargs["early_update_fraction"] == pytest.approx(fraction)
     assert kwargs["early_steps"] == TrainConfig.early_steps
 
@@ -110,7 +125,8 @@ def test_early_replay_ratio_is_a_fraction_of_the_scheduled_updates(changes, batc
 
 def test_every_field_declares_its_role_and_the_sorts_follow_from_it():
     """The groupings that once were written out by hand, now read from each field's role."""
-    roles = {f.name: f.metadata["role"] for f in fields(TrainConfig)}
+    roles = {f.name: f.metadata["role"] for f in option_fields()}
+    assert [f.name for f in fields(TrainConfig)] == [*roles, "sources"]
     assert all(isinstance(role, Role) for role in roles.values())
     panels = {group: [name for name, role in roles.items() if role.group == group] for group in (RUN, ENVIRONMENT, DQN)}
     assert panels[ENVIRONMENT] == ["n_envs", "board_size", "seed", "device", "countdown"]
@@ -125,6 +141,7 @@ def test_every_field_declares_its_role_and_the_sorts_follow_from_it():
         "learning_rate",
         "buffer_size",
         "learning_starts",
+        "batch_size",
         "gamma",
         "target_update_interval",
         "exploration_initial_eps",
@@ -168,3 +185,16 @@ def test_an_option_may_name_its_env_key_and_flag():
     (declared,) = fields(Declared)
     assert declared.default == 512
     assert (declared.metadata["env"], declared.metadata["flag"]) == ("OPTIMAL_BATCH_SIZE", "--batch")
+
+
+def test_the_batch_size_is_a_learning_value_that_env_may_set_declared_once():
+    """``OPTIMAL_BATCH_SIZE`` and ``--batch-size`` set one TrainConfig field, a hyperparameter the
+    model saves, whose default is SnakeDQN's own."""
+    from sb3_snake.acceleration.settings import BATCH_SIZE_KEY, OptimizationSettings
+    from sb3_snake.dqn.snake_dqn import DEFAULT_BATCH_SIZE
+
+    (declared,) = [f for f in option_fields() if f.metadata["env"]]
+    assert (declared.name, declared.metadata["env"], declared.default) == ("batch_size", BATCH_SIZE_KEY, 128)
+    assert DEFAULT_BATCH_SIZE == 128 and "batch_size" in HYPERPARAMETER_FIELDS and "batch_size" in MODEL_FIELDS
+    assert declared.metadata["values"].parse("AUTO") == "auto" and declared.metadata["role"].group == DQN
+    assert "batch_size" not in OptimizationSettings.__dataclass_fields__

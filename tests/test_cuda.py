@@ -121,12 +121,10 @@ def test_compiled_training_on_the_gpu_follows_eager(mode):
 
 def test_auto_measures_this_gpu_and_caches_what_it_chose(tmp_path, monkeypatch):
     monkeypatch.setenv("SB3_SNAKE_CACHE_DIR", str(tmp_path))
-    asked = OptimizationSettings(
-        use_bf16="auto", use_flash_attention="auto", use_torch_compile=False, batch_size="auto", num_threads=1
-    )
-    resolved = resolve_auto(asked, "cuda", SMALL_POLICY, 6)
-    assert resolved.auto_fields == ()
-    for field in ("use_bf16", "use_flash_attention", "batch_size"):
+    asked = OptimizationSettings(use_bf16="auto", use_flash_attention="auto", use_torch_compile=False, num_threads=1)
+    resolved, _, batch_source = resolve_auto(asked, "auto", "cuda", SMALL_POLICY, 6)
+    assert resolved.auto_fields == () and batch_source.startswith("auto: chose ")
+    for field in ("use_bf16", "use_flash_attention"):
         assert resolved.source(field).startswith("auto: chose "), resolved.source(field)
     (cached,) = tmp_path.glob("*.json")
     assert torch.cuda.get_device_name() in cached.read_text()

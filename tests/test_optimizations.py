@@ -250,10 +250,15 @@ def test_save_then_load_gives_identical_greedy_actions(tmp_path, settings):
     assert loaded.active_optimizations == model.active_optimizations
 
 
-def test_batch_size_comes_from_settings_unless_given():
+def test_batch_size_is_the_shared_default_unless_given():
+    """A learning value, not a setting: SnakeDQN's default is sb3-snake train's (TrainConfig's)."""
+    from sb3_snake.dqn.snake_dqn import DEFAULT_BATCH_SIZE
+    from sb3_snake.training.config import TrainConfig
+
     env = BatchedSnakeVecEnv(2, board_size=5, seed=0)
-    settings = OptimizationSettings(batch_size=77, use_torch_compile=False, num_threads=1)
-    assert SnakeDQN("AttentionPolicy", env, optimizations=settings, policy_kwargs=SMALL_POLICY).batch_size == 77
+    settings = OptimizationSettings(use_torch_compile=False, num_threads=1)
+    built = SnakeDQN("AttentionPolicy", env, optimizations=settings, policy_kwargs=SMALL_POLICY)
+    assert built.batch_size == DEFAULT_BATCH_SIZE == TrainConfig().batch_size == 128
     assert (
         SnakeDQN("AttentionPolicy", env, optimizations=settings, batch_size=5, policy_kwargs=SMALL_POLICY).batch_size
         == 5
@@ -375,7 +380,8 @@ def test_requested_but_inactive_is_logged(caplog, monkeypatch):
 def test_as_dict_reports_requested_and_active():
     report = make_model(use_flash_attention=True).active_optimizations.as_dict()
     assert report["flash_attention_requested"] is True and report["flash_attention_active"] is True
-    assert report["torch_compile_requested"] is False and report["sources"]["batch_size"] == "default"
+    assert report["torch_compile_requested"] is False and report["sources"]["use_bf16"] == "default"
+    assert "batch_size" not in report and "batch_size" not in report["sources"]  # a learning value: hyperparameters
 
 
 def test_a_named_sdpa_backend_restricts_attention_to_that_kernel():
@@ -403,10 +409,10 @@ def test_a_backend_that_cannot_run_falls_back_with_its_reason():
 
 def test_unresolved_auto_takes_the_unmeasured_values_with_a_warning(caplog):
     with caplog.at_level("WARNING"):
-        model = make_model(use_torch_compile="auto", batch_size="auto")
-    assert "OPTIMAL_BATCH_SIZE, USE_TORCH_COMPILE: auto, but not measured" in caplog.text
+        model = make_model(use_torch_compile="auto", use_bf16="auto")
+    assert "USE_TORCH_COMPILE, USE_BF16: auto, but not measured" in caplog.text
     settings = model.active_optimizations.settings
-    assert settings.use_torch_compile is False and settings.batch_size == 128
+    assert settings.use_torch_compile is False and settings.use_bf16 is False
     assert "not measured" in settings.source("use_torch_compile")
 
 

@@ -25,7 +25,7 @@ from sb3_snake.persistence import (
 from sb3_snake.training.evaluation import evaluate
 from tests.conftest import rewrite_metadata, small_dqn
 
-FAST = OptimizationSettings(batch_size=16, use_torch_compile=False, use_bf16=False, num_threads=1)
+FAST = OptimizationSettings(use_torch_compile=False, use_bf16=False, num_threads=1)
 
 
 def greedy(model, observations):

@@ -92,8 +92,7 @@ def test_every_flag_in_the_report_is_an_option_of_train():
 def test_summary_lines_cover_every_setting():
     active = ActiveOptimizations.decide(OptimizationSettings(num_threads=1), "cpu")
     lines = summary_lines(active, {"envs": 64})
-    assert [line.split(":")[0] for line in lines] == [
-        "batch size",
+    assert [line.split(":")[0] for line in lines] == [  # the batch size is a learning value: the run's extra line
         "torch.compile",
         "FlashAttention",
         "SDPA backend",
@@ -118,9 +117,28 @@ def test_auto_settings_show_the_cached_measurement_or_say_they_were_not_measured
     assert before["auto"]["cache_dir"] == str(tmp_path)
     machine = Machine("cpu", False, "", ("flash", "auto"))
     rates = {"flash": 100.0, "auto": 200.0}
-    resolve_auto(settings, "cpu", SMALL_POLICY, 5, measure=lambda c: rates[c.sdpa_backend], machine=machine)
+    resolve_auto(settings, 128, "cpu", SMALL_POLICY, 5, measure=lambda c: rates[c.sdpa_backend], machine=machine)
     after = capability_report(settings, "cpu", policy=policy)
     text = format_capability_report(after)
     assert f"auto settings (measured once per machine and policy; cache {tmp_path})" in text
     assert "USE_FLASH_ATTENTION: auto: chose PyTorch's choice without flash, measured 200 vs 100 samples/s" in text
     assert after["active"]["flash_attention_active"] is False
+
+
+def test_the_report_shows_the_batch_size_with_its_source_and_what_auto_would_choose(tmp_path, monkeypatch):
+    monkeypatch.setenv("SB3_SNAKE_CACHE_DIR", str(tmp_path))
+    settings = OptimizationSettings(use_bf16=False, use_flash_attention=False, num_threads=1)
+    report = capability_report(settings, "cpu", batch_size=(512, ".env"))
+    assert report["settings"]["batch_size"] == {
+        "value": 512,
+        "source": ".env",
+        "key": "OPTIMAL_BATCH_SIZE",
+        "cli": "--batch-size",
+    }
+    assert "batch size:       512 (from .env)" in report["summary"]
+    text = format_capability_report(report)
+    assert "  OPTIMAL_BATCH_SIZE   512      from .env" in text
+    auto = capability_report(settings, "cpu", policy=({}, 5, False), batch_size=("auto", ".env"))
+    assert "not measured on this machine yet" in auto["auto"]["settings"]["batch_size"]
+    assert any(line.startswith("batch size:       128 (from auto, not measured") for line in auto["summary"])
+    assert "OPTIMAL_BATCH_SIZE: auto, not measured" in format_capability_report(auto)

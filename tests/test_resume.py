@@ -4,7 +4,6 @@ from dataclasses import replace
 
 import pytest
 
-from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.common.errors import UsageError
 from sb3_snake.persistence import load_model, read_metadata
 from sb3_snake.training.config import TrainConfig
@@ -45,8 +44,8 @@ def test_resume_applies_the_given_hyperparameters(tmp_path):
     """What --resume is given is what the model trains with, read back from the saved model."""
     train(tiny_config(episodes=4, learning_rate=5e-4, gamma=0.99), FAST, tmp_path / "a")
     config = resume_config(tmp_path / "a" / "model.zip", episodes=3, learning_rate=0.01, gamma=0.5, double_dqn=True)
-    overridden = replace(FAST, batch_size=8, sources={**FAST.sources, "batch_size": "override"})
-    summary = train(config, overridden, tmp_path / "b", resume=tmp_path / "a" / "model.zip")
+    overridden = replace(config, batch_size=8, sources={"batch_size": "override"})
+    summary = train(overridden, FAST, tmp_path / "b", resume=tmp_path / "a" / "model.zip")
     model = load_model(tmp_path / "b" / "model.zip", FAST)
     assert (model.learning_rate, model.gamma, model.batch_size, model.double_dqn) == (0.01, 0.5, 8, True)
     assert model.policy.optimizer.param_groups[0]["lr"] == pytest.approx(0.01)
@@ -57,7 +56,9 @@ def test_resume_applies_the_given_hyperparameters(tmp_path):
         8,
         True,
     )
-    assert (trained["train_freq"], trained["gradient_steps"]) == config.update_schedule(8) == (1, 16)  # ratio 32 kept
+    assert (
+        (trained["train_freq"], trained["gradient_steps"]) == overridden.update_schedule() == (1, 16)
+    )  # ratio 32 kept
 
 
 def test_resume_keeps_the_early_replay_ratio(tmp_path):
@@ -113,12 +114,13 @@ def test_the_number_of_transformer_blocks_is_built_and_kept_on_resume(tmp_path):
 
 
 def test_resume_keeps_the_model_batch_size_unless_overridden(tmp_path):
+    """(The environment and .env do not change it either: test_options.)"""
     train(tiny_config(episodes=4), FAST, tmp_path / "a")
-    from_env_file = OptimizationSettings(batch_size=64, use_torch_compile=False, use_bf16=False, num_threads=1)
     config = resume_config(tmp_path / "a" / "model.zip", episodes=2)
-    summary = train(config, from_env_file, tmp_path / "b", resume=tmp_path / "a" / "model.zip")
+    assert config.batch_size == 16
+    summary = train(config, FAST, tmp_path / "b", resume=tmp_path / "a" / "model.zip")
     assert summary["hyperparameters"]["batch_size"] == 16
-    assert summary["optimizations"]["batch_size"] == {"value": 16, "source": "resumed model"}
+    assert resume_config(tmp_path / "a" / "model.zip", batch_size=64).batch_size == 64
 
 
 def test_resume_with_other_games_keeps_the_replay_buffer(tmp_path):

@@ -7,8 +7,11 @@ from pathlib import Path
 import pytest
 
 from sb3_snake.acceleration.setting_values import max_threads
-from sb3_snake.acceleration.settings import SETTINGS, OptimizationSettings, SettingsError, configuration_table
+from sb3_snake.acceleration.settings import ENV_KEYS as READ_KEYS
+from sb3_snake.acceleration.settings import SETTINGS, OptimizationSettings, SettingsError
 from sb3_snake.common.errors import UsageError
+from sb3_snake.training.config import TrainConfig
+from sb3_snake.training.options import configuration_table, load_config
 
 ENV_KEYS = (
     "OPTIMAL_BATCH_SIZE",
@@ -49,7 +52,6 @@ def test_env_file_values_and_spellings(tmp_path):
     )
     settings = OptimizationSettings.load(path)
     assert settings.as_dict() == {
-        "batch_size": 1024,
         "use_torch_compile": True,
         "use_flash_attention": False,
         "use_bf16": False,
@@ -58,7 +60,8 @@ def test_env_file_values_and_spellings(tmp_path):
         "sdpa_backend": "auto",
         "use_cuda_graph": False,
     }
-    assert settings.source("batch_size") == ".env"
+    config = load_config(path)  # the batch size is a learning value: TrainConfig reads it from the same file
+    assert (config.batch_size, config.source("batch_size")) == (1024, ".env")
 
 
 def test_dotenv_in_working_directory_is_found(tmp_path):
@@ -71,11 +74,26 @@ def test_precedence_override_then_environment_then_file_then_default(tmp_path, m
     path = write_env(tmp_path, "OPTIMAL_BATCH_SIZE=512\nUSE_BF16=true\nUSE_TORCH_COMPILE=true\n")
     monkeypatch.setenv("OPTIMAL_BATCH_SIZE", "2048")
     monkeypatch.setenv("USE_BF16", "false")
-    settings = OptimizationSettings.load(path, batch_size=64, use_torch_compile=None)
-    assert (settings.batch_size, settings.source("batch_size")) == (64, "override")
+    settings = OptimizationSettings.load(path, use_torch_compile=None)
     assert (settings.use_bf16, settings.source("use_bf16")) == (False, "environment")
     assert (settings.use_torch_compile, settings.source("use_torch_compile")) == (True, ".env")
     assert (settings.compile_mode, settings.source("compile_mode")) == ("default", "default")
+
+
+def test_the_batch_size_flag_then_environment_then_env_file_then_default(tmp_path, monkeypatch):
+    """OPTIMAL_BATCH_SIZE keeps the precedence it had as a setting, now as TrainConfig's field."""
+    path = write_env(tmp_path, "OPTIMAL_BATCH_SIZE=512\n")
+    monkeypatch.setenv("OPTIMAL_BATCH_SIZE", "2048")
+    flag = load_config(path, batch_size=64)
+    assert (flag.batch_size, flag.source("batch_size")) == (64, "override")
+    environment = load_config(path, batch_size=None)  # a flag left out falls through
+    assert (environment.batch_size, environment.source("batch_size")) == (2048, "environment")
+    monkeypatch.delenv("OPTIMAL_BATCH_SIZE")
+    assert (load_config(path).batch_size, load_config(path).source("batch_size")) == (512, ".env")
+    assert (load_config().batch_size, load_config().source("batch_size")) == (128, "default")
+    assert load_config(write_env(tmp_path, "OPTIMAL_BATCH_SIZE=AUTO\n")).batch_size == "auto"
+    with pytest.raises(SettingsError, match=r"OPTIMAL_BATCH_SIZE='big' in .*custom.env: expected a positive integer"):
+        load_config(write_env(tmp_path, "OPTIMAL_BATCH_SIZE=big\n"))
 
 
 @pytest.mark.parametrize(
@@ -116,7 +134,7 @@ def test_missing_explicit_env_file(tmp_path):
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"batch_size": 0}, "batch_size=0"),
+        ({"batch_size": 512}, "unknown setting 'batch_size'"),  # a learning value now: TrainConfig's
         ({"use_bf16": "yes"}, "use_bf16='yes': expected True, False or 'auto'"),
         ({"compile_mode": "fast"}, "compile_mode='fast'"),
         ({"num_threads": -1}, "num_threads=-1: expected auto or an integer from 1"),
@@ -172,9 +190,10 @@ def test_auto_is_accepted_where_a_measurement_can_decide(tmp_path):
         tmp_path, "OPTIMAL_BATCH_SIZE=auto\nUSE_TORCH_COMPILE=AUTO\nUSE_FLASH_ATTENTION=auto\nUSE_BF16=auto\n"
     )
     settings = OptimizationSettings.load(path)
-    assert settings.auto_fields == ("batch_size", "use_torch_compile", "use_flash_attention", "use_bf16")
-    flagged = OptimizationSettings.load(path, use_bf16=False, batch_size=256)  # flags win over auto
+    assert settings.auto_fields == ("use_torch_compile", "use_flash_attention", "use_bf16")
+    flagged = OptimizationSettings.load(path, use_bf16=False, use_flash_attention=None)  # flags win over auto
     assert flagged.auto_fields == ("use_torch_compile", "use_flash_attention")
+    assert load_config(path).batch_size == "auto"
     assert flagged.source("use_bf16") == "override"
     for text, key in (("TORCH_COMPILE_MODE=auto", "TORCH_COMPILE_MODE"), ("USE_BF16=maybe", "USE_BF16")):
         with pytest.raises(SettingsError, match=key):
@@ -182,9 +201,9 @@ def test_auto_is_accepted_where_a_measurement_can_decide(tmp_path):
 
 
 def test_without_auto_takes_the_unmeasured_values_and_says_so():
-    settings = OptimizationSettings(use_flash_attention=True, use_torch_compile="auto", batch_size="auto")
+    settings = OptimizationSettings(use_flash_attention=True, use_torch_compile="auto")
     fallback = settings.without_auto()
-    assert (fallback.use_bf16, fallback.use_torch_compile, fallback.batch_size) == (False, False, 128)
+    assert (fallback.use_bf16, fallback.use_torch_compile) == (False, False)
     assert fallback.auto_fields == () and "not measured" in fallback.source("use_bf16")
     assert fallback.use_flash_attention is True and fallback.source("use_flash_attention") == "default"
 
@@ -210,12 +229,14 @@ def test_the_committed_env_file_states_the_built_in_defaults(monkeypatch, tmp_pa
     committed = OptimizationSettings.load(committed_env_file(tmp_path))
     assert committed.as_dict() == OptimizationSettings().as_dict()
     assert all(committed.source(name) == ".env" for name in committed.as_dict())
+    config = load_config(committed_env_file(tmp_path))
+    assert (config.batch_size, config.source("batch_size")) == (TrainConfig().batch_size, ".env")
 
 
 def test_unmeasured_settings_measure_and_compile_nothing():
     settings = OptimizationSettings.unmeasured()
     assert settings.auto_fields == () and settings.use_torch_compile is False
-    assert (settings.use_bf16, settings.use_flash_attention, settings.batch_size) == (False, False, 128)
+    assert (settings.use_bf16, settings.use_flash_attention) == (False, False)
     assert "not measured" in settings.source("use_bf16") and settings.source("num_threads") == "default"
 
 
@@ -241,7 +262,7 @@ def test_a_default_flash_switch_follows_the_named_backend(tmp_path):
 
     settings = OptimizationSettings.load(write_env(tmp_path, "SDPA_BACKEND=math\nUSE_BF16=false\n"))
     assert settings.use_flash_attention == "auto"  # the default: no contradiction
-    resolved = resolve_auto(settings, "cpu", {}, 6, allow_measure=False)
+    resolved = resolve_auto(settings, 128, "cpu", {}, 6, allow_measure=False).settings
     assert resolved.use_flash_attention is False and resolved.sdpa_backend == "math"
     agree = OptimizationSettings.load(write_env(tmp_path, "USE_FLASH_ATTENTION=true\nSDPA_BACKEND=flash\n"))
     assert agree.use_flash_attention is True and agree.sdpa_backend == "flash"
@@ -252,13 +273,14 @@ def test_a_default_flash_switch_follows_the_named_backend(tmp_path):
 def test_a_settings_error_is_a_usage_error():
     """The command line turns exactly UsageErrors into one line and exit 2."""
     with pytest.raises(UsageError):
-        OptimizationSettings(batch_size=0)
+        OptimizationSettings(use_bf16="yes")
 
 
 def test_every_field_is_declared_once_with_key_flag_values_and_help():
     names = [name for name in OptimizationSettings.__dataclass_fields__ if name != "sources"]
     assert list(SETTINGS) == names
-    assert sorted(OptimizationSettings.env_key(name) for name in names) == sorted(ENV_KEYS)
+    assert sorted(OptimizationSettings.env_key(name) for name in names) == sorted(ENV_KEYS[1:])
+    assert list(READ_KEYS) == ["OPTIMAL_BATCH_SIZE", *(OptimizationSettings.env_key(name) for name in names)]
     for name in names:
         declared = SETTINGS[name]
         assert declared.flag.startswith("--") and declared.help and declared.values.words
@@ -273,9 +295,9 @@ def test_the_compile_help_says_what_is_compiled_on_each_device():
     assert "on a CPU the whole gradient step" in help and "on CUDA the two Q-networks" in help
 
 
-def test_the_configuration_table_has_a_row_per_setting():
+def test_the_configuration_table_has_a_row_per_key_of_env():
     rows = configuration_table().splitlines()
-    assert rows[0] == "| key | flag | values | default | meaning |" and len(rows) == 2 + len(SETTINGS)
+    assert rows[0] == "| key | flag | values | default | meaning |" and len(rows) == 2 + 1 + len(SETTINGS)
     assert rows[2].startswith("| `OPTIMAL_BATCH_SIZE` | `--batch-size` | integer > 0, or auto | 128 | Replay")
     assert (
         "| `USE_CUDA_GRAPH` | `--cuda-graph/--no-cuda-graph` | true/false (or 1/0, yes/no, on/off) | true |"
@@ -285,7 +307,7 @@ def test_the_configuration_table_has_a_row_per_setting():
 
 def test_readme_configuration_table_is_the_declared_one():
     """README's table of .env keys is :func:`configuration_table`'s output, pasted: regenerate it
-    with ``python -c "from sb3_snake.acceleration.settings import configuration_table as t; print(t())"``."""
+    with ``python -c "from sb3_snake.training.options import configuration_table as t; print(t())"``."""
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text().splitlines()
     section = readme[readme.index("## Configuration") + 1 :]
     start = next(index for index, line in enumerate(section) if line.startswith("| key |"))

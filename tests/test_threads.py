@@ -142,7 +142,7 @@ class FakeClock:
 
 def callback_on_a_model(learning_starts: int):
     """An AdaptiveThreads choosing between 3 and 1, on a clock that moves 0.5 s a call, started on a model."""
-    model = small_dqn(OptimizationSettings(batch_size=16, use_torch_compile=False, use_bf16=False, num_threads=1))
+    model = small_dqn(OptimizationSettings(use_torch_compile=False, use_bf16=False, num_threads=1))
     model.learning_starts = learning_starts
     lines = []
     callback = AdaptiveThreads((3, 1), notify=lines.append, clock=FakeClock(0.5), window=1.0, hold=100.0)
@@ -189,9 +189,9 @@ def test_a_run_with_auto_threads_records_what_it_measured(tmp_path, monkeypatch)
     monkeypatch.setattr("sb3_snake.common.system.cpu_cores", lambda: 2)
     before = torch.get_num_threads()
     config = TrainConfig(
-        episodes=30, n_envs=4, board_size=5, seed=1, learning_starts=16, buffer_size=2_000, device="cpu"
+        episodes=30, n_envs=4, board_size=5, seed=1, learning_starts=16, buffer_size=2_000, batch_size=16, device="cpu"
     )
-    settings = OptimizationSettings(batch_size=16, use_torch_compile=False, use_bf16=False, use_flash_attention=False)
+    settings = OptimizationSettings(use_torch_compile=False, use_bf16=False, use_flash_attention=False)
     summary = train(config, settings, tmp_path / "run", console=Console(file=io.StringIO()))
     assert summary["active"]["adaptive_threads"] == [2, 1]
     assert summary["threads"]["counts"] == [2, 1] and summary["threads"]["probes"]

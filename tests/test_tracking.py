@@ -9,12 +9,12 @@ from sb3_snake.training.config import TrainConfig, WandbOptions
 from sb3_snake.training.run import train
 from sb3_snake.training.tracking import INIT_TIMEOUT_SECONDS, WandbRun, resolve_mode
 
-FAST = OptimizationSettings(batch_size=16, use_torch_compile=False, use_bf16=False, num_threads=1)
+FAST = OptimizationSettings(use_torch_compile=False, use_bf16=False, num_threads=1)
 
 
 def tiny_config(**changes):
     values = {"episodes": 12, "n_envs": 4, "board_size": 5, "seed": 1, "learning_starts": 16, "buffer_size": 2_000}
-    return TrainConfig(**{**values, "device": "cpu", **changes})
+    return TrainConfig(**{**values, "batch_size": 16, "device": "cpu", **changes})
 
 
 def test_wandb_gets_config_episodes_and_training_metrics(tmp_path, fake_wandb):

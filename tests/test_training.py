@@ -31,7 +31,8 @@ def test_run_stops_at_exactly_the_episode_budget(tmp_path):
     episodes = json.loads((tmp_path / "episodes.json").read_text())
     assert len(episodes["scores"]) == 12 and summary["best_score"] == max(episodes["scores"])
     assert summary["env_steps"] >= sum(episodes["lengths"]) / 4
-    assert summary["optimizations"]["batch_size"] == {"value": 16, "source": "default"}
+    assert summary["batch_size"] == {"value": 16, "source": "default"}  # a learning value, not an optimization
+    assert "batch_size" not in summary["optimizations"] and "sources" not in summary["hyperparameters"]
     assert summary["active"]["torch_compile_active"] is False
 
 
@@ -86,7 +87,7 @@ def test_time_limit_stops_first(tmp_path):
 
 def test_a_batch_larger_than_the_buffer_is_refused_before_training(tmp_path):
     with pytest.raises(ValueError, match="batch size 4096 is larger than the replay buffer .2000 transitions."):
-        train(tiny_config(), replace(FAST, batch_size=4096), tmp_path / "run")
+        train(tiny_config(batch_size=4096), FAST, tmp_path / "run")
     assert not (tmp_path / "run").exists()
 
 
@@ -153,7 +154,7 @@ def test_summary_is_built_from_the_model_without_training():
     )
     assert summary["env_steps_per_second"] == 30.0 and summary["stopped_by"] == "episodes"
     assert summary["hyperparameters"]["learning_rate"] == 0.002 and summary["hyperparameters"]["batch_size"] == 16
-    assert summary["optimizations"]["batch_size"] == {"value": 16, "source": "default"}
+    assert summary["batch_size"] == {"value": 16, "source": "default"}
     assert summary["active"]["torch_compile_active"] is False and summary["best_model"] is None
     json.dumps(summary)  # JSON-ready
 
@@ -179,11 +180,41 @@ class RandomPolicy:
 
 @pytest.mark.slow
 def test_training_beats_a_random_policy_by_a_clear_margin(tmp_path):
-    settings = OptimizationSettings(batch_size=256, use_torch_compile=False, use_bf16=False, num_threads=1)
+    settings = OptimizationSettings(use_torch_compile=False, use_bf16=False, num_threads=1)
     config = TrainConfig(
         episodes=None, timesteps=15_000, n_envs=16, board_size=6, seed=0, exploration_steps=8_000, device="cpu"
     )
+    config = replace(config, batch_size=256)
     train(config, settings, tmp_path)
     trained = evaluate(load_model(tmp_path / "model.zip", settings), episodes=100)
     random = evaluate(RandomPolicy(BatchedSnakeVecEnv(1, board_size=6).observation_space), episodes=100)
     assert trained["mean_score"] >= random["mean_score"] + 0.5, (trained, random)
+
+
+def test_an_auto_batch_size_is_resolved_into_the_config_with_how_it_was_chosen(tmp_path, monkeypatch):
+    """auto is measured (here: read from a cache the search wrote) and the run trains with the
+    size chosen, its source the evidence; the config's batch size is a size from then on."""
+    from sb3_snake.acceleration.autotune import Machine, resolve_auto
+    from sb3_snake.training.run import resolve_settings
+
+    monkeypatch.setenv("SB3_SNAKE_CACHE_DIR", str(tmp_path / "cache"))
+    config = tiny_config(batch_size="auto", buffer_size=600)  # candidates that fit: 256, 512
+    fixed = replace(FAST, use_flash_attention=False)  # the batch size alone is auto
+    rates = {256: 1000.0, 512: 1050.0}
+    resolve_auto(
+        fixed,
+        "auto",
+        "cpu",
+        config.policy_kwargs(),
+        config.board_size,
+        max_batch_size=config.buffer_size,
+        measure=lambda candidate: rates[candidate.batch_size],
+        machine=Machine("cpu", False, "", ("auto",)),
+    )
+    resolved, settings = resolve_settings(config, fixed)
+    assert settings == fixed and resolved.batch_size == 256  # the smallest within 90% of the fastest
+    assert resolved.source("batch_size").startswith("auto: chose 256, measured 256: 1,000, 512: 1,050 samples/s")
+    assert replace(resolved, sources={}) == replace(config, batch_size=256)
+    summary = train(config, fixed, tmp_path / "run")
+    assert summary["hyperparameters"]["batch_size"] == 256 and summary["batch_size"]["value"] == 256
+    assert summary["batch_size"]["source"] == resolved.source("batch_size")

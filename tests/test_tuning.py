@@ -21,7 +21,7 @@ from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.cli import app
 from sb3_snake.common.errors import UsageError
 from sb3_snake.training.config import TrainConfig
-from sb3_snake.training.hyperparameters import split_hyperparameters
+from sb3_snake.training.hyperparameters import check_hyperparameters
 from sb3_snake.training.tuning import (
     TUNE_SEED_OFFSET,
     TuneConfig,
@@ -62,8 +62,8 @@ def test_search_space_covers_the_documented_hyperparameters_and_fits_train():
         | {"food_shaping": 0.5, "countdown": True, "num_layers": 0}
     )
     values = sample_hyperparameters(trial)
-    config_values, settings_values = split_hyperparameters(values)
-    assert settings_values == {"batch_size": 256}
+    config_values = check_hyperparameters(values)
+    assert config_values["batch_size"] == 256  # a learning value like the others, no longer a setting
     TrainConfig(**config_values)  # every drawn value is a valid config value
     assert set(values) >= {"learning_rate", "gamma", "replay_ratio", "target_update_interval", "exploration_steps"}
     assert {"exploration_final_eps", "n_steps", "double_dqn", "dueling", "symmetry_augmentation"} <= set(values)
@@ -239,9 +239,9 @@ def test_yaml_hyperparameters_as_rl_zoo_writes_them(tmp_path):
 
 def test_hyperparameter_values_take_their_fields_types():
     """A whole float is a whole number (1e5 as JSON may write it), an int is a number, null where allowed."""
-    from sb3_snake.training.hyperparameters import split_hyperparameters
+    from sb3_snake.training.hyperparameters import check_hyperparameters
 
-    config_values, _ = split_hyperparameters(
+    config_values = check_hyperparameters(
         {"buffer_size": 1e5, "learning_rate": 1, "train_freq": None, "double_dqn": True}
     )
     assert config_values == {"buffer_size": 100_000, "learning_rate": 1, "train_freq": None, "double_dqn": True}

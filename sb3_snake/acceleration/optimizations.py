@@ -326,7 +326,6 @@ class ActiveOptimizations:
         """Requested and active state of every optimization, for summaries and W&B."""
         return {
             "device": self.device,
-            "batch_size": self.settings.batch_size,
             "compile_mode": self.settings.compile_mode,
             "num_threads": self.num_threads,
             "adaptive_threads": list(self.adaptive_threads),
@@ -370,7 +369,7 @@ def apply_optimizations(model: DQN, settings: OptimizationSettings) -> ActiveOpt
     if settings.auto_fields:
         logger.warning(
             "%s: auto, but not measured for this model, so the values that run everywhere are used "
-            "(fp32, PyTorch's attention kernel, no compile, batch 128); "
+            "(fp32, PyTorch's attention kernel, no compile); "
             "sb3_snake.acceleration.autotune.resolve_auto measures them, as sb3-snake train does",
             ", ".join(OptimizationSettings.env_key(name) for name in settings.auto_fields),
         )

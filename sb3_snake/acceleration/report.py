@@ -15,9 +15,13 @@ import torch
 
 from sb3_snake.acceleration.autotune import cache_dir, resolve_auto
 from sb3_snake.acceleration.optimizations import ActiveOptimizations, probe_bf16, probe_compile, probe_flash
-from sb3_snake.acceleration.settings import OptimizationSettings
+from sb3_snake.acceleration.settings import AUTO, BATCH_SIZE_KEY, OptimizationSettings
 from sb3_snake.common import system
+from sb3_snake.dqn.snake_dqn import DEFAULT_BATCH_SIZE
 from sb3_snake.dqn.update.compile import CompileState, decide_compiled_update
+
+#: The batch size's flag (``sb3-snake train``'s, from TrainConfig's field).
+BATCH_SIZE_FLAG = "--batch-size"
 
 
 def capability_report(
@@ -27,6 +31,7 @@ def capability_report(
     policy: tuple[dict[str, Any], int, bool] | None = None,
     measure_auto: bool = False,
     compile_after: int = 0,
+    batch_size: tuple[int | str, str] = (DEFAULT_BATCH_SIZE, "default"),
 ) -> dict[str, Any]:
     """What the machine supports and what will be active with ``settings`` on ``device``.
 
@@ -36,6 +41,8 @@ def capability_report(
         values stand in and the report says so.
     :param compile_after: gradient steps trained eagerly before compiling, as the run will
         (``sb3-snake train``'s ``--compile-after``), so an active compile says when it starts.
+    :param batch_size: the run's batch size (a size, or ``auto``) and where it came from, as
+        :func:`sb3_snake.training.options.load_config` reads it; reported beside the settings.
     """
     target = system.resolve_device(device)
     bf16_native = system.native_bf16(target)
@@ -49,12 +56,16 @@ def capability_report(
         compile_error = system.compile_unavailable_reason()
         compile_ok = not compile_error
         compile_note = compile_error or "torch.compile is present (not probed; --probe-compile runs it)"
-    resolved = settings
+    batch, batch_source = batch_size
+    resolved, chosen_batch, chosen_source = settings, batch, batch_source
     if policy is not None:
         policy_kwargs, board_size, countdown = policy
-        resolved = resolve_auto(
-            settings, target, policy_kwargs, board_size, countdown=countdown, allow_measure=measure_auto
+        resolved, chosen_batch, auto_source = resolve_auto(
+            settings, batch, target, policy_kwargs, board_size, countdown=countdown, allow_measure=measure_auto
         )
+        chosen_source = auto_source or batch_source
+    elif batch == AUTO:
+        chosen_batch, chosen_source = DEFAULT_BATCH_SIZE, "auto, not measured: the value that runs everywhere"
     active = ActiveOptimizations.decide(resolved, target)
     # What a model trained with these settings would compile, and when, in its own words;
     # sb3-snake train's models (Adam, board observations) are ones the whole update compiles for.
@@ -76,20 +87,26 @@ def capability_report(
             "torch_compile": {"available": compile_ok, "note": compile_note},
         },
         "settings": {
-            name: {
-                "value": value,
-                "source": settings.source(name),
-                "key": settings.env_key(name),
-                "cli": settings.flag(name),
-            }
-            for name, value in settings.as_dict().items()
+            "batch_size": {"value": batch, "source": batch_source, "key": BATCH_SIZE_KEY, "cli": BATCH_SIZE_FLAG},
+            **{
+                name: {
+                    "value": value,
+                    "source": settings.source(name),
+                    "key": settings.env_key(name),
+                    "cli": settings.flag(name),
+                }
+                for name, value in settings.as_dict().items()
+            },
         },
         "auto": {
             "cache_dir": str(cache_dir()),
-            "settings": {name: active.settings.source(name) for name in settings.auto_fields},
+            "settings": {
+                **({"batch_size": chosen_source} if batch == AUTO else {}),
+                **{name: active.settings.source(name) for name in settings.auto_fields},
+            },
         },
         "active": active.as_dict(),
-        "summary": summary_lines(active),
+        "summary": summary_lines(active, {"batch size": f"{chosen_batch} (from {chosen_source})"}),
     }
 
 
@@ -98,7 +115,6 @@ def summary_lines(active: ActiveOptimizations, extra: dict[str, Any] | None = No
     settings = active.settings
     source = settings.source
     lines = [
-        f"batch size:       {settings.batch_size} (from {source('batch_size')})",
         f"torch.compile:    {active.compile.describe()} (from {source('use_torch_compile')})",
         f"FlashAttention:   {active.flash.describe()} (from {source('use_flash_attention')})",
         f"SDPA backend:     {active.sdpa_description} (from {source('sdpa_backend')})",
@@ -138,7 +154,7 @@ def format_capability_report(report: dict[str, Any]) -> str:
     auto = report["auto"]
     if auto["settings"]:
         lines += ["", f"auto settings (measured once per machine and policy; cache {auto['cache_dir']}):"]
-        lines += [f"  {OptimizationSettings.env_key(name)}: {text}" for name, text in auto["settings"].items()]
+        lines += [f"  {report['settings'][name]['key']}: {text}" for name, text in auto["settings"].items()]
     lines += ["", "Active when training with these settings:"]
     lines += [f"  {line}" for line in report["summary"]]
     return "\n".join(lines)

@@ -7,11 +7,11 @@ won. Nothing is read at import time; :meth:`OptimizationSettings.load` reads whe
 Each setting is declared once, as a field of :class:`OptimizationSettings` made by
 :func:`setting`: its ``.env`` key, its flag, the values it takes (parsed from text, checked as
 a Python value), its default and its help. Everything else is read from there: loading,
-validation, ``.env`` writing, the CLI's options, and the table of keys that
-:func:`configuration_table` renders (README's "Configuration" shows it, and a test holds the two
-together).
+validation, ``.env`` writing, the CLI's options, and the rows of the table of keys that
+:func:`sb3_snake.training.options.configuration_table` renders (README's "Configuration" shows
+it, and a test holds the two together).
 
-``auto`` for the batch size and the three switches means "measured on this machine": see
+``auto`` for the three switches means "measured on this machine": see
 :mod:`sb3_snake.acceleration.autotune`, which resolves it into a plain value before a model is built and
 records how in the field's source. ``SDPA_BACKEND`` restricts scaled-dot-product attention to
 one kernel; ``auto`` leaves the choice to ``USE_FLASH_ATTENTION`` (flash, or PyTorch's pick of
@@ -19,8 +19,10 @@ the others), or to the measurement when that is ``auto`` too. The two must agree
 other than flash with ``USE_FLASH_ATTENTION=true``, or flash with ``false``, is an error naming
 both; ``USE_FLASH_ATTENTION=auto`` (the default) follows the backend.
 
-A ``.env`` file holds these keys and nothing else (:mod:`sb3_snake.acceleration.env_file` reads
-and writes it, every problem an error).
+A ``.env`` file holds these keys and one learning value, the batch size
+(:data:`BATCH_SIZE_KEY`), which :class:`~sb3_snake.training.config.TrainConfig` declares and reads
+with the same precedence; nothing else (:mod:`sb3_snake.acceleration.env_file` reads and writes it,
+every problem an error).
 """
 
 from __future__ import annotations
@@ -45,6 +47,11 @@ from sb3_snake.acceleration.setting_values import (
     choice,
 )
 from sb3_snake.common.errors import did_you_mean
+
+#: The ``.env`` key of the batch size: a learning value, which
+#: :class:`~sb3_snake.training.config.TrainConfig` declares (``option(env=BATCH_SIZE_KEY)``) and
+#: reads with :func:`read_environment`; a ``.env`` holds it beside the settings' keys.
+BATCH_SIZE_KEY = "OPTIMAL_BATCH_SIZE"
 
 #: The source of every setting of :meth:`OptimizationSettings.unmeasured`.
 UNMEASURED_SOURCE = "default, not measured or compiled (a model built in Python)"
@@ -83,23 +90,15 @@ class OptimizationSettings:
     on any machine, and the ``.env`` states them (a test holds the two together), so the CLI run
     from anywhere else, with no ``.env`` in reach, trains as it does in the repository: ``auto``
     for bf16 and the attention kernel, whose best value changed from one machine to the next;
-    batch 128, chosen on score-against-minutes curves; torch.compile on, which
+    torch.compile on, which
     ``sb3-snake train`` defers past its first minutes. A model built in Python without settings
     takes :meth:`unmeasured`: nothing measured, nothing compiled.
 
     An ``auto`` nothing measured stands for each field's ``unmeasured`` value: the choice that
     is right on every machine if not the fastest on each (fp32, PyTorch's own pick of attention
-    kernel, no compile warm-up) and the batch size chosen on score-against-minutes curves.
+    kernel, no compile warm-up).
     """
 
-    batch_size: int | str = setting(
-        128,
-        "OPTIMAL_BATCH_SIZE",
-        "--batch-size",
-        BATCH_SIZE,
-        "Replay samples per gradient step; auto: measured, the smallest batch close to the fastest.",
-        unmeasured=128,
-    )
     use_torch_compile: bool | str = setting(
         True,
         "USE_TORCH_COMPILE",
@@ -151,8 +150,7 @@ class OptimizationSettings:
         "On CUDA, capture the whole gradient step once and replay it as one CUDA graph (off on a CPU, "
         "with a host replay buffer, or under a compile mode that captures graphs of its own).",
     )
-    #: Where each field's value came from: override, environment, .env or default (a resumed
-    #: run's batch size: resumed model).
+    #: Where each field's value came from: override, environment, .env or default.
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -220,28 +218,10 @@ class OptimizationSettings:
             be parsed, a key without a value, an unknown key).
         """
         _check_names(overrides)
-        path = Path(env_file) if env_file is not None else Path(".env")
-        known = [declared.key for declared in SETTINGS.values()]
-        file_values = read_env_file(path, known) if env_file is not None or path.exists() else {}
-
-        values: dict[str, Any] = {}
-        sources: dict[str, str] = {}
-        for name, declared in SETTINGS.items():
-            if overrides.get(name) is not None:
-                values[name], sources[name] = overrides[name], "override"
-                continue
-            for source, table, origin in (
-                ("environment", os.environ, "the environment"),
-                (".env", file_values, str(path)),
-            ):
-                if declared.key in table:
-                    raw = table[declared.key]
-                    try:
-                        values[name] = declared.values.parse(raw)
-                    except ValueError as error:
-                        raise SettingsError(f"{declared.key}={raw!r} in {origin}: {error}") from None
-                    sources[name] = source
-                    break
+        values, sources = read_environment(env_file, {name: declared.key for name, declared in SETTINGS.items()})
+        for name, value in overrides.items():
+            if value is not None:
+                values[name], sources[name] = value, "override"
         return cls(**values, sources=sources)
 
     def source(self, name: str) -> str:
@@ -298,18 +278,51 @@ def as_text(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def configuration_table() -> str:
-    """The table of settings as README's "Configuration" shows it (Markdown): each setting's key,
-    flag, values, default and help, in the order of the fields."""
+def table_row(declared: Setting, default: Any) -> str:
+    """One row of README's "Configuration" table (Markdown): key, flag, values, default and help."""
+    cells = (f"`{declared.key}`", f"`{declared.flag}`", declared.values.words, as_text(default), declared.help)
+    return "| " + " | ".join(text.replace("|", "\\|") for text in cells) + " |"
 
-    def cell(text: str) -> str:
-        return text.replace("|", "\\|")
 
-    lines = ["| key | flag | values | default | meaning |", "|-----|------|--------|---------|---------|"]
-    for name, declared in SETTINGS.items():
-        cells = (f"`{declared.key}`", f"`{declared.flag}`", declared.values.words, as_text(_DEFAULTS[name]))
-        lines.append("| " + " | ".join(cell(text) for text in (*cells, declared.help)) + " |")
-    return "\n".join(lines)
+def setting_rows() -> list[str]:
+    """The table's rows of the settings, in the order of the fields
+    (:func:`sb3_snake.training.options.configuration_table` renders the whole table)."""
+    return [table_row(declared, _DEFAULTS[name]) for name, declared in SETTINGS.items()]
+
+
+#: Every key a ``.env`` may hold, and the values it takes: the batch size's, then the settings'.
+ENV_KEYS: Mapping[str, Values] = {
+    BATCH_SIZE_KEY: BATCH_SIZE,
+    **{declared.key: declared.values for declared in SETTINGS.values()},
+}
+
+
+def read_environment(
+    env_file: str | os.PathLike | None, keys: Mapping[str, str]
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The values the process environment, else the ``.env`` file, gives the fields of ``keys``
+    (field name: its key), and where each came from (``environment`` or ``.env``); fields
+    neither sets are left out. Every key of :data:`ENV_KEYS` found is checked, so a malformed
+    value is an error for every reader of the file, not only for the one that uses it.
+
+    :param env_file: the ``.env`` to read; ``None`` reads ``.env`` in the working directory when
+        there is one. A file given explicitly must exist.
+    :raises SettingsError: naming the key, the value and where it came from, or what is wrong
+        with the file.
+    """
+    path = Path(env_file) if env_file is not None else Path(".env")
+    file_values = read_env_file(path, list(ENV_KEYS)) if env_file is not None or path.exists() else {}
+    found: dict[str, tuple[Any, str]] = {}
+    for key, values in ENV_KEYS.items():
+        for source, table, origin in (("environment", os.environ, "the environment"), (".env", file_values, str(path))):
+            if key in table:
+                try:
+                    found[key] = values.parse(table[key]), source
+                except ValueError as error:
+                    raise SettingsError(f"{key}={table[key]!r} in {origin}: {error}") from None
+                break
+    given = {name: found[key] for name, key in keys.items() if key in found}
+    return {name: value for name, (value, _) in given.items()}, {name: source for name, (_, source) in given.items()}
 
 
 def _check_names(names: Iterable[str]) -> None:
@@ -319,8 +332,11 @@ def _check_names(names: Iterable[str]) -> None:
         raise SettingsError(f"unknown setting {unknown[0]!r}; {did_you_mean(unknown[0], list(SETTINGS))}")
 
 
-def write_env_file(path: str | os.PathLike, note: str | None = None, **values: Any) -> None:
-    """Set settings in a ``.env`` file, keeping its other lines and comments.
+def write_env_file(
+    path: str | os.PathLike, note: str | None = None, batch_size: int | None = None, **values: Any
+) -> None:
+    """Set settings (and the batch size, under :data:`BATCH_SIZE_KEY`) in a ``.env`` file,
+    keeping its other lines and comments.
 
     ``values`` are field names of :class:`OptimizationSettings`; each is checked as
     :meth:`OptimizationSettings.load` would read it back, then written under its key (an
@@ -329,5 +345,10 @@ def write_env_file(path: str | os.PathLike, note: str | None = None, **values: A
     """
     _check_names(values)
     OptimizationSettings(**values)  # raises a SettingsError naming any bad value
+    lines = {SETTINGS[name].key: as_text(value) for name, value in values.items()}
+    if batch_size is not None:
+        if problem := BATCH_SIZE.check(batch_size):
+            raise SettingsError(f"batch_size={batch_size!r}: {problem}")
+        lines = {BATCH_SIZE_KEY: as_text(batch_size), **lines}
     check_env_file_writable(path)
-    write_env_lines(path, {SETTINGS[name].key: as_text(value) for name, value in values.items()}, note)
+    write_env_lines(path, lines, note)

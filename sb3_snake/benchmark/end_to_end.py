@@ -93,7 +93,7 @@ def measure_sb3_snake(
     config = replace(config or TrainConfig(), replay_ratio=replay_ratio, early_steps=0)
     model = build_model(config, settings)
     with torch_threads(model.active_optimizations.num_threads):
-        train_freq, gradient_steps = config.update_schedule(model.batch_size)
+        train_freq, gradient_steps = model.train_freq.frequency, model.gradient_steps
         setup = {
             "policy": "AttentionPolicy",
             "n_envs": config.n_envs,
@@ -142,17 +142,19 @@ def run_end_to_end(
     steps_per_repeat: int = 4_000,
     repeats: int = 3,
     progress: Callable[[str], None] = lambda line: None,
+    config: TrainConfig | None = None,
 ) -> dict[str, Any]:
     """Both loops at SB3's replay ratio and the speedup of ours; JSON-ready.
 
     ``warmup_steps`` is for ``sb3-snake train``'s loop (its ``learning_starts`` and its
-    compilation); plain SB3 starts learning after 100 steps and warms up for 1,000.
+    compilation); plain SB3 starts learning after 100 steps and warms up for 1,000. ``config``:
+    ours, as ``sb3-snake train`` would build it (its batch size from ``.env``), else the defaults.
     """
     progress("end-to-end: plain SB3 DQN (MlpPolicy, one SnakeEnv)...")
     plain = measure_plain_sb3(warmup_steps=1_000, steps_per_repeat=max(500, steps_per_repeat // 2), repeats=repeats)
     progress(f"  plain SB3: {plain['best']['env_steps_per_second']:,.0f} env steps/s")
     progress("end-to-end: sb3-snake train's default setup...")
-    ours = asdict(measure_sb3_snake(settings, SB3_REPLAY_RATIO, warmup_steps, steps_per_repeat, repeats))
+    ours = asdict(measure_sb3_snake(settings, SB3_REPLAY_RATIO, warmup_steps, steps_per_repeat, repeats, config))
     progress(f"  sb3-snake: {ours['env_steps_per_second']:,.0f} env steps/s")
     return {
         "replay_ratio": SB3_REPLAY_RATIO,

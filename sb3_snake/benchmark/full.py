@@ -17,6 +17,7 @@ from typing import Any
 from sb3_snake.acceleration.settings import OptimizationSettings, write_env_file
 from sb3_snake.benchmark import end_to_end, gradient_step
 from sb3_snake.common.system import system_info
+from sb3_snake.training.config import TrainConfig
 
 
 @dataclass(frozen=True)
@@ -53,8 +54,10 @@ def run_benchmark(
     plan: BenchmarkPlan,
     settings: OptimizationSettings,
     progress: Callable[[str], None] = lambda line: None,
+    config: TrainConfig | None = None,
 ) -> dict[str, Any]:
-    """Run ``plan``; the end-to-end loop of ``sb3-snake train`` runs with ``settings``."""
+    """Run ``plan``; the end-to-end loop of ``sb3-snake train`` runs with ``settings`` and
+    ``config`` (the defaults when ``None``)."""
     progress("measuring this machine's matmul peak and counting the FLOPs of a gradient step...")
     peaks, flops = gradient_step.matmul_peaks(plan.device), gradient_step.count_flops_per_sample(plan.device)
     rows = gradient_step.sweep(
@@ -90,7 +93,7 @@ def run_benchmark(
     }
     if plan.end_to_end:
         report["end_to_end"] = end_to_end.run_end_to_end(
-            settings, plan.end_to_end_warmup, plan.end_to_end_steps, plan.repeats, progress
+            settings, plan.end_to_end_warmup, plan.end_to_end_steps, plan.repeats, progress, config
         )
     return report
 

@@ -106,7 +106,6 @@ def measure_gradient_step(
     ``seconds`` each, made of calls of ``gradient_steps`` steps (``seconds`` of 0: one call a run)."""
     use_bf16, use_flash, use_compile, use_graph = parse_combination(combination)
     settings = OptimizationSettings(
-        batch_size=batch_size,
         use_bf16=use_bf16,
         use_flash_attention=use_flash,
         use_torch_compile=use_compile,
@@ -117,7 +116,9 @@ def measure_gradient_step(
     if device == "cuda":
         torch.cuda.empty_cache()
     reset_peak_memory(device)
-    model = filled_model(settings, device, board_size, max(buffer_size, batch_size), TrainConfig().policy_kwargs())
+    model = filled_model(
+        settings, device, board_size, max(buffer_size, batch_size), TrainConfig().policy_kwargs(), batch_size=batch_size
+    )
     model.train(gradient_steps=warmup_steps, batch_size=batch_size)
     sync = device_sync(device)
     durations, calls = time_runs(

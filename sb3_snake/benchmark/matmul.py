@@ -65,10 +65,10 @@ def matmul_peaks(device: str = "cpu", size: int | None = None) -> dict[str, floa
 def count_flops_per_sample(device: str = "cpu", batch_size: int = 256, board_size: int = 10) -> float:
     """FLOPs of one gradient step of ``sb3-snake train``'s default policy per sample, counted by FlopCounterMode
     around ``SnakeDQN.train`` (online and target passes, backward, on the eager fp32 model)."""
-    settings = OptimizationSettings(
-        batch_size=batch_size, use_bf16=False, use_flash_attention=False, use_torch_compile=False
+    settings = OptimizationSettings(use_bf16=False, use_flash_attention=False, use_torch_compile=False)
+    model = filled_model(
+        settings, device, board_size, max(1024, batch_size), TrainConfig().policy_kwargs(), batch_size=batch_size
     )
-    model = filled_model(settings, device, board_size, max(1024, batch_size), TrainConfig().policy_kwargs())
     with FlopCounterMode(display=False) as counter:
         model.train(gradient_steps=1, batch_size=batch_size)
     return counter.get_total_flops() / batch_size
@@ -111,10 +111,10 @@ def step_products(
     """The matrix products of one eager gradient step of the default policy (forward, backward
     and the target pass, under bf16 autocast when ``bf16``), each as a call on fresh tensors of
     the recorded shapes, strides and dtypes."""
-    settings = OptimizationSettings(
-        batch_size=batch_size, use_bf16=bf16, use_flash_attention=False, use_torch_compile=False
+    settings = OptimizationSettings(use_bf16=bf16, use_flash_attention=False, use_torch_compile=False)
+    model = filled_model(
+        settings, device, board_size, max(1024, batch_size), TrainConfig().policy_kwargs(), batch_size=batch_size
     )
-    model = filled_model(settings, device, board_size, max(1024, batch_size), TrainConfig().policy_kwargs())
     with _ProductRecorder() as recorder:
         model.train(gradient_steps=1, batch_size=batch_size)
     calls = []

@@ -20,6 +20,7 @@ from sb3_snake.cli.common import (
     EnvFileOption,
     WandbMode,
     app,
+    batch_size_parameter,
     load_settings,
     settings_parameters,
     user_errors,
@@ -266,7 +267,10 @@ def benchmark_learning(
 
 
 @app.command()
-@with_parameters(settings_parameters())
+@with_parameters(
+    settings_parameters(),
+    [batch_size_parameter("The end-to-end run's replay samples per gradient step, or auto (default: .env's).")],
+)
 def benchmark(
     batch_sizes: Annotated[
         str | None,
@@ -307,12 +311,15 @@ def benchmark(
         run_benchmark,
         write_benchmark_choice,
     )
+    from sb3_snake.training.options import load_config, parse_option
     from sb3_snake.training.tracking import WandbRun
 
-    env_file = options.pop("env_file")
+    env_file, batch_size = options.pop("env_file"), options.pop("batch_size")
     target_env = env_file or Path(".env")
     with user_errors():
         settings = load_settings(env_file, options)
+        given = {"batch_size": parse_option("batch_size", batch_size)} if batch_size is not None else {}
+        config = load_config(env_file, **given)  # the end-to-end run's batch size, as sb3-snake train reads it
         changes: dict[str, object] = {"repeats": repeats, "end_to_end": end_to_end}
         changes["device"] = resolve_device(device.value).type
         if batch_sizes is not None:
@@ -333,7 +340,7 @@ def benchmark(
         f"{plan.device}, {plan.repeats} repeats each" + ("; then end-to-end training speed" if end_to_end else "")
     )
     with torch_threads(threads_for(settings, plan.device)):
-        report = run_benchmark(plan, settings, progress=typer.echo)
+        report = run_benchmark(plan, settings, progress=typer.echo, config=config)
     typer.echo(format_report(report))
     path = save_results("benchmark_results_full", report, output)
     typer.echo(f"Saved {path}")

@@ -1,7 +1,8 @@
 """What every command shares: the Typer app, one-line user errors, options declared once, signals.
 
 Each option is declared once: ``train``'s options are made from :class:`~sb3_snake.training.config.TrainConfig`'s
-fields (name, help, role's panel, default) and the optimization flags from the settings' declaration
+fields (name, help, role's panel, default; ``--batch-size`` among them, parsed as a size or
+``auto``) and the optimization flags from the settings' declaration
 (:meth:`OptimizationSettings.flag <sb3_snake.acceleration.settings.OptimizationSettings.flag>`). An option
 left out is ``None`` and falls through to the config's default, to ``.env``, or, on
 ``--resume``, to what the model trained with.
@@ -21,7 +22,6 @@ import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import fields
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, get_type_hints
@@ -122,15 +122,17 @@ def _switch(flag: str) -> list[str]:
 
 def config_parameters() -> list[inspect.Parameter]:
     """One option per TrainConfig field: its flag, help, group and shown default."""
-    from sb3_snake.training.config import TrainConfig, option_flag
+    from sb3_snake.training.config import TrainConfig, option_fields, option_flag
 
     hints = get_type_hints(TrainConfig)
     parameters = []
-    for config_field in fields(TrainConfig):
+    for config_field in option_fields():
         hint = hints[config_field.name]
         base = next((arg for arg in getattr(hint, "__args__", (hint,)) if arg is not type(None)), hint)
         flag = option_flag(config_field.name)
         base = {"device": Device, "tensorboard_log": Path}.get(config_field.name, base)
+        if config_field.metadata["values"] is not None:
+            base = str  # parsed as its field declares (training.options.parse_option)
         decls = _switch(flag) if base is bool else [flag]
         default = config_field.default
         shown = None if default is None or base is bool else str(default)
@@ -142,7 +144,7 @@ def config_parameters() -> list[inspect.Parameter]:
 
 def settings_parameters() -> list[inspect.Parameter]:
     """One option per optimization setting, with the flag the settings declare, and ``--env-file``."""
-    types = {"batch_size": str, "compile_mode": CompileMode, "sdpa_backend": SdpaBackend, "num_threads": str}
+    types = {"compile_mode": CompileMode, "sdpa_backend": SdpaBackend, "num_threads": str}
     parameters = []
     for name in OptimizationSettings.__dataclass_fields__:
         if name == "sources":
@@ -156,6 +158,12 @@ def settings_parameters() -> list[inspect.Parameter]:
         typer.Option(help="The .env to read (default: ./.env when present).", rich_help_panel=OPTIMIZATIONS),
     ]
     return [*parameters, _keyword("env_file", env_file)]
+
+
+def batch_size_parameter(help: str) -> inspect.Parameter:
+    """``--batch-size`` for a command that takes it without the rest of TrainConfig's options,
+    with the flag's spelling and panel of ``train``'s."""
+    return _keyword("batch_size", _optional(str, ["--batch-size"], help, OPTIMIZATIONS, None))
 
 
 def with_parameters(*groups: list[inspect.Parameter]) -> Callable[[Callable], Callable]:
@@ -178,9 +186,8 @@ def load_settings(env_file: Path | None, options: dict[str, Any]) -> Optimizatio
     for name in ("compile_mode", "sdpa_backend"):
         if isinstance(overrides.get(name), Enum):
             overrides[name] = overrides[name].value
-    for name in ("num_threads", "batch_size"):
-        if overrides.get(name) is not None:
-            overrides[name] = OptimizationSettings.parse(name, overrides[name])
+    if overrides.get("num_threads") is not None:
+        overrides["num_threads"] = OptimizationSettings.parse("num_threads", overrides["num_threads"])
     return OptimizationSettings.load(env_file, **overrides)
 
 

@@ -70,7 +70,7 @@ def train(
     from sb3_snake.dqn.snake_dqn import TrainingDiverged
     from sb3_snake.training.callbacks import RunCancelled, StopRequest
     from sb3_snake.training.config import WandbOptions
-    from sb3_snake.training.options import configure_run
+    from sb3_snake.training.options import configure_run, parse_option
     from sb3_snake.training.run import train as run_training
 
     env_file = options.pop("env_file")
@@ -80,7 +80,9 @@ def train(
         given = {
             key: str(value) if isinstance(value, Path) else value for key, value in given.items() if value is not None
         }
-        config, settings = configure_run(given, settings, hyperparams, resume, trust_model)
+        if "batch_size" in given:
+            given["batch_size"] = parse_option("batch_size", given["batch_size"])
+        config, settings = configure_run(given, settings, hyperparams, resume, trust_model, env_file)
         wandb_options = WandbOptions(wandb, wandb_project, resolve_mode(wandb_mode.value) if wandb else "disabled")
         threads = threads_for(settings, config.device)
     run_dir = output or (Path("runs") / name if name else None)

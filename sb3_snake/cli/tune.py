@@ -7,7 +7,15 @@ from typing import Annotated, Any
 
 import typer
 
-from sb3_snake.cli.common import app, load_settings, settings_parameters, user_errors, with_parameters
+from sb3_snake.cli.common import (
+    app,
+    batch_size_parameter,
+    load_settings,
+    settings_parameters,
+    user_errors,
+    with_parameters,
+)
+from sb3_snake.common.errors import UsageError
 from sb3_snake.common.paths import check_writable_dir
 from sb3_snake.training.config import TrainConfig
 from sb3_snake.training.tuning.space import DEFAULT_TRIAL_MINUTES, PRUNERS, SAMPLERS, TuneConfig
@@ -22,7 +30,10 @@ DEFAULT_SAMPLER, DEFAULT_PRUNER = Sampler(SEARCH.sampler), Pruner(SEARCH.pruner)
 
 
 @app.command()
-@with_parameters(settings_parameters())
+@with_parameters(
+    settings_parameters(),
+    [batch_size_parameter("Not for tune: every trial draws its own batch size from the search space.")],
+)
 def tune(
     n_trials: Annotated[int, typer.Option(help="Trials this worker runs.", rich_help_panel=TUNE)] = SEARCH.n_trials,
     max_total_trials: Annotated[
@@ -73,8 +84,13 @@ def tune(
     from sb3_snake.training.tuning import best_line, load_study, trial_config, write_report
     from sb3_snake.training.tuning import tune as run_tune
 
-    env_file = options.pop("env_file")
+    env_file, batch_size = options.pop("env_file"), options.pop("batch_size")
     with user_errors():
+        if batch_size is not None:
+            raise UsageError(
+                "--batch-size does not apply to tune: every trial draws its own batch size from the search space; "
+                "leave it out (train --hyperparams runs the best trial's)"
+            )
         settings = load_settings(env_file, options)
         trial = trial_config(timesteps, time_limit, board_size=board_size, n_envs=n_envs)
         config = TuneConfig(

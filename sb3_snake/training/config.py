@@ -1,21 +1,26 @@
 """``TrainConfig``: everything a training run is asked to do, each option declared once (value,
-one-line help, :class:`Role`), from which the CLI builds its options and the library sorts the
-fields; and the memory a run will need."""
+one-line help, :class:`Role`, and for the batch size its ``.env`` key and the values it takes),
+from which the CLI builds its options and the library sorts the fields; and the memory a run
+will need."""
 
 from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
 
+from sb3_snake.acceleration.autotune.search import batch_candidates
+from sb3_snake.acceleration.setting_values import AUTO, BATCH_SIZE, Values
+from sb3_snake.acceleration.settings import BATCH_SIZE_KEY
 from sb3_snake.common.errors import UsageError
 from sb3_snake.common.system import available_memory_bytes, check_device
 from sb3_snake.dqn.extractor import SnakeAttentionExtractor
 from sb3_snake.dqn.save_format import MAX_BOARD_SIZE
+from sb3_snake.dqn.snake_dqn import DEFAULT_BATCH_SIZE
 from sb3_snake.envs.rules import SnakeRules, board_space
 from sb3_snake.training.evaluation import MAX_SEED
 
@@ -79,13 +84,24 @@ NETWORK = Role(DQN, hyperparameter=True, fixed=True)
 EXTRACTOR = Role(DQN, hyperparameter=True, fixed=True, extractor=True)
 
 
-def option(default: Any, help: str, role: Role, flag: str | None = None, env: str | None = None) -> Any:
+def option(
+    default: Any,
+    help: str,
+    role: Role,
+    flag: str | None = None,
+    env: str | None = None,
+    values: Values | None = None,
+) -> Any:
     """A config field with its one-line help and its :class:`Role`.
 
     :param flag: the command-line option when it is not ``--`` and the field's name in kebab case.
-    :param env: the ``.env`` key that may set the field, for a value that lives in ``.env`` too.
+    :param env: the ``.env`` key that may set the field (the environment, then ``.env``, then the
+        default: :func:`sb3_snake.training.options.load_config`).
+    :param values: what the field takes when its type alone does not say (the batch size: a
+        size, or ``auto``), parsed from its flag's and ``env``'s text.
     """
-    return field(default=default, metadata={"help": help, "role": role, "flag": flag, "env": env})
+    metadata = {"help": help, "role": role, "flag": flag, "env": env, "values": values}
+    return field(default=default, metadata=metadata)
 
 
 @dataclass(frozen=True)
@@ -113,6 +129,13 @@ class TrainConfig:
     )
     buffer_size: int = option(100_000, "Replay capacity (transitions).", LEARNING)
     learning_starts: int = option(1_000, "Env steps of random play before learning.", LEARNING)
+    batch_size: int | str = option(
+        DEFAULT_BATCH_SIZE,
+        "Replay samples per gradient step; auto: measured, the smallest batch close to the fastest.",
+        LEARNING,
+        env=BATCH_SIZE_KEY,
+        values=BATCH_SIZE,
+    )
     replay_ratio: float = option(32.0, "Gradient samples per env step (SB3's DQN default: 8).", SCHEDULE)
     early_replay_ratio: float = option(16.0, "Gradient samples per env step for the first --early-steps.", SCHEDULE)
     early_steps: int = option(50_000, "Env steps trained at --early-replay-ratio (0: none).", SCHEDULE)
@@ -151,6 +174,9 @@ class TrainConfig:
         None, "Folder for SB3's TensorBoard logs (needs the tensorboard extra).", RUN_OPTION
     )
     verbose: int = option(0, "1: print SB3's training metrics.", RUN_OPTION)
+    #: Where a value that more than the caller may set came from (the batch size: override,
+    #: hyperparams file, resumed model, environment, .env, default, or how auto chose it).
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.episodes is None and self.timesteps is None and self.time_limit_minutes is None:
@@ -186,6 +212,10 @@ class TrainConfig:
             ),
             (self.buffer_size >= 1, f"buffer_size must be at least 1, got {self.buffer_size}"),
             (self.learning_starts >= 0, f"learning_starts must be at least 0, got {self.learning_starts}"),
+            (
+                not BATCH_SIZE.check(self.batch_size),
+                f"batch_size must be a positive integer or auto, got {self.batch_size!r}",
+            ),
             (
                 finite(self.replay_ratio) and self.replay_ratio > 0,
                 f"replay_ratio must be a positive finite number, got {self.replay_ratio}",
@@ -246,36 +276,54 @@ class TrainConfig:
             return str(error)
         return ""
 
-    def update_schedule(self, batch_size: int) -> tuple[int, int]:
+    def source(self, name: str) -> str:
+        """Where field ``name``'s value came from (``default`` unless recorded in ``sources``)."""
+        return self.sources.get(name, "default")
+
+    @property
+    def planned_batch_size(self) -> int:
+        """The batch size a run plans for before ``auto`` is measured: the largest it may choose."""
+        return max(batch_candidates(self.buffer_size)) if self.batch_size == AUTO else self.batch_size
+
+    def _batch(self) -> int:
+        if self.batch_size == AUTO:
+            raise UsageError(
+                "batch_size is auto: resolve it first (sb3_snake.training.run.resolve_settings, as train does)"
+            )
+        return self.batch_size
+
+    def update_schedule(self) -> tuple[int, int]:
         """``(train_freq, gradient_steps)``: given ones win, else the pair that meets ``replay_ratio``.
 
         One update of ``gradient_steps`` batches every ``train_freq`` vector steps samples
         ``batch_size * gradient_steps / (train_freq * n_envs)`` per env step.
         """
+        batch_size = self._batch()
         steps_per_update = batch_size / (self.replay_ratio * self.n_envs)
         train_freq = self.train_freq or max(1, round(steps_per_update))
         gradient_steps = self.gradient_steps or max(1, round(self.replay_ratio * self.n_envs * train_freq / batch_size))
         return train_freq, gradient_steps
 
-    def schedule_kwargs(self, batch_size: int) -> dict[str, Any]:
+    def schedule_kwargs(self) -> dict[str, Any]:
         """The update schedule as :class:`SnakeDQN` arguments: ``update_schedule``'s pair, and the
         fraction of it trained before ``early_steps`` (the early replay ratio over the ratio that
         pair really gives, which rounds ``replay_ratio``)."""
-        train_freq, gradient_steps = self.update_schedule(batch_size)
+        train_freq, gradient_steps = self.update_schedule()
         return {
-            "batch_size": batch_size,
             "train_freq": train_freq,
             "gradient_steps": gradient_steps,
             "early_steps": self.early_steps,
-            "early_update_fraction": self.early_replay_ratio * train_freq * self.n_envs / (batch_size * gradient_steps),
+            "early_update_fraction": (
+                self.early_replay_ratio * train_freq * self.n_envs / (self._batch() * gradient_steps)
+            ),
         }
 
-    def check_batch_size(self, batch_size: int) -> None:
-        """Raise UsageError unless ``batch_size`` fits this config's replay buffer."""
-        if batch_size > self.buffer_size:
+    def check_batch_size(self) -> None:
+        """Raise UsageError unless the batch size (``auto``: the largest it may choose) fits the replay buffer."""
+        if self.planned_batch_size > self.buffer_size:
             raise UsageError(
-                f"batch size {batch_size} is larger than the replay buffer ({self.buffer_size} transitions); "
-                "lower --batch-size or raise --buffer-size"
+                f"batch size {self.planned_batch_size} is larger than the replay buffer "
+                f"({self.buffer_size} transitions); lower --batch-size or raise --buffer-size"
             )
 
     def network(self) -> dict[str, Any]:
@@ -291,18 +339,19 @@ class TrainConfig:
         extractor = {name: network[name] for name in EXTRACTOR_SIZES}
         return {"dueling": self.dueling, "features_extractor_kwargs": extractor}
 
-    def dqn_kwargs(self, batch_size: int) -> dict[str, Any]:
-        """The arguments of :class:`SnakeDQN` this config sets, for a given batch size."""
+    def dqn_kwargs(self) -> dict[str, Any]:
+        """The arguments of :class:`SnakeDQN` this config sets (its batch size resolved)."""
         return {
             **{name: getattr(self, name) for name in MODEL_FIELDS},
+            "batch_size": self._batch(),
             "seed": self.seed,
             "verbose": self.verbose,
             "compile_after": self.compile_after,
-            **self.schedule_kwargs(batch_size),
+            **self.schedule_kwargs(),
             "policy_kwargs": self.policy_kwargs(),
         }
 
-    def memory_estimate(self, batch_size: int) -> dict[str, int]:
+    def memory_estimate(self) -> dict[str, int]:
         """Bytes a run of this config will hold, by part (an estimate, stated before training)."""
         space = board_space(self.board_size, self.countdown)
         channels, cells = space.shape[0], self.board_size**2
@@ -316,13 +365,18 @@ class TrainConfig:
             "games": self.n_envs * (4 * observation + cells + 128) + 8 * cells * cells,
             # online and target networks, gradients, Adam's two moments
             "networks": 5 * 4 * parameters,
-            "one batch": 4 * 4 * batch_size * (head_view_inputs + observation),
+            "one batch": 4 * 4 * self.planned_batch_size * (head_view_inputs + observation),
         }
+
+
+def option_fields() -> tuple[Any, ...]:
+    """TrainConfig's options (its fields but ``sources``), in field order."""
+    return tuple(f for f in fields(TrainConfig) if "role" in f.metadata)
 
 
 def fields_of(role: Callable[[Role], bool]) -> tuple[str, ...]:
     """The names of the TrainConfig fields whose :class:`Role` satisfies ``role``, in field order."""
-    return tuple(f.name for f in fields(TrainConfig) if role(f.metadata["role"]))
+    return tuple(f.name for f in option_fields() if role(f.metadata["role"]))
 
 
 #: TrainConfig fields that are SnakeDQN arguments of the same name, saved with the model.
@@ -342,10 +396,10 @@ class WandbOptions:
     mode: str = "online"
 
 
-def check_memory(config: TrainConfig, batch_size: int, available: int | None = None) -> None:
+def check_memory(config: TrainConfig, available: int | None = None) -> None:
     """Raise UsageError, stating what is needed, when the run would not fit in memory."""
     available = available_memory_bytes() if available is None else available
-    parts = config.memory_estimate(batch_size)
+    parts = config.memory_estimate()
     needed = sum(parts.values())
     if available is not None and needed > MEMORY_HEADROOM * available:
         detail = ", ".join(f"{name} {size / 2**30:.1f} GiB" for name, size in parts.items())

@@ -1,6 +1,7 @@
-"""Hyperparameter files (JSON, or YAML as RL Zoo writes them): which keys they may hold, their
-values checked against ``TrainConfig``'s fields, and how a file's values join those a caller
-gives (:func:`apply_hyperparameters`: given values win, the file wins over ``.env``)."""
+"""Hyperparameter files (JSON, or YAML as RL Zoo writes them): which keys they may hold (the
+hyperparameter fields of ``TrainConfig``, the batch size among them), their values checked
+against those fields, and how a file's values join those a caller gives
+(:func:`apply_hyperparameters`: given values win, the file wins over ``.env``)."""
 
 from __future__ import annotations
 
@@ -10,50 +11,39 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.common.errors import UsageError, did_you_mean
 from sb3_snake.training.config import HYPERPARAMETER_FIELDS, TrainConfig
 
-#: Keys of a hyperparameter file besides TrainConfig's fields: the settings a search may choose.
-SETTING_KEYS = ("batch_size",)
-#: Where a setting taken from a hyperparameter file says it came from.
+#: Where a value taken from a hyperparameter file says it came from.
 FILE_SOURCE = "hyperparams file"
 
 
 def hyperparameter_keys() -> list[str]:
-    """The keys a hyperparameter file may hold: TrainConfig's hyperparameter fields, then :data:`SETTING_KEYS`."""
-    return [*HYPERPARAMETER_FIELDS, *SETTING_KEYS]
+    """The keys a hyperparameter file may hold: TrainConfig's hyperparameter fields."""
+    return list(HYPERPARAMETER_FIELDS)
 
 
-def split_hyperparameters(values: Mapping[str, Any], origin: str = "hyperparameters") -> tuple[dict, dict]:
-    """``(config_values, settings_values)`` of a hyperparameter mapping; an unknown key is one
-    UsageError that names the nearest known key."""
+def check_hyperparameters(values: Mapping[str, Any], origin: str = "hyperparameters") -> dict[str, Any]:
+    """The TrainConfig values of a hyperparameter mapping, each as its field declares it; an
+    unknown key is one UsageError that names the nearest known key."""
     known = hyperparameter_keys()
     for key in values:
         if key not in known:
             raise UsageError(f"{origin}: unknown key {key!r}; {did_you_mean(str(key), known)}")
     try:
-        config_values = {key: _field_value(key, value) for key, value in values.items() if key not in SETTING_KEYS}
+        return {key: _field_value(key, value) for key, value in values.items()}
     except UsageError as error:
         raise UsageError(f"{origin}: {error}") from None
-    return config_values, {key: value for key, value in values.items() if key in SETTING_KEYS}
 
 
-def apply_hyperparameters(
-    values: Mapping[str, Any], given: Mapping[str, Any], settings: OptimizationSettings
-) -> tuple[dict[str, Any], OptimizationSettings]:
-    """The config values and settings of a run whose hyperparameters come from ``values`` (a
-    file's, as :func:`read_hyperparameters` returns them) below what the caller gives.
+def apply_hyperparameters(values: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
+    """The config values of a run whose hyperparameters come from ``values`` (a file's, as
+    :func:`read_hyperparameters` returns them) below what the caller gives.
 
     :param given: TrainConfig field values the caller sets (the CLI's flags); they win over the file.
-    :param settings: the run's settings; the file's ``batch_size`` replaces theirs, with the
-        source :data:`FILE_SOURCE`, unless theirs was given as an override (``--batch-size``).
-    :return: ``(config_values, settings)``: ``given`` over the file's config values, and the settings.
+    :return: ``given`` over the file's values.
     """
-    from_file, file_settings = split_hyperparameters(values)
-    if "batch_size" in file_settings and settings.source("batch_size") != "override":
-        settings = settings.resolved({"batch_size": file_settings["batch_size"]}, {"batch_size": FILE_SOURCE})
-    return {**from_file, **given}, settings
+    return {**check_hyperparameters(values), **given}
 
 
 #: How a hyperparameter's type is named when a value does not have it.
@@ -62,8 +52,15 @@ _KIND_NAMES = {"int": "a whole number", "float": "a number", "bool": "true or fa
 
 def _field_value(name: str, value: Any) -> Any:
     """``value`` as TrainConfig field ``name`` declares it (a whole float such as ``1e5`` as an
-    int; a bool is not a number), else one UsageError saying what it must be."""
-    kinds = next(f for f in fields(TrainConfig) if f.name == name).type.split(" | ")
+    int; a bool is not a number; a batch size a size or ``auto``), else one UsageError saying
+    what it must be."""
+    declared = next(f for f in fields(TrainConfig) if f.name == name)
+    values = declared.metadata["values"]
+    if values is not None:
+        if values.check(value):
+            raise UsageError(f"{name} must be {values.words}, got {value!r}")
+        return value
+    kinds = declared.type.split(" | ")
     if isinstance(value, bool):
         fits = "bool" in kinds
     elif isinstance(value, (int, float)):
@@ -98,5 +95,5 @@ def read_hyperparameters(path: Path) -> dict[str, Any]:
         ) from None
     if not isinstance(values, dict):
         raise UsageError(f"hyperparameter file {path} must hold one mapping of keys to values")
-    split_hyperparameters(values, origin=f"hyperparameter file {path}")
+    check_hyperparameters(values, origin=f"hyperparameter file {path}")
     return values

@@ -27,9 +27,10 @@ def resume_config(path: Path, trusted: bool = False, **changes: Any) -> TrainCon
     """The config the saved model at ``path`` trained with, with ``changes`` applied.
 
     Run limits and run options are not part of a model and come from ``changes`` or the
-    defaults. The update schedule is kept as the replay ratio, so it follows a new batch size
-    or number of games; ``train_freq`` and ``gradient_steps`` are kept as such only where the
-    model had them set explicitly (they differ from what its replay ratio gives).
+    defaults; the batch size is the model's unless ``changes`` has one. The update schedule is
+    kept as the replay ratio, so it follows a new batch size or number of games; ``train_freq``
+    and ``gradient_steps`` are kept as such only where the model had them set explicitly (they
+    differ from what its replay ratio gives).
     """
     metadata = saved_metadata(path, trusted)
     saved, policy_kwargs = metadata["hyperparameters"], metadata["policy_kwargs"] or {}
@@ -54,7 +55,7 @@ def resume_config(path: Path, trusted: bool = False, **changes: Any) -> TrainCon
         learning_rate_half_life=saved.get("learning_rate_half_life", 0),  # older models trained at one rate
     )
     schedule = (saved["train_freq"], saved["gradient_steps"])
-    if TrainConfig(**values).update_schedule(saved["batch_size"]) != schedule:
+    if TrainConfig(**values).update_schedule() != schedule:
         values.update(train_freq=schedule[0], gradient_steps=schedule[1])
     return TrainConfig(**{**values, **changes})
 
@@ -67,7 +68,7 @@ def trained_extractor(policy_kwargs: dict[str, Any]) -> dict[str, int]:
     return {name: given.get(name, EXTRACTOR_DEFAULTS[name]) for name in EXTRACTOR_SIZES}
 
 
-def apply_config(model: SnakeDQN, config: TrainConfig, batch_size: int) -> None:
+def apply_config(model: SnakeDQN, config: TrainConfig) -> None:
     """Make a loaded model train as ``config`` says; refuse (UsageError) what cannot change on resume."""
     trained = {
         "board_size": model.observation_space.shape[-1],
@@ -84,4 +85,4 @@ def apply_config(model: SnakeDQN, config: TrainConfig, batch_size: int) -> None:
                 f"{wanted}; leave {flag} out or start a new run"
             )
     changes = {name: getattr(config, name) for name in CHANGEABLE_ON_RESUME}
-    model.set_hyperparameters(**changes, **config.schedule_kwargs(batch_size), verbose=config.verbose)
+    model.set_hyperparameters(**changes, **config.schedule_kwargs(), verbose=config.verbose)

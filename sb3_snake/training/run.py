@@ -22,9 +22,9 @@ from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 from stable_baselines3.common.logger import HumanOutputFormat, KVWriter, Logger, TensorBoardOutputFormat
 from stable_baselines3.common.utils import get_latest_run_id
 
-from sb3_snake.acceleration.autotune import batch_candidates, resolve_auto
+from sb3_snake.acceleration.autotune import resolve_auto
 from sb3_snake.acceleration.report import summary_lines
-from sb3_snake.acceleration.settings import AUTO, OptimizationSettings
+from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.acceleration.threads import AdaptiveThreads
 from sb3_snake.common.errors import UsageError
 from sb3_snake.common.system import capabilities, resolve_device
@@ -35,7 +35,6 @@ from sb3_snake.persistence import (
     load_model,
     load_replay_buffer,
     replay_buffer_path,
-    saved_metadata,
 )
 from sb3_snake.training.callbacks import (
     BestModelSelection,
@@ -77,10 +76,9 @@ def train(
     ``callbacks`` (SB3 callbacks) run after the run's own, as with ``learn(callback=...)``.
     """
     console, stop, resumed = console or Console(), stop or StopRequest(), resume is not None
-    # Settings: a resumed model's batch size; bad input refused before any ``auto`` is measured.
-    settings = resumed_settings(settings, resume, trust_model)
-    check_before_measuring(config, settings)
-    settings = resolve_settings(config, settings, console)
+    # Bad input refused before any ``auto`` is measured, then ``auto`` measured (or read from its cache).
+    check_before_measuring(config)
+    config, settings = resolve_settings(config, settings, console)
     with claim_run_directory(run_dir, overwrite=overwrite, resuming=resumed, keep=_kept(resume)) as run_dir:
         # The model, what it shows, and where it logs.
         model = build_model(config, settings, resume, trust_model)
@@ -117,34 +115,24 @@ def _last_good(run_dir: Path) -> str:
 # ---------------------------------------------------------------------- settings
 
 
-def resumed_settings(settings: OptimizationSettings, resume: Path | None, trusted: bool) -> OptimizationSettings:
-    """A resumed run keeps its model's batch size unless ``--batch-size`` says otherwise."""
-    if resume is None or settings.source("batch_size") == "override":
-        return settings
-    metadata = saved_metadata(resume, trusted)
-    sources = {**settings.sources, "batch_size": "resumed model"}
-    return replace(settings, batch_size=metadata["hyperparameters"]["batch_size"], sources=sources)
-
-
-def check_before_measuring(config: TrainConfig, settings: OptimizationSettings) -> None:
-    """Refuse a batch the buffer cannot hold, or a run that cannot fit in memory, with the largest
-    batch ``auto`` could choose, before anything is measured."""
-    planned_batch = max(batch_candidates(config.buffer_size)) if settings.batch_size == AUTO else settings.batch_size
-    config.check_batch_size(planned_batch)
-    check_memory(config, planned_batch)
+def check_before_measuring(config: TrainConfig) -> None:
+    """Refuse a batch the buffer cannot hold, or a run that cannot fit in memory (with the largest
+    batch ``auto`` could choose), before anything is measured."""
+    config.check_batch_size()
+    check_memory(config)
 
 
 def resolve_settings(
     config: TrainConfig, settings: OptimizationSettings, console: Console | None = None
-) -> OptimizationSettings:
-    """``settings`` with each ``auto`` measured on this machine for this run's policy (or read
-    from the cache of an earlier measurement): :func:`sb3_snake.acceleration.autotune.resolve_auto`."""
-    if not settings.auto_fields:
-        return settings
+) -> tuple[TrainConfig, OptimizationSettings]:
+    """``config``'s batch size and ``settings`` with each ``auto`` measured on this machine for
+    this run's policy (or read from the cache of an earlier measurement):
+    :func:`sb3_snake.acceleration.autotune.resolve_auto`; the batch size's source says how."""
     notify = (lambda line: console.print(line, highlight=False, soft_wrap=True)) if console else (lambda line: None)
     device = resolve_device(config.device)
-    return resolve_auto(
+    settings, batch_size, batch_source = resolve_auto(
         settings,
+        config.batch_size,
         device,
         config.policy_kwargs(),
         config.board_size,
@@ -152,6 +140,9 @@ def resolve_settings(
         countdown=config.countdown,
         progress=notify,
     )
+    if batch_source is not None:
+        config = replace(config, batch_size=batch_size, sources={**config.sources, "batch_size": batch_source})
+    return config, settings
 
 
 # ---------------------------------------------------------------------- the model
@@ -163,15 +154,15 @@ def build_model(
     """The env and model of a run: a new one, or one resumed from a checkpoint (with its saved
     replay buffer, and the config applied)."""
     device = resolve_device(config.device)
-    settings = resolve_settings(config, settings)
+    config, settings = resolve_settings(config, settings)
     env = BatchedSnakeVecEnv(
         config.n_envs, board_size=config.board_size, device="cpu", seed=config.seed, countdown=config.countdown
     )
     if resume is None:
-        kwargs = config.dqn_kwargs(settings.batch_size)
+        kwargs = config.dqn_kwargs()
         return SnakeDQN("AttentionPolicy", env, optimizations=settings, device=device, **kwargs)
     model = load_model(resume, settings, trusted=trusted, env=env, device=device, for_training=True)
-    apply_config(model, config, settings.batch_size)
+    apply_config(model, config)
     _load_saved_replay_buffer(model, Path(resume), trusted)
     return model
 
@@ -197,7 +188,12 @@ def _load_saved_replay_buffer(model: SnakeDQN, model_path: Path, trusted: bool) 
 
 def print_configuration(model: SnakeDQN, config: TrainConfig, run_dir: Path, console: Console) -> None:
     """The configuration summary: each optimization as requested and as active, and the run."""
-    extra = {"envs": config.n_envs, "board size": f"{config.board_size}x{config.board_size}", "run folder": run_dir}
+    extra = {
+        "batch size": f"{model.batch_size} (from {config.source('batch_size')})",
+        "envs": config.n_envs,
+        "board size": f"{config.board_size}x{config.board_size}",
+        "run folder": run_dir,
+    }
     for line in summary_lines(model.active_optimizations, extra):
         console.print(line, highlight=False, soft_wrap=True)
 

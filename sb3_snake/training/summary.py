@@ -30,7 +30,7 @@ def trained_hyperparameters(model: SnakeDQN, config: TrainConfig) -> dict[str, A
     """What the model really trains with (read from it), beside the run's own options."""
     values = model.hyperparameters()
     actual_ratio = values["batch_size"] * values["gradient_steps"] / (values["train_freq"] * model.n_envs)
-    run_options = {name: value for name, value in asdict(config).items() if name not in MODEL_FIELDS}
+    run_options = {name: value for name, value in asdict(config).items() if name not in (*MODEL_FIELDS, "sources")}
     return {
         **run_options,
         **values,
@@ -62,6 +62,7 @@ def build_summary(model: SnakeDQN, config: TrainConfig, callbacks: RunCallbacks,
         "best_score": record.best_score,
         "mean_episode_steps_last_100": sum(record.lengths[-100:]) / max(1, len(record.lengths[-100:])),
         "hyperparameters": trained_hyperparameters(model, config),
+        "batch_size": {"value": model.batch_size, "source": config.source("batch_size")},
         "optimizations": {
             name: {"value": value, "source": settings.source(name)} for name, value in settings.as_dict().items()
         },

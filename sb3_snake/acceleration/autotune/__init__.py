@@ -1,7 +1,8 @@
 """Settings measured on the machine that runs them: resolving ``auto``.
 
-``OPTIMAL_BATCH_SIZE``, ``USE_BF16``, ``USE_FLASH_ATTENTION`` (with ``SDPA_BACKEND``) and
-``USE_TORCH_COMPILE`` accept ``auto``. What is fastest differs between machines (bf16 pays only
+``OPTIMAL_BATCH_SIZE`` (the batch size, a learning value given beside the settings),
+``USE_BF16``, ``USE_FLASH_ATTENTION`` (with ``SDPA_BACKEND``) and ``USE_TORCH_COMPILE`` accept
+``auto``. What is fastest differs between machines (bf16 pays only
 where the hardware computes it natively, and not on every such machine; which attention kernel
 wins changes with the CPU), so a value measured once and committed is wrong somewhere else.
 :func:`resolve_auto` replaces each ``auto`` by a value chosen from a short measurement of the
@@ -20,7 +21,7 @@ The package, in the order a resolution runs:
 
 from sb3_snake.acceleration.autotune.cache import CACHE_ENV, cache_dir, cache_key, cache_path
 from sb3_snake.acceleration.autotune.measure import GradientStepMeter, fill_replay_buffer, filled_model
-from sb3_snake.acceleration.autotune.resolve import CONTENDED_CORES, apply_choice, resolve_auto
+from sb3_snake.acceleration.autotune.resolve import CONTENDED_CORES, Resolved, apply_choice, resolve_auto
 from sb3_snake.acceleration.autotune.search import (
     BATCH_CANDIDATES,
     BATCH_TOLERANCE,
@@ -43,6 +44,7 @@ __all__ = [
     "CONTENDED_CORES",
     "PLAIN_MARGIN",
     "ROUNDS",
+    "Resolved",
     "Candidate",
     "GradientStepMeter",
     "Machine",

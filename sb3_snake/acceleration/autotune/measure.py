@@ -20,7 +20,7 @@ from stable_baselines3.common.logger import Logger
 from sb3_snake.acceleration.autotune.search import ROUNDS, Candidate
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.common.timing import device_sync, time_for
-from sb3_snake.dqn.snake_dqn import SnakeDQN
+from sb3_snake.dqn.snake_dqn import DEFAULT_BATCH_SIZE, SnakeDQN
 from sb3_snake.dqn.update.captured import WARMUP_STEPS
 from sb3_snake.envs import BatchedSnakeVecEnv
 
@@ -46,9 +46,10 @@ def filled_model(
     policy_kwargs: dict[str, Any] | None = None,
     n_envs: int = 256,
     countdown: bool = False,
+    batch_size: int = DEFAULT_BATCH_SIZE,
 ) -> SnakeDQN:
-    """A fresh SnakeDQN for timing gradient steps: ``transitions`` of random play in its
-    buffer, learning from the first step, no logging."""
+    """A fresh SnakeDQN for timing gradient steps of ``batch_size``: ``transitions`` of random
+    play in its buffer, learning from the first step, no logging."""
     env = BatchedSnakeVecEnv(n_envs, board_size=board_size, device=device, seed=0, countdown=countdown)
     model = SnakeDQN(
         "AttentionPolicy",
@@ -56,6 +57,7 @@ def filled_model(
         optimizations=settings,
         policy_kwargs=policy_kwargs,
         buffer_size=transitions,
+        batch_size=batch_size,
         learning_starts=0,
         device=device,
         seed=0,
@@ -98,7 +100,14 @@ class GradientStepMeter:
         transitions = max(2048, 2 * candidate.batch_size)
         settings = replace(candidate.settings(torch.get_num_threads()), use_cuda_graph=self.use_cuda_graph)
         model = filled_model(
-            settings, self.device, self.board_size, transitions, self.policy_kwargs, n_envs=64, countdown=self.countdown
+            settings,
+            self.device,
+            self.board_size,
+            transitions,
+            self.policy_kwargs,
+            n_envs=64,
+            countdown=self.countdown,
+            batch_size=candidate.batch_size,
         )
         model.train(gradient_steps=WARMUP_STEPS + 1, batch_size=candidate.batch_size)
         self.models[candidate] = model

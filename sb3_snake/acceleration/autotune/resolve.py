@@ -8,9 +8,9 @@ resolved field's source tells the story, e.g. ``auto: chose true, measured <a> v
 (true vs false) on <date>; cache ~/.cache/sb3-snake/auto-<key>.json``; the configuration summary
 and ``python test_optimizations.py`` print it.
 
-The batch size asked for (a size, or ``auto``) is read once, at the top of :func:`resolve_auto`,
-and the size chosen is written once, in :func:`apply_choice`; the search and the cache key are
-given it as a value of its own.
+The batch size is a learning value, not a setting: :func:`resolve_auto` is given it (a size, or
+``auto``) as an argument of its own, and returns the size chosen beside the settings
+(:class:`Resolved`), as :func:`apply_choice` reads it from the search's choice.
 """
 
 from __future__ import annotations
@@ -18,22 +18,34 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from datetime import date
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
 from sb3_snake.acceleration.autotune.cache import cache_key, cache_path, read_cache, write_cache
 from sb3_snake.acceleration.autotune.measure import GradientStepMeter
 from sb3_snake.acceleration.autotune.search import Candidate, Machine, Measure, batch_candidates, search
-from sb3_snake.acceleration.settings import AUTO, OptimizationSettings
+from sb3_snake.acceleration.settings import AUTO, BATCH_SIZE_KEY, OptimizationSettings
 from sb3_snake.common import system
+from sb3_snake.dqn.snake_dqn import DEFAULT_BATCH_SIZE
 
 #: Cores taken by other processes (or the host) during a measurement above which it is not cached.
 CONTENDED_CORES = 0.5
 
 
+class Resolved(NamedTuple):
+    """What :func:`resolve_auto` resolved: the settings, and the batch size."""
+
+    settings: OptimizationSettings
+    batch_size: int
+    #: How ``auto`` chose the batch size (the evidence, as a field's source); ``None`` when the
+    #: batch size was given as a size, so where it came from stays the caller's.
+    batch_source: str | None = None
+
+
 def resolve_auto(
     settings: OptimizationSettings,
+    batch_size: int | str,
     device: torch.device | str,
     policy_kwargs: dict[str, Any],
     board_size: int,
@@ -46,8 +58,9 @@ def resolve_auto(
     progress: Callable[[str], None] = lambda line: None,
     today: Callable[[], str] = lambda: date.today().isoformat(),
     load_meter: Callable[[], Callable[[], float | None]] | None = None,
-) -> OptimizationSettings:
-    """``settings`` with every ``auto`` replaced by the value measured fastest on this machine.
+) -> Resolved:
+    """``settings`` and ``batch_size`` (a size, or ``auto``) with every ``auto`` replaced by the
+    value measured fastest on this machine.
 
     A cached choice for the same key is used as is. Without one, the candidates are measured
     (``measure``, by default a :class:`GradientStepMeter` on ``device`` with the policy of
@@ -63,23 +76,24 @@ def resolve_auto(
     process the gradient step runs many times slower with every core, and a choice measured then
     would stand for every later run on the machine.
     """
-    if not settings.auto_fields:
-        return settings
-    batch_size = settings.batch_size  # a size, or auto: the one place the batch size asked for is read
+    if not settings.auto_fields and batch_size != AUTO:
+        return Resolved(settings, batch_size)
     device = torch.device(device)
     key = cache_key(settings, device, policy_kwargs, board_size, max_batch_size, countdown, batch_size=batch_size)
     path = cache_path(key)
     entry = read_cache(path, key)
     if entry is None and not allow_measure:
-        return settings.without_auto(
+        unmeasured = (
             "auto, not measured on this machine yet (the first sb3-snake train measures it): "
             f"the value that runs everywhere; cache {path}"
         )
+        if batch_size != AUTO:
+            return Resolved(settings.without_auto(unmeasured), batch_size)
+        return Resolved(settings.without_auto(unmeasured), DEFAULT_BATCH_SIZE, unmeasured)
     if entry is None:
-        progress(
-            f"measuring auto settings ({', '.join(OptimizationSettings.env_key(n) for n in settings.auto_fields)}) "
-            f"on this machine; cached in {path}"
-        )
+        keys = [BATCH_SIZE_KEY] if batch_size == AUTO else []
+        keys += [OptimizationSettings.env_key(name) for name in settings.auto_fields]
+        progress(f"measuring auto settings ({', '.join(keys)}) on this machine; cached in {path}")
         machine = machine or Machine.probe(device)
         measure = measure or GradientStepMeter(
             device, policy_kwargs, board_size, countdown=countdown, use_cuda_graph=settings.use_cuda_graph
@@ -93,14 +107,14 @@ def resolve_auto(
         if others is not None and others >= CONTENDED_CORES:
             where = f"not cached: other processes took {others:.1f} cores while it was measured"
             progress(f"auto settings: {where}; the next run measures again")
-            return apply_choice(settings, entry, where)
+            return apply_choice(settings, batch_size, entry, where)
         write_cache(path, key, result, entry["date"])
-    return apply_choice(settings, entry, f"cache {path}")
+    return apply_choice(settings, batch_size, entry, f"cache {path}")
 
 
-def apply_choice(settings: OptimizationSettings, entry: dict[str, Any], where: str) -> OptimizationSettings:
-    """``settings`` with the measured choice in place of each ``auto`` (the batch size chosen
-    included), its source the evidence and ``where`` it is kept."""
+def apply_choice(settings: OptimizationSettings, batch_size: int | str, entry: dict[str, Any], where: str) -> Resolved:
+    """``settings`` and ``batch_size`` with the measured choice in place of each ``auto``, its
+    source the evidence and ``where`` it is kept."""
     chosen = Candidate(**entry["result"]["chosen"])
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
@@ -110,11 +124,17 @@ def apply_choice(settings: OptimizationSettings, entry: dict[str, Any], where: s
         "use_torch_compile": chosen.use_torch_compile,
         "batch_size": chosen.batch_size,
     }
-    for name in settings.auto_fields:
-        values[name] = fields[name]
+
+    def source(name: str) -> str:
         evidence = entry["result"]["evidence"].get(name, f"chose {fields[name]}")
-        sources[name] = f"auto: {evidence} on {entry['date']}; {where}"
+        return f"auto: {evidence} on {entry['date']}; {where}"
+
+    for name in settings.auto_fields:
+        values[name], sources[name] = fields[name], source(name)
     if "use_flash_attention" in settings.auto_fields and settings.sdpa_backend == AUTO:
         values["sdpa_backend"] = chosen.sdpa_backend
         sources["sdpa_backend"] = sources["use_flash_attention"]
-    return settings.resolved(values, sources)
+    resolved = settings.resolved(values, sources)
+    if batch_size != AUTO:
+        return Resolved(resolved, batch_size)
+    return Resolved(resolved, chosen.batch_size, source("batch_size"))

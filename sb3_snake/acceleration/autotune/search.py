@@ -68,7 +68,6 @@ class Candidate:
 
     def settings(self, threads: int | str = "auto") -> OptimizationSettings:
         return OptimizationSettings(
-            batch_size=self.batch_size,
             use_bf16=self.use_bf16,
             use_flash_attention=self.sdpa_backend == "flash",
             sdpa_backend=self.sdpa_backend,

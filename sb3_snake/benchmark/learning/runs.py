@@ -101,15 +101,15 @@ def _train_sb3_snake(spec: RunSpec, stopwatch: Stopwatch, checkpoints_dir: Path,
     from sb3_snake.acceleration.optimizations import threads_for, torch_threads
     from sb3_snake.acceleration.settings import OptimizationSettings
     from sb3_snake.persistence import save_model
-    from sb3_snake.training.config import TrainConfig
-    from sb3_snake.training.hyperparameters import split_hyperparameters
+    from sb3_snake.training.hyperparameters import check_hyperparameters
+    from sb3_snake.training.options import load_config
     from sb3_snake.training.run import train
 
-    config_values, setting_values = split_hyperparameters(spec.hyperparameters)
-    settings = OptimizationSettings.load(spec.env_file, **setting_values)
+    settings = OptimizationSettings.load(spec.env_file)
     # The budget is the checkpoints' to enforce; the config's limit is only a backstop.
-    config = TrainConfig(
-        **{**config_values, "seed": spec.seed, "board_size": spec.board_size},
+    config = load_config(
+        spec.env_file,
+        **{**check_hyperparameters(spec.hyperparameters), "seed": spec.seed, "board_size": spec.board_size},
         time_limit_minutes=2 * spec.budget_seconds / 60,
     )
     threads = threads_for(settings, config.device)
@@ -129,6 +129,7 @@ def _train_sb3_snake(spec: RunSpec, stopwatch: Stopwatch, checkpoints_dir: Path,
         "checkpoints": checkpoints.saved,
         "env_steps": summary["env_steps"],
         "threads": threads,
+        "batch_size": summary["hyperparameters"]["batch_size"],
         "optimizations": summary["active"],
     }
 

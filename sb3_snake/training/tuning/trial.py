@@ -20,7 +20,7 @@ from sb3_snake.acceleration.optimizations import threads_for
 from sb3_snake.acceleration.settings import AUTO, OptimizationSettings
 from sb3_snake.dqn.snake_dqn import TrainingDiverged
 from sb3_snake.training.callbacks import GreedyEvaluation
-from sb3_snake.training.hyperparameters import split_hyperparameters
+from sb3_snake.training.hyperparameters import check_hyperparameters
 from sb3_snake.training.run import train
 from sb3_snake.training.tuning.report import best_line, describe
 from sb3_snake.training.tuning.space import ONE_RATIO, TuneConfig, sample_hyperparameters
@@ -69,13 +69,12 @@ class TrialFailed(RuntimeError):
 def run_trial(trial: optuna.Trial, config: TuneConfig, settings: OptimizationSettings, console: Console) -> float:
     """Train one trial's sampled hyperparameters and return its final greedy mean score."""
     trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
-    config_values, setting_values = split_hyperparameters(sample_hyperparameters(trial))
-    trial_settings = replace(settings, **setting_values, sources={**settings.sources, "batch_size": "trial"})
-    run_config = replace(config.trial, **config_values, **ONE_RATIO)
+    config_values = check_hyperparameters(sample_hyperparameters(trial))
+    run_config = replace(config.trial, **config_values, **ONE_RATIO, sources={"batch_size": "trial"})
     evaluations = TrialEvaluation.for_budget(trial, config)
     folder = config.folder / f"trial_{trial.number:04d}"
     try:
-        train(run_config, trial_settings, folder, overwrite=True, callbacks=[evaluations], console=console)
+        train(run_config, settings, folder, overwrite=True, callbacks=[evaluations], console=console)
         final = evaluations.mean_score()  # on the games after the last report's
     except (ValueError, TrainingDiverged, MemoryError, torch.OutOfMemoryError) as error:
         trial.set_user_attr("failure", f"{type(error).__name__}: {error}")

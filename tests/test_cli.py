@@ -77,6 +77,3 @@ def test_bad_input_is_one_line_and_exit_2(args, message):
     assert result.exit_code == 2, result.output
     assert result.output.startswith("error: ") and message in result.output, result.output
     assert result.output.count("\n") == 1 and "Traceback" not in result.output
-
-
-# ---------------------------------------------------------------- hardening

@@ -18,10 +18,10 @@ from sb3_snake.training.config import (
     RUN,
     Role,
     TrainConfig,
-    check_memory,
     option,
     option_fields,
 )
+from sb3_snake.training.memory import check_memory, memory_estimate
 from tests.conftest import tiny_config
 
 
@@ -101,11 +101,11 @@ def test_memory_needed_is_stated_up_front(changes, part):
 
 
 def test_memory_estimate_grows_with_what_it_holds():
-    small, large = tiny_config().memory_estimate(), tiny_config(buffer_size=20_000).memory_estimate()
+    small, large = memory_estimate(tiny_config()), memory_estimate(tiny_config(buffer_size=20_000))
     assert large["replay buffer"] == 10 * small["replay buffer"] and large["networks"] == small["networks"]
-    with_view, without = tiny_config().memory_estimate(), tiny_config(head_view=False).memory_estimate()
+    with_view, without = memory_estimate(tiny_config()), memory_estimate(tiny_config(head_view=False))
     assert with_view["networks"] > without["networks"]
-    assert tiny_config(batch_size=64).memory_estimate()["one batch"] == 4 * small["one batch"]
+    assert memory_estimate(tiny_config(batch_size=64))["one batch"] == 4 * small["one batch"]
 
 
 @pytest.mark.parametrize(

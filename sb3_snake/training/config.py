@@ -11,25 +11,21 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-import torch
-
 from sb3_snake.acceleration.autotune.search import batch_candidates
 from sb3_snake.acceleration.setting_values import AUTO, BATCH_SIZE, Values
 from sb3_snake.acceleration.settings import BATCH_SIZE_KEY
 from sb3_snake.common.errors import UsageError
-from sb3_snake.common.system import available_memory_bytes, check_device
+from sb3_snake.common.system import check_device
 from sb3_snake.dqn.extractor import SnakeAttentionExtractor
 from sb3_snake.dqn.save_format import MAX_BOARD_SIZE
 from sb3_snake.dqn.snake_dqn import DEFAULT_BATCH_SIZE
-from sb3_snake.envs.rules import SnakeRules, board_space
+from sb3_snake.envs.rules import SnakeRules
 from sb3_snake.training.evaluation import MAX_SEED
 
 #: Upper bound on env steps of a run that stops by episodes, so ``learn`` always has a total.
 MAX_TIMESTEPS = 10**12
 #: Episodes of a run given no limit at all.
 DEFAULT_EPISODES = 1000
-#: Share of the available memory a run may plan to use.
-MEMORY_HEADROOM = 0.9
 #: What the extractor builds for a keyword that a saved model's ``policy_kwargs`` leave out.
 EXTRACTOR_DEFAULTS = {
     name: parameter.default
@@ -351,23 +347,6 @@ class TrainConfig:
             "policy_kwargs": self.policy_kwargs(),
         }
 
-    def memory_estimate(self) -> dict[str, int]:
-        """Bytes a run of this config will hold, by part (an estimate, stated before training)."""
-        space = board_space(self.board_size, self.countdown)
-        channels, cells = space.shape[0], self.board_size**2
-        observation = channels * cells
-        with torch.device("meta"):
-            extractor = SnakeAttentionExtractor(space, **self.policy_kwargs()["features_extractor_kwargs"])
-        parameters = sum(parameter.numel() for parameter in extractor.parameters())
-        head_view_inputs = channels * (2 * self.board_size - 1) ** 2 if self.head_view else 0
-        return {
-            "replay buffer": self.buffer_size * (2 * observation + 24),
-            "games": self.n_envs * (4 * observation + cells + 128) + 8 * cells * cells,
-            # online and target networks, gradients, Adam's two moments
-            "networks": 5 * 4 * parameters,
-            "one batch": 4 * 4 * self.planned_batch_size * (head_view_inputs + observation),
-        }
-
 
 def option_fields() -> tuple[Any, ...]:
     """TrainConfig's options (its fields but ``sources``), in field order."""
@@ -394,19 +373,6 @@ class WandbOptions:
     enabled: bool = False
     project: str = "sb3-snake"
     mode: str = "online"
-
-
-def check_memory(config: TrainConfig, available: int | None = None) -> None:
-    """Raise UsageError, stating what is needed, when the run would not fit in memory."""
-    available = available_memory_bytes() if available is None else available
-    parts = config.memory_estimate()
-    needed = sum(parts.values())
-    if available is not None and needed > MEMORY_HEADROOM * available:
-        detail = ", ".join(f"{name} {size / 2**30:.1f} GiB" for name, size in parts.items())
-        raise UsageError(
-            f"this run needs about {needed / 2**30:.1f} GiB ({detail}) but {available / 2**30:.1f} GiB are "
-            "available; lower --buffer-size, --n-envs or --board-size"
-        )
 
 
 def option_flag(name: str) -> str:

@@ -46,7 +46,8 @@ from sb3_snake.training.callbacks import (
     RunCancelled,
     StopRequest,
 )
-from sb3_snake.training.config import MAX_TIMESTEPS, TrainConfig, WandbOptions, check_memory
+from sb3_snake.training.config import MAX_TIMESTEPS, TrainConfig, WandbOptions
+from sb3_snake.training.memory import check_memory
 from sb3_snake.training.resume import apply_config
 from sb3_snake.training.run_directory import claim_run_directory
 from sb3_snake.training.summary import Outcome, build_summary, save_run, trained_hyperparameters

@@ -1,0 +1,46 @@
+"""The memory a run will hold, estimated before training, so a run that cannot fit is refused
+up front, in one line that says what to lower."""
+
+from __future__ import annotations
+
+import torch
+
+from sb3_snake.common.errors import UsageError
+from sb3_snake.common.system import available_memory_bytes
+from sb3_snake.dqn.extractor import SnakeAttentionExtractor
+from sb3_snake.envs.rules import board_space
+from sb3_snake.training.config import TrainConfig
+
+#: Share of the available memory a run may plan to use.
+MEMORY_HEADROOM = 0.9
+
+
+def memory_estimate(config: TrainConfig) -> dict[str, int]:
+    """Bytes a run of this config will hold, by part (an estimate, stated before training)."""
+    space = board_space(config.board_size, config.countdown)
+    channels, cells = space.shape[0], config.board_size**2
+    observation = channels * cells
+    with torch.device("meta"):
+        extractor = SnakeAttentionExtractor(space, **config.policy_kwargs()["features_extractor_kwargs"])
+    parameters = sum(parameter.numel() for parameter in extractor.parameters())
+    head_view_inputs = channels * (2 * config.board_size - 1) ** 2 if config.head_view else 0
+    return {
+        "replay buffer": config.buffer_size * (2 * observation + 24),
+        "games": config.n_envs * (4 * observation + cells + 128) + 8 * cells * cells,
+        # online and target networks, gradients, Adam's two moments
+        "networks": 5 * 4 * parameters,
+        "one batch": 4 * 4 * config.planned_batch_size * (head_view_inputs + observation),
+    }
+
+
+def check_memory(config: TrainConfig, available: int | None = None) -> None:
+    """Raise UsageError, stating what is needed, when the run would not fit in memory."""
+    available = available_memory_bytes() if available is None else available
+    parts = memory_estimate(config)
+    needed = sum(parts.values())
+    if available is not None and needed > MEMORY_HEADROOM * available:
+        detail = ", ".join(f"{name} {size / 2**30:.1f} GiB" for name, size in parts.items())
+        raise UsageError(
+            f"this run needs about {needed / 2**30:.1f} GiB ({detail}) but {available / 2**30:.1f} GiB are "
+            "available; lower --buffer-size, --n-envs or --board-size"
+        )

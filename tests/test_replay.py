@@ -12,7 +12,7 @@ from sb3_snake.dqn.replay import EXTRA_BYTES_PER_TRANSITION, DeviceReplayBuffer,
 from sb3_snake.persistence import load_model, load_replay_buffer, save_model, save_replay_buffer
 from tests.conftest import SMALL_POLICY, cuda
 
-FAST = OptimizationSettings(batch_size=16, use_torch_compile=False, use_bf16=False, num_threads=1)
+FAST = OptimizationSettings(use_torch_compile=False, use_bf16=False, num_threads=1)
 SPACE, ACTIONS = spaces.Box(0, 1, (5, 4, 4), np.uint8), spaces.Discrete(4)
 
 
@@ -96,6 +96,7 @@ def model_with_device_buffer(**kwargs):
         "AttentionPolicy",
         env,
         optimizations=FAST,
+        batch_size=16,
         learning_starts=8,
         buffer_size=256,
         replay_buffer_class=DeviceReplayBuffer,
@@ -131,7 +132,14 @@ def test_a_cpu_model_keeps_sb3s_buffer():
 def test_a_cuda_model_samples_on_the_gpu(n_steps):
     env = BatchedSnakeVecEnv(4, board_size=5, seed=0)
     model = SnakeDQN(
-        "AttentionPolicy", env, optimizations=FAST, device="cuda", learning_starts=8, n_steps=n_steps, buffer_size=256
+        "AttentionPolicy",
+        env,
+        optimizations=FAST,
+        device="cuda",
+        batch_size=16,
+        learning_starts=8,
+        n_steps=n_steps,
+        buffer_size=256,
     )
     model.learn(64)
     assert isinstance(model.replay_buffer, DeviceReplayBuffer) and model.replay_buffer.n_steps == n_steps

@@ -10,7 +10,7 @@ from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.dqn.replay import DeviceReplayBuffer
 from tests.conftest import SMALL_POLICY
 
-FAST = OptimizationSettings(batch_size=16, use_torch_compile=False, use_bf16=False, num_threads=1)
+FAST = OptimizationSettings(use_torch_compile=False, use_bf16=False, num_threads=1)
 
 
 def greedy_model(replay_buffer_class):
@@ -19,6 +19,7 @@ def greedy_model(replay_buffer_class):
         "AttentionPolicy",
         BatchedSnakeVecEnv(4, board_size=5, seed=7),
         optimizations=FAST,
+        batch_size=16,
         learning_starts=0,
         gradient_steps=0,
         exploration_initial_eps=0.0,

@@ -14,16 +14,15 @@ from sb3_snake.acceleration.settings import OptimizationSettings, check_env_file
 from sb3_snake.benchmark.env_throughput import DEFAULT_NUM_ENVS
 from sb3_snake.benchmark.gradient_step import DEFAULT_BATCH_SIZES
 from sb3_snake.benchmark.results import RESULTS_DIR, save_results, utc_stamp
-from sb3_snake.cli.common import (
+from sb3_snake.cli.common import app, user_errors
+from sb3_snake.cli.options import (
     ONLINE,
     Device,
     EnvFileOption,
     WandbMode,
-    app,
     batch_size_parameter,
     load_settings,
     settings_parameters,
-    user_errors,
     with_parameters,
 )
 from sb3_snake.common.errors import UsageError

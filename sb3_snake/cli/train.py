@@ -11,19 +11,15 @@ from typing import Annotated, Any
 
 import typer
 
-from sb3_snake.cli.common import (
+from sb3_snake.cli.common import app, fail, signal_exit_code, stop_on_signals, user_errors
+from sb3_snake.cli.options import (
     ONLINE,
     EnvFileOption,
     TrustModelOption,
     WandbMode,
-    app,
     config_parameters,
-    fail,
     load_settings,
     settings_parameters,
-    signal_exit_code,
-    stop_on_signals,
-    user_errors,
     with_parameters,
 )
 from sb3_snake.common.errors import UsageError

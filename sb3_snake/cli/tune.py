@@ -7,14 +7,8 @@ from typing import Annotated, Any
 
 import typer
 
-from sb3_snake.cli.common import (
-    app,
-    batch_size_parameter,
-    load_settings,
-    settings_parameters,
-    user_errors,
-    with_parameters,
-)
+from sb3_snake.cli.common import app, user_errors
+from sb3_snake.cli.options import batch_size_parameter, load_settings, settings_parameters, with_parameters
 from sb3_snake.common.errors import UsageError
 from sb3_snake.common.paths import check_writable_dir
 from sb3_snake.training.config import TrainConfig

@@ -281,7 +281,9 @@ def benchmark(
     ] = None,
     device: Annotated[Device, typer.Option(help="auto, cpu or cuda.")] = Device.auto,
     repeats: RepeatsOption = 3,
-    quick: Annotated[bool, typer.Option("--quick", help="A short run: under 2 minutes on a 2-core CPU.")] = False,
+    quick: Annotated[
+        bool, typer.Option("--quick", help="A short run: batch 256 and 1024, no compile, shorter end-to-end windows.")
+    ] = False,
     end_to_end: Annotated[
         bool,
         typer.Option("--end-to-end/--no-end-to-end", help="Also time sb3-snake train against plain SB3 DQN."),

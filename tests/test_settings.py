@@ -305,15 +305,23 @@ def test_the_configuration_table_has_a_row_per_key_of_env():
     )
 
 
-def test_readme_configuration_table_is_the_declared_one():
-    """README's table of .env keys is :func:`configuration_table`'s output, pasted: regenerate it
-    with ``python -c "from sb3_snake.training.options import configuration_table as t; print(t())"``."""
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text().splitlines()
-    section = readme[readme.index("## Configuration") + 1 :]
-    start = next(index for index, line in enumerate(section) if line.startswith("| key |"))
+def test_the_documented_configuration_table_is_the_declared_one():
+    """The configuration page's table of .env keys is :func:`configuration_table`'s output, pasted:
+    regenerate it with ``python -c "from sb3_snake.training.options import configuration_table as t; print(t())"``."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text().splitlines()
+    start = next(index for index, line in enumerate(page) if line.startswith("| key |"))
     table = []
-    for line in section[start:]:
+    for line in page[start:]:
         if not line.startswith("|"):
             break
         table.append(line)
     assert "\n".join(table) == configuration_table()
+
+
+def test_readme_switches_table_names_every_key_with_its_flag():
+    """README's shorter table (what each switch does and when it helps) has a row per declared key."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme[readme.index("## The optimization switches") :]
+    rows = [line for line in section.splitlines() if line.startswith("| `") and not line.startswith("| `.env`")]
+    declared = [line.split(" | ")[:2] for line in configuration_table().splitlines()[2:]]
+    assert [row.split(" | ")[:2] for row in rows] == declared

@@ -1,0 +1,90 @@
+"""The front door and the manual: README's size, every relative link, the strict site build and
+the index of ``benchmark_results/``."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sb3_snake.benchmark.index import INDEX_NAME, index_markdown
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmark_results"
+
+#: Markdown links and images (``[text](target)``, ``![alt](target "title")``) and HTML ``src``/``href``.
+_LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)|(?:src|href)=\"([^\"]+)\"")
+
+
+def markdown_files() -> list[Path]:
+    """README, every page of the site and every Markdown file among the results."""
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), *sorted(RESULTS.rglob("*.md"))]
+
+
+def relative_links(text: str) -> list[str]:
+    """The relative link targets of a Markdown text (no scheme, not a bare ``#anchor``), anchors cut off."""
+    targets = []
+    for match in _LINK.finditer(re.sub(r"```.*?```", "", text, flags=re.S)):
+        target = match.group(1) or match.group(2)
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
+            continue
+        targets.append(target.split("#", 1)[0])
+    return targets
+
+
+def test_relative_links_finds_links_and_skips_urls_and_code():
+    text = '[a](docs/a.md#x) ![b](img.png "t") [c](https://x.org) [d](#top) <img src="e.gif">\n```\n[f](g.md)\n```'
+    assert relative_links(text) == ["docs/a.md", "img.png", "e.gif"]
+
+
+@pytest.mark.parametrize("path", markdown_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_relative_link_points_at_a_file(path):
+    missing = [t for t in relative_links(path.read_text()) if not (path.parent / t).exists()]
+    assert not missing, f"{path.relative_to(ROOT)} links to missing files: {missing}"
+
+
+def test_readme_is_a_front_door():
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 300
+    first_image = re.search(r"!\[[^\]]*\]\(([^)]+)\)", text)
+    assert first_image and first_image.group(1).endswith(".gif"), "README opens with the GIF of an agent playing"
+    assert text.index(first_image.group(0)) < text.index("## ")
+
+
+def test_benchmark_results_index_is_current_and_lists_every_file():
+    committed = (RESULTS / INDEX_NAME).read_text()
+    assert committed == index_markdown(RESULTS), "regenerate it: python -m sb3_snake.benchmark.index"
+    listed = set(relative_links(committed))
+    files = {p.relative_to(RESULTS).as_posix() for p in RESULTS.rglob("*") if p.is_file() and p.name != INDEX_NAME}
+    files |= {p.relative_to(RESULTS).as_posix() for p in RESULTS.rglob(INDEX_NAME) if p.parent != RESULTS}
+    assert files == listed
+
+
+def test_index_names_the_machine_a_result_recorded(tmp_path):
+    (tmp_path / "gradient_step_20261124T131930Z.json").write_text(
+        '{"benchmark": "gradient_step", "system": {"cpu": "AMD EPYC", "cpu_cores": 2, "gpu": null}}'
+    )
+    (tmp_path / "gpu").mkdir()
+    (tmp_path / "gpu" / "env_20261122.json").write_text('{"system": {"cpu": "x", "gpu": {"name": "NVIDIA H100"}}}')
+    index = index_markdown(tmp_path)
+    assert "| 2026-11-24 | [gradient_step_20261124T131930Z.json](gradient_step_20261124T131930Z.json) |" in index
+    assert "AMD EPYC, 2 cores" in index and "NVIDIA H100" in index and "(gpu/env_20261122.json)" in index
+
+
+@pytest.mark.slow
+def test_site_builds_strictly(tmp_path):
+    pytest.importorskip("mkdocs", reason="the docs extra is not installed: pip install -e '.[docs]'")
+    pytest.importorskip("mkdocstrings")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (tmp_path / "site" / "reference" / "index.html").read_text().count("SnakeDQN") > 3

@@ -77,12 +77,13 @@ def test_every_stage_picks_the_fastest_and_says_what_it_measured():
     result = run_search(settings(**ALL_AUTO), CPU_WITH_BF16, table)
     assert result["chosen"] == {"use_bf16": True, "sdpa_backend": "flash", "use_torch_compile": True, "batch_size": 512}
     evidence = result["evidence"]
-    assert evidence["use_bf16"] == (
-        "chose true, measured 13,585 vs 10,450 samples/s (true vs false)"
-        "; anything but fp32 with PyTorch's choice without flash (9,500 samples/s) needs 1.05x it"
+    assert evidence["use_bf16"] == "chose true (bf16): 13,585 samples/s against 10,450 for fp32"
+    assert result["rule"] == (
+        "a change from fp32 with PyTorch's default kernel (flash excluded) (9,500 samples/s) is kept only when "
+        "it is at least 1.05x as fast"
     )
-    assert evidence["use_flash_attention"].startswith("chose flash, measured 13,585 vs 12,350 samples/s (flash vs")
-    assert evidence["use_torch_compile"].startswith("chose true, measured 16,302 vs 13,585")
+    assert evidence["use_flash_attention"].startswith("chose flash: 13,585 samples/s against 12,350 for")
+    assert evidence["use_torch_compile"].startswith("chose true (compiled): 16,302 samples/s against 13,585 for eager")
     assert "1024: 14,300" in evidence["batch_size"] and "smallest within 90% of the fastest" in evidence["batch_size"]
     stage1 = table.calls[: 4 * ROUNDS]
     assert len(set(stage1)) == 4 and not any(c.use_torch_compile for c in stage1)  # bf16 x {flash, PyTorch's}
@@ -121,13 +122,14 @@ def test_a_steady_drift_does_not_decide_and_a_close_race_keeps_the_plain_candida
     assert len(rates) == 1  # the drift weighed on every candidate alike
     faster = run_search(asked, CPU_WITH_BF16, Drifting({**level, (True, "auto"): 112.0}))  # the last in turn
     assert faster["chosen"]["use_bf16"] is True and faster["chosen"]["sdpa_backend"] == "auto"
-    assert "samples/s (true vs false); anything but fp32 with" in faster["evidence"]["use_bf16"]
+    assert (
+        faster["evidence"]["use_bf16"].startswith("chose true (bf16): ")
+        and "for fp32" in faster["evidence"]["use_bf16"]
+    )
     close = run_search(asked, CPU_WITH_BF16, Drifting({**level, (True, "flash"): 103.0}))
     assert close["chosen"]["use_bf16"] is False and close["chosen"]["sdpa_backend"] == "auto"
-    assert close["evidence"]["use_bf16"] == (
-        "chose false, measured 83 vs 86 samples/s (false vs true with flash)"
-        "; anything but fp32 with PyTorch's choice without flash (83 samples/s) needs 1.05x it"
-    )
+    assert close["evidence"]["use_bf16"] == "chose false (fp32): 83 samples/s against 86 for bf16 with the flash kernel"
+    assert "(83 samples/s) is kept only when it is at least 1.05x as fast" in close["rule"]
 
 
 def test_a_rival_that_differs_in_the_other_setting_too_is_named_whole():
@@ -141,13 +143,13 @@ def test_a_rival_that_differs_in_the_other_setting_too_is_named_whole():
         lambda candidate: base[(candidate.use_bf16, candidate.sdpa_backend)],
     )
     assert result["chosen"]["use_bf16"] is False and result["chosen"]["sdpa_backend"] == "flash"
-    margin = "; anything but fp32 with PyTorch's choice without flash (100 samples/s) needs 1.05x it"
     assert result["evidence"]["use_bf16"] == (
-        "chose false, measured 120 vs 110 samples/s (false vs true with PyTorch's choice without flash)" + margin
+        "chose false (fp32): 120 samples/s against 110 for bf16 with PyTorch's default kernel (flash excluded)"
     )
     assert result["evidence"]["use_flash_attention"] == (
-        "chose flash, measured 120 vs 110 samples/s (flash vs PyTorch's choice without flash in bf16)" + margin
+        "chose flash: 120 samples/s against 110 for PyTorch's default kernel (flash excluded) in bf16"
     )
+    assert "with PyTorch's default kernel (flash excluded) (100 samples/s)" in result["rule"]
 
 
 def test_the_margin_is_stated_against_the_plain_candidate_it_is_measured_against():
@@ -157,10 +159,8 @@ def test_the_margin_is_stated_against_the_plain_candidate_it_is_measured_against
         settings(use_bf16="auto", use_flash_attention="auto"), CPU_WITH_BF16, Table(bf16=1.01, flash=1.08)
     )
     assert result["chosen"]["use_bf16"] is True and result["chosen"]["sdpa_backend"] == "flash"
-    assert result["evidence"]["use_bf16"] == (
-        "chose true, measured 10,908 vs 10,800 samples/s (true vs false)"
-        "; anything but fp32 with PyTorch's choice without flash (10,000 samples/s) needs 1.05x it"
-    )
+    assert result["evidence"]["use_bf16"] == "chose true (bf16): 10,908 samples/s against 10,800 for fp32"
+    assert "(10,000 samples/s) is kept only when it is at least 1.05x as fast" in result["rule"]
 
 
 def test_bf16_is_not_measured_without_native_hardware():
@@ -253,13 +253,15 @@ def test_a_miss_measures_and_caches_then_a_hit_does_not_measure(tmp_path, monkey
     assert resolved.auto_fields == ()
     path = path_for(asked)
     assert path.parent == tmp_path and json.loads(path.read_text())["result"]["chosen"]["batch_size"] == 512
-    source = resolved.source("use_bf16")
-    assert source.startswith("auto: chose true, measured 13,585 vs 10,450 samples/s") and "on 2026-11-22" in source
-    assert source.endswith(f"cache {path}")
-    assert batch_source.startswith("auto: chose 512, measured 256: ") and batch_source.endswith(f"cache {path}")
+    assert resolved.source("use_bf16") == "auto: chose true (bf16)" and batch_source == "auto: chose 512"
+    record = resolved.auto_record
+    assert (record["date"], record["where"]) == ("2026-11-22", f"cache {path}")
+    assert record["evidence"]["use_bf16"].startswith("chose true (bf16): 13,585 samples/s against 10,450")
+    assert record["evidence"]["batch_size"].startswith("chose 512: the smallest batch within 90% of the fastest")
+    assert len(record["measurements"]) == 10 and "1.05x" in record["rule"]
     again = resolve(asked, fails, today=lambda: "2027-01-01")
     assert again == (resolved, batch_size, batch_source)  # the cached date, not today's
-    assert again.settings.sources == resolved.sources
+    assert again.settings.sources == resolved.sources and again.settings.auto_record == resolved.auto_record
 
 
 @pytest.mark.parametrize("content", ["{not json", "[]", '{"key": {}}', '{"key": "x", "date": 1}'])
@@ -317,8 +319,14 @@ def test_flags_win_over_auto_and_the_summary_tells_the_story(tmp_path, monkeypat
         ActiveOptimizations.decide(resolved, "cpu"), {"batch size": f"{batch_size} (from {batch_source})"}
     )
     flash_line = next(line for line in lines if line.startswith("FlashAttention"))
-    assert "enabled (from auto: chose flash, measured" in flash_line and "on 2026-11-22; cache" in flash_line
-    assert any(line.startswith("batch size:       512 (from auto: chose 512, measured 256:") for line in lines)
+    assert flash_line == "FlashAttention:   enabled (from auto: chose flash)"
+    assert "batch size:       512 (from auto: chose 512)" in lines
+    # The evidence once, in one block after the settings: when, where, every rate, each choice.
+    block = lines[lines.index(f"auto, measured on this machine on 2026-11-22 (cache {path_for(asked)}):") :]
+    assert sum("2026-11-22" in line for line in lines) == 1 and sum("cache " in line for line in lines) == 1
+    assert block[1].startswith("  gradient samples/s, eager, batch 256: fp32+flash ")
+    assert any(line.startswith("  attention kernel: chose flash: ") for line in block)
+    assert any(line.startswith("  batch size: chose 512: ") for line in block)
 
 
 def test_settings_without_auto_are_returned_as_they_are():

@@ -120,8 +120,10 @@ def test_auto_settings_show_the_cached_measurement_or_say_they_were_not_measured
     resolve_auto(settings, 128, "cpu", SMALL_POLICY, 5, measure=lambda c: rates[c.sdpa_backend], machine=machine)
     after = capability_report(settings, "cpu", policy=policy)
     text = format_capability_report(after)
-    assert f"auto settings (measured once per machine and policy; cache {tmp_path})" in text
-    assert "USE_FLASH_ATTENTION: auto: chose PyTorch's choice without flash, measured 200 vs 100 samples/s" in text
+    assert "FlashAttention:   disabled (from auto: chose PyTorch's default kernel)" in text
+    assert text.count("auto, measured on this machine on ") == 1 and text.count(str(tmp_path)) == 1
+    assert "  gradient samples/s, eager, batch 128: fp32+flash 100; fp32+default kernel 200" in text
+    assert "  attention kernel: chose PyTorch's default kernel: 200 samples/s against 100 for the flash kernel" in text
     assert after["active"]["flash_attention_active"] is False
 
 

@@ -61,10 +61,10 @@ def test_render(render_mode):
     if render_mode == "ansi":
         lines = frame.splitlines()
         assert lines[0] == "#" * 8 and len(lines) == 8
-        assert lines[3] == "#.oH...#" and lines[5] == "#....*.#"
+        assert lines[3] == "#.╶H...#" and lines[5] == "#....*.#"  # the tail joins the head on its right
     else:
         assert frame.shape == (6 * 16, 6 * 16, 3) and frame.dtype == np.uint8
-        assert (frame[2 * 16, 2 * 16] != frame[0, 0]).any()
+        assert (frame[2 * 16 + 8, 2 * 16 + 8] != frame[0, 0]).any()
 
 
 def test_rejects_unknown_render_mode():

@@ -213,8 +213,11 @@ def test_an_auto_batch_size_is_resolved_into_the_config_with_how_it_was_chosen(t
     )
     resolved, settings = resolve_settings(config, fixed)
     assert settings == fixed and resolved.batch_size == 256  # the smallest within 90% of the fastest
-    assert resolved.source("batch_size").startswith("auto: chose 256, measured 256: 1,000, 512: 1,050 samples/s")
+    assert resolved.source("batch_size") == "auto: chose 256"
+    summary_evidence = "chose 256: the smallest batch within 90% of the fastest, measured 256: 1,000, 512: 1,050"
+    assert settings.auto_record["evidence"]["batch_size"].startswith(summary_evidence)
     assert replace(resolved, sources={}) == replace(config, batch_size=256)
     summary = train(config, fixed, tmp_path / "run")
     assert summary["hyperparameters"]["batch_size"] == 256 and summary["batch_size"]["value"] == 256
     assert summary["batch_size"]["source"] == resolved.source("batch_size")
+    assert summary["auto"]["evidence"]["batch_size"].startswith(summary_evidence)

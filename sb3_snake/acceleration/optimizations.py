@@ -336,6 +336,7 @@ class ActiveOptimizations:
                 for key, value in asdict(self._decision(name)).items()
             },
             "sources": dict(self.settings.sources),
+            "auto": dict(self.settings.auto_record) or None,
         }
 
     def _decision(self, name: str) -> Decision:

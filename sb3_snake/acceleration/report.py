@@ -8,6 +8,7 @@ requested optimization will not be. The training CLI prints the same summary bef
 from __future__ import annotations
 
 import platform
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -100,18 +101,25 @@ def capability_report(
         },
         "auto": {
             "cache_dir": str(cache_dir()),
+            "record": dict(resolved.auto_record),
             "settings": {
                 **({"batch_size": chosen_source} if batch == AUTO else {}),
                 **{name: active.settings.source(name) for name in settings.auto_fields},
             },
         },
         "active": active.as_dict(),
-        "summary": summary_lines(active, {"batch size": f"{chosen_batch} (from {chosen_source})"}),
+        "summary": setting_lines(active, {"batch size": f"{chosen_batch} (from {chosen_source})"}),
     }
 
 
 def summary_lines(active: ActiveOptimizations, extra: dict[str, Any] | None = None) -> list[str]:
-    """The configuration summary: one plain line per setting."""
+    """The configuration summary: one line per setting (value, where it came from, why), then,
+    when ``auto`` measured anything, :func:`auto_block` once."""
+    return setting_lines(active, extra) + auto_block(active.settings.auto_record)
+
+
+def setting_lines(active: ActiveOptimizations, extra: dict[str, Any] | None = None) -> list[str]:
+    """One line per setting: its label, what is active and why, and where the value came from."""
     settings = active.settings
     source = settings.source
     lines = [
@@ -129,8 +137,50 @@ def summary_lines(active: ActiveOptimizations, extra: dict[str, Any] | None = No
     return lines
 
 
+def auto_block(record: Mapping[str, Any]) -> list[str]:
+    """What ``auto`` measured, once: when and where it is kept, every rate, each choice, the rule.
+
+    Empty when nothing was measured (no ``auto`` left, or only unmeasured stand-ins).
+    """
+    if not record:
+        return []
+    lines = [f"auto, measured on this machine on {record['date']} ({record['where']}):"]
+    rates = [
+        f"{_candidate_name(m['candidate'])} {m['samples_per_second']:,.0f}"
+        for m in record.get("measurements", [])
+        if m.get("stage") == 1
+    ]
+    if rates:
+        batch = record["measurements"][0]["candidate"].get("batch_size")
+        lines.append(f"  gradient samples/s, eager, batch {batch}: " + "; ".join(rates))
+    seen: set[str] = set()
+    for name, text in record.get("evidence", {}).items():
+        if text not in seen:  # the attention kernel answers USE_FLASH_ATTENTION and SDPA_BACKEND at once
+            seen.add(text)
+            lines.append(f"  {_AUTO_LABELS.get(name, name)}: {text}")
+    if record.get("rule"):
+        lines.append(f"  rule: {record['rule']}")
+    return lines
+
+
+_AUTO_LABELS = {
+    "use_bf16": "BF16",
+    "use_flash_attention": "attention kernel",
+    "use_torch_compile": "torch.compile",
+    "batch_size": "batch size",
+}
+
+
+def _candidate_name(candidate: Mapping[str, Any]) -> str:
+    precision = "bf16" if candidate.get("use_bf16") else "fp32"
+    kernel = candidate.get("sdpa_backend")
+    kernel = "default kernel" if kernel == "auto" else kernel
+    return f"{precision}+{kernel}" + ("+compile" if candidate.get("use_torch_compile") else "")
+
+
 def format_capability_report(report: dict[str, Any]) -> str:
-    """The report as plain text, readable in a few seconds."""
+    """The report as plain text, readable in a few seconds: one line per setting, ``auto``'s
+    evidence once."""
     available = report["available"]
     bf16, flash, compiled = available["bf16"], available["flash_attention"], available["torch_compile"]
     yes = {True: "yes", False: "no"}
@@ -147,14 +197,15 @@ def format_capability_report(report: dict[str, Any]) -> str:
         + (f" ({flash['note']})" if flash["note"] else ""),
         f"  torch.compile: {yes[compiled['available']]} ({compiled['note']})",
         "",
-        "Settings (value, where it came from, how to override):",
+        "Settings (asked for, where from, how to override):",
     ]
     for entry in report["settings"].values():
         lines.append(f"  {entry['key']:<20} {str(entry['value']):<8} from {entry['source']:<12} {entry['cli']}")
-    auto = report["auto"]
-    if auto["settings"]:
-        lines += ["", f"auto settings (measured once per machine and policy; cache {auto['cache_dir']}):"]
-        lines += [f"  {report['settings'][name]['key']}: {text}" for name, text in auto["settings"].items()]
     lines += ["", "Active when training with these settings:"]
     lines += [f"  {line}" for line in report["summary"]]
+    auto = report["auto"]
+    if auto["record"]:
+        lines += ["", *auto_block(auto["record"])]
+    elif auto["settings"]:
+        lines += ["", f"auto: nothing measured for this policy on this machine yet (cache {auto['cache_dir']})"]
     return "\n".join(lines)

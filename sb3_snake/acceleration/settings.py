@@ -152,6 +152,10 @@ class OptimizationSettings:
     )
     #: Where each field's value came from: override, environment, .env or default.
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+    #: What ``auto`` measured for the fields it resolved, once for all of them (see
+    #: :func:`sb3_snake.acceleration.autotune.resolve.apply_choice`): ``date``, ``where`` (the cache),
+    #: ``evidence`` per field, ``rule`` and the ``measurements``; empty when nothing was measured.
+    auto_record: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         problems = [
@@ -180,9 +184,13 @@ class OptimizationSettings:
         source = self.sources[name]
         return f"from {SETTINGS[name].option}" if source == "override" else f"from {source}"
 
-    def resolved(self, values: Mapping[str, Any], sources: Mapping[str, str]) -> OptimizationSettings:
-        """These settings with ``values`` in place of ``auto`` and where each came from."""
-        return replace(self, **values, sources={**self.sources, **sources})
+    def resolved(
+        self, values: Mapping[str, Any], sources: Mapping[str, str], auto_record: Mapping[str, Any] | None = None
+    ) -> OptimizationSettings:
+        """These settings with ``values`` in place of ``auto``, where each came from and, when
+        ``auto`` measured them, the record of what it measured."""
+        record = self.auto_record if auto_record is None else auto_record
+        return replace(self, **values, sources={**self.sources, **sources}, auto_record=record)
 
     def without_auto(self, source: str = "auto, not measured: the value that runs everywhere") -> OptimizationSettings:
         """These settings with each ``auto`` replaced by its :data:`UNMEASURED` value (what a

@@ -39,11 +39,12 @@ from sb3_snake.envs.batched_state import (
     SCORE_ROW,
     STATE_ROWS,
     STEPS_WITHOUT_FOOD_ROW,
+    TAIL_ROW,
     copy_rows,
     encode_snakes,
     start_tables,
 )
-from sb3_snake.envs.rules import BODY, COUNTDOWN, MAX_COUNTDOWN, TURNS, SnakeRules
+from sb3_snake.envs.rules import BODY, COUNTDOWN, DIRECTION_DELTAS, MAX_COUNTDOWN, TURNS, SnakeRules
 
 
 @dataclass(frozen=True)
@@ -235,6 +236,27 @@ class BatchedGames:
         """Fresh observations of the first ``count`` games (all of them, if fewer) as they are now."""
         count = min(count, self.count)
         return self._observe(self._state[:, :count], *self._planes(torch.arange(count, device=self.device)))
+
+    def bodies(self, count: int) -> list[list[tuple[int, int]]]:
+        """The bodies of the first ``count`` games, head first, as ``(row, col)`` cells, for drawing.
+
+        The order is the link plane's: from the tail, each link names the direction of the next
+        cell towards the head.
+        """
+        count = min(count, self.count)
+        n = self.rules.board_size
+        links = self._links[:count].cpu().numpy()
+        state = self._state[:, :count].cpu().numpy()
+        bodies = []
+        for game in range(count):
+            cell, head = int(state[TAIL_ROW, game]), int(state[HEAD_ROW, game])
+            cells = [cell]
+            while cell != head and len(cells) <= n * n:
+                d_row, d_col = DIRECTION_DELTAS[int(links[game, cell]) - 1]
+                cell = (cell // n + int(d_row)) * n + cell % n + int(d_col)
+                cells.append(cell)
+            bodies.append([divmod(c, n) for c in reversed(cells)])
+        return bodies
 
     def _planes(self, games: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The link planes of ``games`` and, with the countdown, their entry-step planes."""

@@ -231,15 +231,16 @@ class BatchedSnakeVecEnv(VecEnv):
         return [False for _ in self._get_indices(indices)]
 
     def get_images(self) -> Sequence[np.ndarray | None]:
-        return [render_rgb(obs) for obs in self._first_observations(self.num_envs)]
+        observations, bodies = self._first_observations(self.num_envs), self._games.bodies(self.num_envs)
+        return [render_rgb(obs, body) for obs, body in zip(observations, bodies, strict=True)]
 
     def render(self, mode: str | None = None) -> np.ndarray | str | None:
         """The first game as text (``ansi``), or the first 16 games tiled (``rgb_array``)."""
         mode = mode or self.render_mode
         if mode == "ansi":
-            return render_ansi(self._first_observations(1)[0])
+            return render_ansi(self._first_observations(1)[0], self._games.bodies(1)[0])
         if mode == "rgb_array":
-            return render_tiled(self._first_observations(RENDERED_GAMES))
+            return render_tiled(self._first_observations(RENDERED_GAMES), self._games.bodies(RENDERED_GAMES))
         return None
 
     def _first_observations(self, count: int) -> np.ndarray:

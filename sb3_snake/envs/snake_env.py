@@ -188,9 +188,9 @@ class SnakeEnv(gym.Env[np.ndarray, np.int64]):
 
     def render(self):
         if self.render_mode == "ansi":
-            return render_ansi(self._observation())
+            return render_ansi(self._observation(), list(self._body))
         if self.render_mode == "rgb_array":
-            return render_rgb(self._observation())
+            return render_rgb(self._observation(), list(self._body))
         return None
 
     def _place(self, body: Sequence[tuple[int, int]], direction: int) -> None:

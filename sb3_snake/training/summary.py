@@ -66,6 +66,7 @@ def build_summary(model: SnakeDQN, config: TrainConfig, callbacks: RunCallbacks,
         "optimizations": {
             name: {"value": value, "source": settings.source(name)} for name, value in settings.as_dict().items()
         },
+        "auto": dict(settings.auto_record) or None,
         "active": model.optimizations_in_effect().as_dict(),
         "threads": callbacks.threads.tuner.as_dict() if callbacks.threads else None,
         "best_model": selection.best if selection else None,

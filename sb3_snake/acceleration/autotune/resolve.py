@@ -4,9 +4,9 @@ Settings given a plain value (flags, the environment, ``.env``) are not measured
 over ``auto``. A choice is measured once per machine and kept in the cache
 (:mod:`~sb3_snake.acceleration.autotune.cache`), unless other processes (or the host) took
 :data:`CONTENDED_CORES` or more while it was measured: then it decides that run only. Each
-resolved field's source tells the story, e.g. ``auto: chose true, measured <a> vs <b> samples/s
-(true vs false) on <date>; cache ~/.cache/sb3-snake/auto-<key>.json``; the configuration summary
-and ``python test_optimizations.py`` print it.
+resolved field's source says what was chosen (``auto: chose true (bf16)``), and the settings'
+``auto_record`` keeps what was measured, when, and where it is cached; the configuration summary
+and ``python test_optimizations.py`` print that once, as a block.
 
 The batch size is a learning value, not a setting: :func:`resolve_auto` is given it (a size, or
 ``auto``) as an argument of its own, and returns the size chosen beside the settings
@@ -15,6 +15,7 @@ The batch size is a learning value, not a setting: :func:`resolve_auto` is given
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from datetime import date
@@ -113,9 +114,14 @@ def resolve_auto(
 
 
 def apply_choice(settings: OptimizationSettings, batch_size: int | str, entry: dict[str, Any], where: str) -> Resolved:
-    """``settings`` and ``batch_size`` with the measured choice in place of each ``auto``, its
-    source the evidence and ``where`` it is kept."""
+    """``settings`` and ``batch_size`` with the measured choice in place of each ``auto``.
+
+    Each resolved field's source is short (``auto: chose flash``); what was measured, when and
+    where it is kept go once into the settings' ``auto_record``, which the configuration summary
+    and the capability report print as one block rather than on every line.
+    """
     chosen = Candidate(**entry["result"]["chosen"])
+    evidence = entry["result"].get("evidence", {})
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
     fields = {
@@ -126,15 +132,24 @@ def apply_choice(settings: OptimizationSettings, batch_size: int | str, entry: d
     }
 
     def source(name: str) -> str:
-        evidence = entry["result"]["evidence"].get(name, f"chose {fields[name]}")
-        return f"auto: {evidence} on {entry['date']}; {where}"
+        # The choice alone: up to the first colon (or, in entries cached before, the first comma).
+        choice = re.split(r"[:,]", evidence.get(name, f"chose {fields[name]}"), maxsplit=1)[0]
+        return f"auto: {choice}"
 
     for name in settings.auto_fields:
         values[name], sources[name] = fields[name], source(name)
     if "use_flash_attention" in settings.auto_fields and settings.sdpa_backend == AUTO:
         values["sdpa_backend"] = chosen.sdpa_backend
         sources["sdpa_backend"] = sources["use_flash_attention"]
-    resolved = settings.resolved(values, sources)
+    measured = [*settings.auto_fields, *(["batch_size"] if batch_size == AUTO else [])]
+    record = {
+        "date": entry["date"],
+        "where": where,
+        "evidence": {name: evidence[name] for name in measured if name in evidence},
+        "rule": entry["result"].get("rule", ""),
+        "measurements": entry["result"].get("measurements", []),
+    }
+    resolved = settings.resolved(values, sources, record)
     if batch_size != AUTO:
         return Resolved(resolved, batch_size)
     return Resolved(resolved, chosen.batch_size, source("batch_size"))

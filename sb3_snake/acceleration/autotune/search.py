@@ -142,20 +142,20 @@ def search(
     # bf16) it stays, and the optimization layer reports it inactive with its reason.
     stage1 = [c for c in every if c.use_bf16 or c.sdpa_backend not in machine.bf16_only]
     stage1 = stage1 or every
+    rule = ""
     if len(stage1) == 1:
-        best, margin = stage1[0], ""  # nothing to choose: not measured
+        best = stage1[0]  # nothing to choose: not measured
     else:
         measure_stage(1, stage1)
         best = max(stage1, key=rate)
         plain = Candidate(min(bf16_options), "auto" if "auto" in kernel_options else kernel_options[0], False, batch)
-        margin = (
-            f"; anything but {_precision_name(plain.use_bf16)} with {_kernel_name(plain.sdpa_backend)} "
-            f"({rate(plain):,.0f} samples/s) needs {PLAIN_MARGIN:.2f}x it"
-            if plain in stage1
-            else ""
-        )
-        if margin and rate(best) < PLAIN_MARGIN * rate(plain):
-            best = plain
+        if plain in stage1:
+            rule = (
+                f"a change from {_precision_name(plain.use_bf16)} with {_kernel_name(plain.sdpa_backend)} "
+                f"({rate(plain):,.0f} samples/s) is kept only when it is at least {PLAIN_MARGIN:.2f}x as fast"
+            )
+            if rate(best) < PLAIN_MARGIN * rate(plain):
+                best = plain
     # Each setting is set against the fastest candidate without its choice (on a tie, the one
     # that shares the other setting), which may differ in the other setting too: then the rival
     # is named whole, so one name never carries two rates.
@@ -164,8 +164,9 @@ def search(
         if others:
             other = max(others, key=lambda c: (rate(c), c.sdpa_backend == best.sdpa_backend))
             kernel = f" with {_kernel_name(other.sdpa_backend)}" if other.sdpa_backend != best.sdpa_backend else ""
-            named = str(other.use_bf16).lower() + kernel
-            evidence["use_bf16"] = _versus(best.use_bf16, named, rate(best), rate(other)) + margin
+            named = _precision_name(other.use_bf16) + kernel
+            chosen_precision = _precision_name(best.use_bf16)
+            evidence["use_bf16"] = _versus(best.use_bf16, chosen_precision, named, rate(best), rate(other))
         else:
             evidence["use_bf16"] = (
                 f"chose {str(best.use_bf16).lower()}: the only precision {best.sdpa_backend} runs in here"
@@ -175,9 +176,8 @@ def search(
         other = max(others, key=lambda c: (rate(c), c.use_bf16 == best.use_bf16))
         precision = f" in {_precision_name(other.use_bf16)}" if other.use_bf16 != best.use_bf16 else ""
         named = _kernel_name(other.sdpa_backend) + precision
-        evidence["use_flash_attention"] = (
-            _versus(_kernel_name(best.sdpa_backend), named, rate(best), rate(other)) + margin
-        )
+        chosen_kernel = "PyTorch's default kernel" if best.sdpa_backend == "auto" else best.sdpa_backend
+        evidence["use_flash_attention"] = _versus(chosen_kernel, None, named, rate(best), rate(other))
     elif "use_flash_attention" in auto:
         evidence["use_flash_attention"] = f"chose {_kernel_name(best.sdpa_backend)}: the only kernel that runs here"
 
@@ -190,9 +190,9 @@ def search(
             measure_stage(2, [best, compiled])
             chosen, other = (compiled, best) if rate(compiled) >= COMPILE_MARGIN * rate(best) else (best, compiled)
             evidence["use_torch_compile"] = _versus(
-                chosen.use_torch_compile, other.use_torch_compile, rate(chosen), rate(other)
+                chosen.use_torch_compile, _compiled_name(chosen), _compiled_name(other), rate(chosen), rate(other)
             )
-            evidence["use_torch_compile"] += f", {COMPILE_MARGIN:.2f}x needed"
+            evidence["use_torch_compile"] += f" (compiled must be at least {COMPILE_MARGIN:.2f}x as fast)"
             best = chosen
     elif settings.use_torch_compile:
         best = replace(best, use_torch_compile=True)
@@ -205,11 +205,12 @@ def search(
         chosen = smallest_fast_enough(rates)
         listed = ", ".join(f"{size}: {value:,.0f}" for size, value in rates.items())
         evidence["batch_size"] = (
-            f"chose {chosen}, measured {listed} samples/s eager (smallest within {BATCH_TOLERANCE:.0%} of the fastest)"
+            f"chose {chosen}: the smallest batch within {BATCH_TOLERANCE:.0%} of the fastest, "
+            f"measured {listed} samples/s eager"
         )
         best = replace(best, batch_size=chosen)
 
-    return {"chosen": asdict(best), "evidence": evidence, "measurements": records}
+    return {"chosen": asdict(best), "evidence": evidence, "rule": rule, "measurements": records}
 
 
 def smallest_fast_enough(rates: dict[int, float], tolerance: float = BATCH_TOLERANCE) -> int:
@@ -241,17 +242,18 @@ def _precision_name(use_bf16: bool) -> str:
 
 
 def _kernel_name(backend: str) -> str:
-    return "PyTorch's choice without flash" if backend == "auto" else backend
+    return "PyTorch's default kernel (flash excluded)" if backend == "auto" else f"the {backend} kernel"
 
 
-def _versus(chosen: Any, other: Any, chosen_rate: float, other_rate: float) -> str:
-    def word(value: Any) -> str:
-        return str(value).lower() if isinstance(value, bool) else str(value)
+def _compiled_name(candidate: Candidate) -> str:
+    return "compiled" if candidate.use_torch_compile else "eager"
 
-    return (
-        f"chose {word(chosen)}, measured {chosen_rate:,.0f} vs {other_rate:,.0f} samples/s "
-        f"({word(chosen)} vs {word(other)})"
-    )
+
+def _versus(chosen: Any, chosen_name: str | None, other_name: str, chosen_rate: float, other_rate: float) -> str:
+    """``chose <value> (<name>): <rate> samples/s against <rate> for <the other>``, in plain words."""
+    value = str(chosen).lower() if isinstance(chosen, bool) else str(chosen)
+    named = f" ({chosen_name})" if chosen_name else ""
+    return f"chose {value}{named}: {chosen_rate:,.0f} samples/s against {other_rate:,.0f} for {other_name}"
 
 
 def batch_candidates(max_batch_size: int | None = None) -> tuple[int, ...]:

@@ -1,0 +1,34 @@
+"""RL Zoo hyperparameters for SB3's DQN on ``sb3_snake/Snake-v0`` (``-conf sb3_snake.zoo.dqn``).
+
+The values are ``sb3-snake train``'s defaults where plain SB3 DQN has them: 16 games, batch 128,
+learning rate 5e-4, a target copy every 1,000 env steps, epsilon from 1 to 0.02 over the first
+10,000 env steps, and 32 gradient samples per env step (``gradient_steps`` = 32 x 16 / 128 per
+vector step). What only ``SnakeDQN`` has (the device replay buffer, the compiled update, the early
+replay ratio, the learning-rate half-life, shaping towards the food) is not here: ``sb3-snake
+train`` is the way to those.
+"""
+
+from sb3_snake.training.config import TrainConfig
+from sb3_snake.zoo import ENV_ID, extractor_policy_kwargs
+
+_DEFAULTS = TrainConfig()
+_TIMESTEPS = 1_000_000
+
+hyperparams = {
+    ENV_ID: {
+        "n_timesteps": _TIMESTEPS,
+        "policy": "MlpPolicy",
+        "n_envs": _DEFAULTS.n_envs,
+        "learning_rate": _DEFAULTS.learning_rate,
+        "buffer_size": _DEFAULTS.buffer_size,
+        "learning_starts": _DEFAULTS.learning_starts,
+        "batch_size": int(_DEFAULTS.batch_size),
+        "gamma": _DEFAULTS.gamma,
+        "target_update_interval": _DEFAULTS.target_update_interval,
+        "train_freq": 1,
+        "gradient_steps": int(_DEFAULTS.replay_ratio * _DEFAULTS.n_envs / int(_DEFAULTS.batch_size)),
+        "exploration_fraction": _DEFAULTS.exploration_steps / _TIMESTEPS,
+        "exploration_final_eps": _DEFAULTS.exploration_final_eps,
+        "policy_kwargs": {**extractor_policy_kwargs(), "net_arch": []},
+    }
+}

@@ -381,3 +381,60 @@ def test_a_measurement_beside_other_load_decides_the_run_but_is_not_cached(tmp_p
     unknown = settings(**{**ALL_AUTO, "batch_size": 256})
     resolve(unknown, Table(), load_meter=lambda: lambda: None)  # not Linux: nothing to judge by
     assert path_for(unknown).exists()
+
+
+# --- the cache is input too -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        {"sdpa_backend": "bogus"},
+        {"use_bf16": "yes"},
+        {"use_torch_compile": 1},
+        {"batch_size": 1_000_000_000},
+        {"batch_size": "512"},
+    ],
+    ids=["kernel", "bf16-text", "compile-int", "huge-batch", "batch-text"],
+)
+def test_an_invalid_cached_choice_is_measured_again_with_a_warning_naming_the_file(tmp_path, monkeypatch, caplog, edit):
+    monkeypatch.setenv("SB3_SNAKE_CACHE_DIR", str(tmp_path))
+    asked = settings(batch_size="auto", use_bf16="auto", use_flash_attention="auto")
+    resolve(asked, Table())
+    path = path_for(asked)
+    entry = json.loads(path.read_text())
+    entry["result"]["chosen"].update(edit)
+    path.write_text(json.dumps(entry))
+    table = Table()
+    with caplog.at_level("WARNING"):
+        resolved = resolve(asked, table)
+    assert table.calls, "the invalid entry was used instead of measuring again"
+    assert resolved.batch_size == 512 and resolved.settings.sdpa_backend == "flash"
+    assert str(path) in caplog.text and "measuring again" in caplog.text
+
+
+def test_a_deeply_nested_cache_file_is_measured_again(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("SB3_SNAKE_CACHE_DIR", str(tmp_path))
+    asked = settings(use_flash_attention="auto")
+    path_for(asked).write_text("[" * 200_000 + "]" * 200_000)
+    table = Table()
+    with caplog.at_level("WARNING"):
+        assert resolve(asked, table).settings.use_flash_attention is True
+    assert table.calls and str(path_for(asked)) in caplog.text
+
+
+def test_a_fifo_in_the_caches_place_is_measured_again_without_blocking(tmp_path, monkeypatch, caplog):
+    import os
+    import signal
+
+    monkeypatch.setenv("SB3_SNAKE_CACHE_DIR", str(tmp_path))
+    asked = settings(use_flash_attention="auto")
+    os.mkfifo(path_for(asked))
+    signal.signal(signal.SIGALRM, lambda *_: pytest.fail("reading the cache blocked on a FIFO"))
+    signal.alarm(20)
+    try:
+        with caplog.at_level("WARNING"):
+            resolved = resolve(asked, Table()).settings
+    finally:
+        signal.alarm(0)
+    assert resolved.use_flash_attention is True and "FIFO" in caplog.text

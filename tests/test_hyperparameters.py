@@ -49,3 +49,21 @@ def test_given_values_win_over_the_file():
     assert values == {"learning_rate": 0.002, "gamma": 0.5, "batch_size": 64, "episodes": 3}
     assert apply_hyperparameters({"batch_size": 64}, {"batch_size": 32}) == {"batch_size": 32}
     assert apply_hyperparameters({"batch_size": "auto"}, {}) == {"batch_size": "auto"}
+
+
+def test_a_fifo_hyperparameter_file_is_refused_without_blocking(tmp_path):
+    import os
+    import signal
+
+    from sb3_snake.common.errors import UsageError
+    from sb3_snake.training.hyperparameters import read_hyperparameters
+
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    signal.signal(signal.SIGALRM, lambda *_: pytest.fail("reading the hyperparameter file blocked on a FIFO"))
+    signal.alarm(20)
+    try:
+        with pytest.raises(UsageError, match=rf"hyperparameter file {fifo} is a FIFO, not a regular file"):
+            read_hyperparameters(fifo)
+    finally:
+        signal.alarm(0)

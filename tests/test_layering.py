@@ -4,8 +4,9 @@ The layers read bottom to top as the package is built: what every layer shares a
 of the game; the speed switches; the DQN's parts (its policies and save format over them), the
 gradient step and the ways to run it, and ``SnakeDQN``; what
 measures and reports on a model (``auto``, the capability report) and the save format; the
-training run; the benchmarks; the search; RL Zoo's hyperparameter modules; the command line. A module's layer is that of the
-longest dotted prefix of its name listed here (``dqn.update.compiled`` is ``dqn.update``).
+training run; the benchmarks; the search; RL Zoo's hyperparameter modules; the command line.
+A module's layer is that of the longest dotted prefix of its name listed here
+(``dqn.update.compiled`` is ``dqn.update``).
 """
 
 import ast

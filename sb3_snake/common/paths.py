@@ -12,12 +12,17 @@ write (an exception, or Ctrl-C) removes its temporary file.
 
 :func:`claim_new_path` names a new file or folder after a timestamp without ever taking one
 that exists: two commands started in the same second get ``<stamp>`` and ``<stamp>-2``.
+
+Every file the project reads is first checked to be a regular file
+(:func:`check_regular_file`): opening a FIFO blocks until something writes to it, and a
+device or a folder is never what was meant.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
+import stat
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -73,6 +78,31 @@ def check_writable_file(path: Path, suffixes: Sequence[str] = (), what: str = "o
     if not parent.is_dir():
         raise UsageError(f"{what} {path}: folder {parent} does not exist; create it first")
     _probe(parent, f"{what} {path}: folder {parent} is not writable")
+
+
+def regular_file_problem(path: Path) -> str | None:
+    """Why ``path`` is not a regular file that can be read without blocking, or None when it is
+    one or does not exist (``stat`` follows symlinks and never blocks, unlike ``open`` on a FIFO)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        return f"cannot be read ({error.strerror or error})"
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "is a folder, not a file"
+    kind = "a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "special"
+    return f"is {kind}, not a regular file"
+
+
+def check_regular_file(path: Path, what: str = "file") -> None:
+    """Raise UsageError naming ``path`` when it exists but is not a regular file (a FIFO, a device,
+    a folder), so that reading it can neither block nor read something unintended."""
+    problem = regular_file_problem(Path(path))
+    if problem:
+        raise UsageError(f"{what} {path} {problem}; pass a regular file")
 
 
 @contextmanager

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from sb3_snake.common.errors import UsageError, did_you_mean
+from sb3_snake.common.paths import check_regular_file
 from sb3_snake.training.config import HYPERPARAMETER_FIELDS, TrainConfig
 
 #: Where a value taken from a hyperparameter file says it came from.
@@ -78,6 +79,7 @@ def read_hyperparameters(path: Path) -> dict[str, Any]:
     """A hyperparameter file (``.json``, or ``.yaml``/``.yml`` as RL Zoo writes them): one mapping of
     keys from :func:`hyperparameter_keys` to values. Every problem is one UsageError."""
     path = Path(path)
+    check_regular_file(path, "hyperparameter file")
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:

@@ -3,8 +3,10 @@ measurement depends on (machine, software, threads, the policy and the boards it
 settings asked for).
 
 The folder is ``$SB3_SNAKE_CACHE_DIR``, else ``$XDG_CACHE_HOME/sb3-snake``, else
-``~/.cache/sb3-snake``. A file that cannot be read or does not match its key is measured
-again, never fatal; one that cannot be written is a warning, and the next run measures again.
+``~/.cache/sb3-snake``. A file that cannot be read, is not a regular file, does not match its
+key or holds a choice that could not have been measured for it is measured again, with a
+warning naming it, never fatal; one that cannot be written is a warning, and the next run
+measures again.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import torch
 from sb3_snake.acceleration.autotune.search import Candidate, batch_candidates
 from sb3_snake.acceleration.settings import AUTO, OptimizationSettings
 from sb3_snake.common import system
-from sb3_snake.common.paths import write_text_atomically
+from sb3_snake.common.paths import regular_file_problem, write_text_atomically
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +31,10 @@ logger = logging.getLogger(__name__)
 CACHE_ENV = "SB3_SNAKE_CACHE_DIR"
 #: Bumped when the measurement changes, so old cache files are measured again.
 CACHE_VERSION = 2
+#: A cache file is a few kilobytes; anything far larger is not one of ours and is not parsed.
+MAX_CACHE_BYTES = 1 << 20
+#: The attention kernels a cached choice may name.
+SDPA_BACKENDS = ("auto", "flash", "efficient", "math", "cudnn")
 
 
 def cache_dir() -> Path:
@@ -84,20 +90,45 @@ def cache_path(key: dict[str, Any], folder: Path | None = None) -> Path:
 
 
 def read_cache(path: Path, key: dict[str, Any]) -> dict[str, Any] | None:
-    """The cached result for ``key``, or None when missing, unreadable, corrupt or for another key."""
-    if not path.exists():
+    """The cached result for ``key``, or None when missing, unreadable, corrupt, for another key,
+    or holding a choice that is not a valid one: the cache is input like any other, so an entry
+    that fails :func:`check_entry` is measured again, with a warning that names the file."""
+    problem = regular_file_problem(path)
+    if problem is None and not path.exists():
         return None
     try:
+        if problem:
+            raise ValueError(f"it {problem}")
+        if path.stat().st_size > MAX_CACHE_BYTES:
+            raise ValueError(f"it is larger than {MAX_CACHE_BYTES:,} bytes")
         entry = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(entry, dict) or entry.get("key") != key:
-            raise ValueError("it does not match this machine and run")
-        Candidate(**entry["result"]["chosen"])  # every field present, and nothing else
-        if not isinstance(entry["result"]["evidence"], dict) or not isinstance(entry["date"], str):
-            raise ValueError("fields are missing")
-    except (OSError, ValueError, KeyError, TypeError) as error:
+        check_entry(entry, key)
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as error:
         logger.warning("auto settings cache %s cannot be used (%s); measuring again", path, error)
         return None
     return entry
+
+
+def check_entry(entry: Any, key: dict[str, Any]) -> None:
+    """Raise ValueError unless ``entry`` is a cache entry for ``key`` whose choice could have been
+    measured for it: known fields of the right types, a kernel that exists, and a batch size that
+    was among the candidates (or the size asked for)."""
+    if not isinstance(entry, dict) or entry.get("key") != key:
+        raise ValueError("it does not match this machine and run")
+    result = entry.get("result")
+    if not isinstance(result, dict) or not isinstance(entry.get("date"), str):
+        raise ValueError("fields are missing")
+    chosen = Candidate(**result["chosen"])  # every field present, and nothing else
+    if not isinstance(chosen.use_bf16, bool) or not isinstance(chosen.use_torch_compile, bool):
+        raise ValueError(f"use_bf16 and use_torch_compile must be true or false, got {result['chosen']}")
+    if chosen.sdpa_backend not in SDPA_BACKENDS:
+        raise ValueError(f"sdpa_backend {chosen.sdpa_backend!r} is not one of {list(SDPA_BACKENDS)}")
+    allowed = key["batch_candidates"] if key["asked"]["batch_size"] == AUTO else [key["asked"]["batch_size"]]
+    if type(chosen.batch_size) is not int or chosen.batch_size not in allowed:
+        raise ValueError(f"batch_size {chosen.batch_size!r} is not one of the sizes measured ({allowed})")
+    evidence = result.get("evidence")
+    if not isinstance(evidence, dict) or not all(isinstance(v, str) for v in evidence.values()):
+        raise ValueError("its evidence is not a mapping of texts")
 
 
 def write_cache(path: Path, key: dict[str, Any], result: dict[str, Any], measured_on: str) -> bool:

@@ -15,6 +15,7 @@ from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
 
 from sb3_snake.common.errors import UsageError
+from sb3_snake.common.paths import check_regular_file
 from sb3_snake.training.tuning.space import TuneConfig
 
 #: What a database says when two workers create Optuna's schema at once (the loser opens it again).
@@ -31,10 +32,16 @@ def open_storage(config: TuneConfig, create: bool = True) -> Any:
     storage = config.storage
     if storage is None or ("://" not in storage and storage.endswith(".log")):
         path = Path(storage) if storage else config.folder / "journal.log"
+        check_regular_file(path, "study journal")
         if not create and not path.is_file():
             raise UsageError(f"no study journal {path}; run sb3-snake tune first, or pass its --storage")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return JournalStorage(JournalFileBackend(str(path)))
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            return JournalStorage(JournalFileBackend(str(path)))
+        except OSError as error:
+            raise UsageError(
+                f"study journal {path} cannot be opened ({error.strerror or error}); choose a writable place"
+            ) from None
     if "://" not in storage:
         raise UsageError(
             f"--storage {storage!r}: give a journal file ending in .log or a URL such as sqlite:///study.db"

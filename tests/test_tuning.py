@@ -90,6 +90,9 @@ def test_a_trial_without_a_budget_trains_the_default_minutes():
         ({"sampler": "grid"}, "--sampler must be one of tpe, random, got 'grid'"),
         ({"study_name": " "}, "--study-name must not be empty"),
         ({"trial": TrainConfig(episodes=None)}, "a trial needs a budget"),
+        ({"study_name": ".."}, "--study-name '..' is not a safe folder name"),
+        ({"study_name": "/abs/path"}, "--study-name '/abs/path' is not a safe folder name"),
+        ({"study_name": "a/../../b"}, "is not a safe folder name"),
     ],
 )
 def test_a_search_that_cannot_run_is_a_usage_error(changes, message):
@@ -187,7 +190,8 @@ def test_report_files_and_the_hyperparameter_round_trip(tmp_path):
     rows = (config.folder / "trials.csv").read_text().splitlines()
     assert rows[0].startswith("number,state,value,duration_seconds,") and len(rows) == 3
     best = json.loads((config.folder / "best_hyperparameters.json").read_text())
-    assert best == {**study.best_trial.params, "early_steps": 0}  # trials train one ratio throughout
+    # Trials train one ratio throughout; the study's board and games go with its best values.
+    assert best == {"board_size": 4, "n_envs": 4, **study.best_trial.params, "early_steps": 0}
     trial_run = json.loads((config.folder / "trial_0000" / "summary.json").read_text())["hyperparameters"]
     assert trial_run["early_steps"] == 0 and trial_run["replay_ratio"] == study.trials[0].params["replay_ratio"]
 
@@ -343,3 +347,98 @@ def postgres_url():
 @pytest.mark.slow
 def test_two_workers_share_one_postgresql_server(tmp_path, postgres_url):
     assert_shared_study(postgres_url, run_two_workers(postgres_url, tmp_path))
+
+
+# --- hardening: names, storages, journals, drivers, signals ------------------------------------------
+
+
+def test_two_storages_with_one_study_name_do_not_share_a_folder(tmp_path):
+    load_study(TuneConfig(study_name="s", storage=str(tmp_path / "a.log")))
+    load_study(TuneConfig(study_name="s", storage=str(tmp_path / "a.log")))  # the same storage again: fine
+    with pytest.raises(UsageError, match=r"study folder runs/tune/s holds the study 's' of .*a\.log, not of sqlite"):
+        load_study(TuneConfig(study_name="s", storage=f"sqlite:///{tmp_path / 'b.db'}"))
+    assert not (tmp_path / "b.db").exists()
+
+
+def test_the_study_folder_records_no_password(tmp_path):
+    from sb3_snake.training.tuning.storage import storage_identity
+
+    url = "postgresql://snake:secret@db-host/tune"
+    assert storage_identity(TuneConfig(storage=url)) == "postgresql://snake:***@db-host/tune"
+
+
+def test_a_torn_last_journal_line_is_cut_off_and_the_study_goes_on(tmp_path, caplog):
+    config = tiny_tune(tmp_path, n_trials=1, pruner="none")
+    tune(config, FAST, notify=lambda line: None)
+    journal = Path(config.storage)
+    whole = journal.read_bytes()
+    journal.write_bytes(whole + b'{"op_code": 4, "worker_id": "x", "trial_')  # a worker killed mid-write
+    with caplog.at_level("WARNING"):
+        again = tune(config, FAST, notify=lambda line: None)
+    assert "removed a torn last line" in caplog.text and str(journal) in caplog.text
+    assert [trial.state.name for trial in again.trials] == ["COMPLETE", "COMPLETE"]
+    assert journal.read_bytes().startswith(whole) and journal.read_bytes().endswith(b"\n")
+
+
+def test_a_corrupt_journal_line_is_refused_naming_the_file_and_line(tmp_path):
+    config = tiny_tune(tmp_path)
+    load_study(config)
+    journal = Path(config.storage)
+    lines = journal.read_bytes().split(b"\n")
+    journal.write_bytes(b"\n".join([lines[0] + b'{"op_code": 4', *lines[1:]]))
+    with pytest.raises(UsageError, match=rf"study journal {journal} line 1 is not a complete record"):
+        load_study(config)
+
+
+@pytest.mark.parametrize("kind", ["folder", "unwritable", "fifo"])
+def test_an_unusable_journal_path_is_one_line(tmp_path, kind):
+    path = {"folder": tmp_path / "dir.log", "unwritable": Path("/proc/sb3-snake/x.log"), "fifo": tmp_path / "f.log"}[
+        kind
+    ]
+    if kind == "folder":
+        path.mkdir()
+    if kind == "fifo":
+        os.mkfifo(path)
+    with pytest.raises(UsageError, match=rf"study journal {path} "):
+        load_study(TuneConfig(storage=str(path)))
+
+
+def test_a_missing_database_driver_names_the_extra(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "psycopg2", None)  # as if psycopg2 were not installed
+    with pytest.raises(UsageError, match=r'needs its database driver .*pip install "sb3-snake\[distributed\]"'):
+        load_study(TuneConfig(storage="postgresql://snake:pw@127.0.0.1:1/tune"))
+
+
+def test_report_on_a_missing_sqlite_database_creates_nothing(tmp_path):
+    result = runner.invoke(app, ["tune", "--report", "--storage", f"sqlite:///{tmp_path / 'new.db'}"])
+    assert result.exit_code == 2 and "no study database" in result.output
+    assert not (tmp_path / "new.db").exists()
+
+
+@pytest.mark.slow
+def test_sigterm_marks_the_running_trial_failed_and_exits_143(tmp_path):
+    import signal
+    import sys
+    import time
+
+    storage = tmp_path / "study.log"
+    command = [sys.executable, "-c", "from sb3_snake.cli import main; main()", "tune", "--storage", str(storage)]
+    command += ["--study-name", "term"]
+    command += ["--time-limit", "1", "--board-size", "4", "--n-envs", "4", "--no-compile", "--threads", "1"]
+    process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (storage.exists() and b'"op_code": 4' in storage.read_bytes()):
+            time.sleep(0.2)  # op 4 sets a trial's parameters: a trial is running
+        time.sleep(1.0)
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 143, output
+    assert "Traceback" not in output and "marked failed" in output
+    backend = optuna.storages.journal.JournalFileBackend(str(storage))
+    study = optuna.load_study(study_name="term", storage=optuna.storages.JournalStorage(backend))
+    assert [trial.state.name for trial in study.trials] == ["FAIL"]

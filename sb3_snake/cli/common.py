@@ -106,6 +106,25 @@ def stop_on_signals(stop: Any) -> Iterator[list[int]]:
             signal.signal(sig, handler)
 
 
+@contextmanager
+def interrupt_on_signals() -> Iterator[list[int]]:
+    """SIGTERM as SIGINT: both raise KeyboardInterrupt, so a command that cleans up on Ctrl-C
+    (``tune`` marks its running trial failed) does the same when a scheduler or ``kill`` stops it.
+    Yields the signals seen, for :func:`signal_exit_code`."""
+    received: list[int] = []
+
+    def handle(signum: int, frame: Any) -> None:
+        received.append(signum)
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield received
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def signal_exit_code(received: list[int]) -> int:
     """128 + the signal's number, as shells report it: 130 for SIGINT, 143 for SIGTERM."""
     return 128 + (received[-1] if received else signal.SIGINT)

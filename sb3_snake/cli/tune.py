@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from sb3_snake.cli.common import app, user_errors
+from sb3_snake.cli.common import app, interrupt_on_signals, signal_exit_code, user_errors
 from sb3_snake.cli.options import batch_size_parameter, load_settings, settings_parameters, with_parameters
 from sb3_snake.common.errors import UsageError
 from sb3_snake.common.paths import check_writable_dir
@@ -107,12 +107,13 @@ def tune(
             check_writable_dir(config.folder, what="study folder", create=True)
     if not report:
         optuna_logging.set_verbosity(optuna_logging.WARNING)  # this command prints one line per trial itself
-        try:
-            with torch_threads(threads_for(settings, "auto")), user_errors():
-                study = run_tune(config, settings, notify=typer.echo)
-        except KeyboardInterrupt:
-            typer.echo("stopped: the running trial was marked failed; run the same command to continue", err=True)
-            raise typer.Exit(130) from None
+        with interrupt_on_signals() as received:
+            try:
+                with torch_threads(threads_for(settings, "auto")), user_errors():
+                    study = run_tune(config, settings, notify=typer.echo)
+            except KeyboardInterrupt:
+                typer.echo("stopped: the running trial was marked failed; run the same command to continue", err=True)
+                raise typer.Exit(signal_exit_code(received)) from None
     typer.echo(best_line(study))
     for path in write_report(study, config.folder):
         typer.echo(f"wrote {path}")

@@ -37,6 +37,10 @@ def best_line(study: optuna.Study) -> str:
     return f"best so far: trial {best.number}, value {best.value:.2f}"
 
 
+#: What a study records of the games its trials play (study user attributes, set by ``tune``).
+GAME_ATTRIBUTES = ("board_size", "n_envs")
+
+
 def write_report(study: optuna.Study, folder: Path) -> list[Path]:
     """Best hyperparameters (JSON), every trial (CSV) and Optuna's plots (PNG) into ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -55,7 +59,9 @@ def write_report(study: optuna.Study, folder: Path) -> list[Path]:
     completed = [trial for trial in trials if trial.state == TrialState.COMPLETE]
     if completed:
         best = folder / "best_hyperparameters.json"
-        best.write_text(json.dumps({**study.best_trial.params, **ONE_RATIO}, indent=2) + "\n")
+        # The games the study was run on go with it, so train --hyperparams replays it on the same board.
+        games = {name: study.user_attrs[name] for name in GAME_ATTRIBUTES if name in study.user_attrs}
+        best.write_text(json.dumps({**games, **study.best_trial.params, **ONE_RATIO}, indent=2) + "\n")
         written.append(best)
     written += _plots(study, folder)
     return written

@@ -3,6 +3,7 @@ base of every trial with its default budget, and :class:`TuneConfig`, the whole 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -58,6 +59,10 @@ def trial_config(timesteps: int | None = None, time_limit_minutes: float | None 
     return TrainConfig(episodes=None, timesteps=timesteps, time_limit_minutes=time_limit_minutes, **changes)
 
 
+#: A study name is also its folder's name under :data:`TUNE_DIR`: no separators, no ``..``.
+STUDY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
 @dataclass(frozen=True)
 class TuneConfig:
     """A search: its study, its workers' shares, and what one trial is."""
@@ -93,6 +98,11 @@ class TuneConfig:
                 "a trial needs a budget: give --timesteps, --time-limit or both",
             ),
             (bool(self.study_name.strip()), "--study-name must not be empty"),
+            (
+                bool(STUDY_NAME.fullmatch(self.study_name)),
+                f"--study-name {self.study_name!r} is not a safe folder name: use letters, digits, '.', '_' "
+                "and '-' (at most 100, starting with a letter or digit), as it names runs/tune/<study>/",
+            ),
         ]
         problem = next((message for ok, message in checks if not ok), "")
         if problem:

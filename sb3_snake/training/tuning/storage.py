@@ -4,6 +4,9 @@ database), the study with its sampler and pruner, and the lock under which worke
 from __future__ import annotations
 
 import contextlib
+import json
+import logging
+import re
 import time
 import zlib
 from collections.abc import Callable, Iterator
@@ -18,6 +21,7 @@ from sb3_snake.common.errors import UsageError
 from sb3_snake.common.paths import check_regular_file
 from sb3_snake.training.tuning.space import TuneConfig
 
+logger = logging.getLogger(__name__)
 #: What a database says when two workers create Optuna's schema at once (the loser opens it again).
 _SCHEMA_RACE = ("already exists", "UNIQUE constraint failed", "duplicate key value", "database is locked")
 
@@ -37,7 +41,9 @@ def open_storage(config: TuneConfig, create: bool = True) -> Any:
             raise UsageError(f"no study journal {path}; run sb3-snake tune first, or pass its --storage")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            return JournalStorage(JournalFileBackend(str(path)))
+            backend = JournalFileBackend(str(path))
+            repair_journal(path, backend)
+            return JournalStorage(backend)
         except OSError as error:
             raise UsageError(
                 f"study journal {path} cannot be opened ({error.strerror or error}); choose a writable place"
@@ -46,12 +52,16 @@ def open_storage(config: TuneConfig, create: bool = True) -> Any:
         raise UsageError(
             f"--storage {storage!r}: give a journal file ending in .log or a URL such as sqlite:///study.db"
         )
+    if not create and storage.startswith("sqlite:///") and not Path(storage[len("sqlite:///") :]).is_file():
+        # Opening a missing SQLite file would create it: a report would leave an empty database behind.
+        raise UsageError(f"no study database {storage[len('sqlite:///') :]}; run sb3-snake tune first")
     for attempt in range(5):
         try:
             return optuna.storages.RDBStorage(storage)
-        except ModuleNotFoundError as error:
+        except ImportError as error:  # the driver (psycopg2, pymysql), however Optuna or SQLAlchemy report it
+            driver = getattr(error, "name", None) or error
             raise UsageError(
-                f"--storage {storage.split('://')[0]}:// needs its database driver ({error.name}): "
+                f"--storage {storage.split('://')[0]}:// needs its database driver ({driver}): "
                 'pip install "sb3-snake[distributed]"'
             ) from None
         except Exception as error:  # noqa: BLE001 - a server that cannot be reached, a bad URL
@@ -59,6 +69,74 @@ def open_storage(config: TuneConfig, create: bool = True) -> Any:
                 raise UsageError(f"--storage {storage}: cannot open ({type(error).__name__}: {error})") from None
             time.sleep(0.2 * (attempt + 1))  # another worker was creating the schema: open it again
     raise AssertionError("unreachable")
+
+
+#: The file in a study's folder that names the storage whose study the folder holds.
+STORAGE_MARK = "storage.txt"
+
+
+def storage_identity(config: TuneConfig) -> str:
+    """The storage of ``config``'s study as the study folder records it: an absolute journal path,
+    or the URL with any password masked (the folder is no place for secrets)."""
+    if config.storage is None:
+        return str((config.folder / "journal.log").absolute())
+    if "://" not in config.storage:
+        return str(Path(config.storage).absolute())
+    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", config.storage)
+
+
+def claim_study_folder(config: TuneConfig) -> None:
+    """Keep one storage's study per folder: two storages with the same study name would write
+    their trial models, ``trials.csv`` and ``best_hyperparameters.json`` over each other's."""
+    mark, identity = config.folder / STORAGE_MARK, storage_identity(config)
+    if mark.is_file():
+        recorded = mark.read_text(encoding="utf-8", errors="replace").strip()
+        if recorded != identity:
+            raise UsageError(
+                f"study folder {config.folder} holds the study {config.study_name!r} of {recorded}, not of {identity}; "
+                "pass another --study-name, or that --storage"
+            )
+        return
+    try:
+        config.folder.mkdir(parents=True, exist_ok=True)
+        mark.write_text(identity + "\n", encoding="utf-8")
+    except OSError as error:
+        raise UsageError(f"study folder {config.folder} cannot be written ({error.strerror or error})") from None
+
+
+def repair_journal(path: Path, backend: JournalFileBackend) -> None:
+    """Make a journal that a killed worker left torn readable again, or refuse it naming the file.
+
+    Optuna appends one JSON line per operation under the journal's lock. A worker killed while
+    writing leaves a last line without its newline; the next worker would append to it and make
+    the journal unreadable for good. Under the same lock, such a torn last line (an operation
+    that never completed) is cut off with a warning; any other line that is not JSON is refused.
+    """
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    lock = backend._lock  # the lock Optuna's own writers take (no public accessor)
+    while not lock.acquire():
+        time.sleep(0.01)
+    try:
+        data = path.read_bytes()
+        lines = data.split(b"\n")
+        torn = lines.pop()  # after the last newline: empty unless the last line is torn
+        for number, line in enumerate(lines, start=1):
+            try:
+                json.loads(line)
+            except ValueError:
+                raise UsageError(
+                    f"study journal {path} line {number} is not a complete record (a worker killed while writing?); "
+                    "remove that line to continue the study"
+                ) from None
+        if torn:
+            with path.open("r+b") as file:
+                file.truncate(len(data) - len(torn))
+            logger.warning(
+                "study journal %s: removed a torn last line (%d bytes) that a killed worker left", path, len(torn)
+            )
+    finally:
+        lock.release()
 
 
 def make_sampler(config: TuneConfig) -> optuna.samplers.BaseSampler:
@@ -81,12 +159,16 @@ def load_study(config: TuneConfig, create: bool = True) -> optuna.Study:
     :param create: create the study (and its journal) if missing; else a missing one raises
         :class:`~sb3_snake.common.errors.UsageError`.
     """
-    storage = open_storage(config, create)
+    if create:
+        claim_study_folder(config)
+    storage = open_storage(config, create)  # without create: refused before anything is written
     if not create:
         try:
-            return optuna.load_study(study_name=config.study_name, storage=storage)
+            study = optuna.load_study(study_name=config.study_name, storage=storage)
         except KeyError:
             raise UsageError(f"no study {config.study_name!r} in {config.storage or config.folder}") from None
+        claim_study_folder(config)
+        return study
     return optuna.create_study(
         study_name=config.study_name,
         storage=storage,

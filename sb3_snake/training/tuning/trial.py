@@ -22,7 +22,7 @@ from sb3_snake.dqn.snake_dqn import TrainingDiverged
 from sb3_snake.training.callbacks import GreedyEvaluation
 from sb3_snake.training.hyperparameters import check_hyperparameters
 from sb3_snake.training.run import train
-from sb3_snake.training.tuning.report import best_line, describe
+from sb3_snake.training.tuning.report import GAME_ATTRIBUTES, best_line, describe
 from sb3_snake.training.tuning.space import ONE_RATIO, TuneConfig, sample_hyperparameters
 from sb3_snake.training.tuning.storage import load_study, trial_slot_lock
 
@@ -96,6 +96,8 @@ def tune(
     workers both take the last slot. ``n_jobs`` threads each run this loop.
     """
     study = load_study(config)
+    for name in GAME_ATTRIBUTES:  # what best_hyperparameters.json needs to replay the study's games
+        study.set_user_attr(name, getattr(config.trial, name))
     console = console or Console(quiet=True)
     if config.n_jobs > 1 and settings.num_threads == AUTO:
         # Concurrent trials share the process's thread count: none of them may change it.

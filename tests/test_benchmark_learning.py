@@ -195,6 +195,8 @@ def test_plan_refuses_what_cannot_run():
         ({"minutes": float("inf")}, "--minutes"),
         ({"every_seconds": -1}, "--every"),
         ({"seeds": ()}, "--seeds"),
+        ({"seeds": (4294967295, 4294967296)}, "seeds must be 0 to 4294967295, got 4294967295 to 4294967296"),
+        ({"seeds": (-1,)}, "seeds must be 0 to"),
         ({"systems": ("sb3_snake", "ppo")}, "systems must be among"),
     ]:
         with pytest.raises(UsageError, match=message):
@@ -307,3 +309,66 @@ def test_a_run_in_its_own_process_with_a_cold_cache(tmp_path):
     assert result["checkpoints"][-1]["env_steps"] == 200  # total_timesteps ended it, with a last checkpoint
     # The clock started before the process did: its start and imports are counted.
     assert 0 < result["startup_seconds"] <= result["checkpoints"][0]["seconds"]
+
+
+def test_the_seed_range_is_refused_before_any_run_starts(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    import sb3_snake.benchmark.learning.plan as plan_module
+    from sb3_snake.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(plan_module, "run_in_process", lambda *a: pytest.fail("a run started"))
+    result = CliRunner().invoke(app, ["benchmark-learning", "--first-seed", "4294967295", "--seeds", "2"])
+    assert result.exit_code == 2 and "seeds must be 0 to 4294967295" in result.output
+
+
+def test_ctrl_c_in_a_run_exits_its_process_quietly(tmp_path, monkeypatch):
+    """Ctrl-C reaches the run's process too: it exits 130 without a traceback of its own."""
+    import sb3_snake.benchmark.learning.runs as runs
+
+    def interrupted(spec, stopwatch):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runs, "run_system", interrupted)
+    spec = RunSpec("plain_sb3", 0, 30.0, 0.1, 6, str(tmp_path / "plain"))
+    with pytest.raises(SystemExit) as stopped:
+        runs._run_and_write(runs.asdict(spec), 0.0, str(tmp_path / "run.json"))
+    assert stopped.value.code == 130
+
+
+@pytest.mark.slow
+def test_sigterm_to_the_benchmark_stops_its_run_and_exits_143(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    command = [sys.executable, "-c", "from sb3_snake.cli import main; main()", "benchmark-learning", "--quick"]
+    command += ["--no-baseline", "--seeds", "1", "--minutes", "1", "--output", str(tmp_path / "out")]
+    parent = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline, children = time.monotonic() + 120, []
+        while time.monotonic() < deadline and not children:
+            time.sleep(0.5)
+            listed = subprocess.run(["pgrep", "-P", str(parent.pid)], capture_output=True, text=True).stdout
+            children = [int(pid) for pid in listed.split()]
+        assert children, "the run's process never started"
+        time.sleep(2.0)
+        parent.send_signal(signal.SIGTERM)
+        output, _ = parent.communicate(timeout=60)
+    finally:
+        parent.kill()
+    assert parent.returncode == 143, output
+    assert "Traceback" not in output and "stopped: no results written" in output
+    time.sleep(1.0)
+    alive = [pid for pid in children if Path(f"/proc/{pid}").exists() and "Z" not in _state(pid)]
+    assert not alive, f"runs left training after the benchmark stopped: {alive}"
+    assert not list((tmp_path / "out").glob("learning_*.json"))
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2]
+    except OSError:
+        return "Z"

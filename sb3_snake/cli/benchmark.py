@@ -14,7 +14,7 @@ from sb3_snake.acceleration.settings import OptimizationSettings, check_env_file
 from sb3_snake.benchmark.env_throughput import DEFAULT_NUM_ENVS
 from sb3_snake.benchmark.gradient_step import DEFAULT_BATCH_SIZES
 from sb3_snake.benchmark.results import RESULTS_DIR, save_results, utc_stamp
-from sb3_snake.cli.common import app, user_errors
+from sb3_snake.cli.common import app, interrupt_on_signals, signal_exit_code, user_errors
 from sb3_snake.cli.options import (
     ONLINE,
     Device,
@@ -258,7 +258,12 @@ def benchmark_learning(
         work_dir = claim_new_path(runs_folder, utc_stamp(), folder=True)
     runs = len(plan.seeds) * len(plan.systems)
     typer.echo(f"{runs} runs of {plan.minutes:g} min ({', '.join(plan.systems)}; seeds {list(plan.seeds)})")
-    report = run_learning_benchmark(plan, work_dir, progress=typer.echo)
+    with interrupt_on_signals() as received:
+        try:
+            report = run_learning_benchmark(plan, work_dir, progress=typer.echo)
+        except KeyboardInterrupt:
+            typer.echo(f"stopped: no results written; the runs so far are in {work_dir}", err=True)
+            raise typer.Exit(signal_exit_code(received)) from None
     typer.echo(format_summary(report))
     path = save_results("learning", report, output)
     picture = plot_learning_benchmark(report, path.with_suffix(".png"))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -53,6 +54,12 @@ def half_life_factor(env_steps: int, half_life: int) -> float:
     if half_life <= 0 or env_steps <= 0:
         return 1.0
     return 0.5 ** ((env_steps * HALF_LIFE_STEPS // half_life) / HALF_LIFE_STEPS)
+
+
+#: Gradient steps one update runs before asking ``update_interrupt`` whether to go on: far above
+#: the few steps of a usual update (which never asks), small enough that a stop is honoured
+#: within a second or so of a long one.
+UPDATE_CHUNK = 256
 
 
 class TrainingDiverged(RuntimeError):
@@ -134,6 +141,10 @@ class SnakeDQN(TensorRollouts, DQN):
         self.early_update_fraction = early_update_fraction
         self.food_shaping = food_shaping
         self._early_credit = 0.0
+        #: Asked between chunks of :data:`UPDATE_CHUNK` gradient steps of one update: True ends
+        #: the update early. The training run sets it to its time limit and stop request, so an
+        #: update of many gradient steps cannot outlast either (None: never asked).
+        self.update_interrupt: Callable[[], bool] | None = None
         self.compile_after = compile_after
         self.double_dqn = double_dqn
         self.symmetry_augmentation = symmetry_augmentation
@@ -202,7 +213,9 @@ class SnakeDQN(TensorRollouts, DQN):
         SB3 calls ``loss.item()`` after every gradient step, which waits for the device each
         time; here the losses stay on the device and are read once per call. That one read
         also checks them: a NaN or infinite loss raises :class:`TrainingDiverged`.
-        Before ``early_steps`` it trains ``early_update_fraction`` of ``gradient_steps``.
+        Before ``early_steps`` it trains ``early_update_fraction`` of ``gradient_steps``. An update
+        longer than :data:`UPDATE_CHUNK` steps runs in chunks and ends early when
+        ``update_interrupt`` says so (a time limit, a stop request).
         """
         if self.num_timesteps < self.early_steps:
             self._early_credit += gradient_steps * self.early_update_fraction
@@ -212,8 +225,16 @@ class SnakeDQN(TensorRollouts, DQN):
                 return
         self.policy.set_training_mode(True)
         self._update_learning_rate(self.policy.optimizer)
-        mean_loss = self.updates.run(gradient_steps, batch_size)
-        self._n_updates += gradient_steps
+        done = min(gradient_steps, UPDATE_CHUNK)
+        mean_loss = self.updates.run(done, batch_size)
+        if done < gradient_steps:  # a long update: in chunks, asking update_interrupt between them
+            total = mean_loss * done
+            while done < gradient_steps and not (self.update_interrupt and self.update_interrupt()):
+                steps = min(UPDATE_CHUNK, gradient_steps - done)
+                total = total + self.updates.run(steps, batch_size) * steps
+                done += steps
+            mean_loss = total / done
+        self._n_updates += done
         loss = mean_loss.item()
         if not math.isfinite(loss):
             raise TrainingDiverged(
@@ -230,7 +251,14 @@ class SnakeDQN(TensorRollouts, DQN):
 
     def _excluded_save_params(self) -> list[str]:
         # _last_obs may be a device tensor (the tensor rollout loop); a loaded model resets its env anyway.
-        excluded = ["optimizations", "active_optimizations", "updates", "_augmentation", "_last_obs"]
+        excluded = [
+            "optimizations",
+            "active_optimizations",
+            "updates",
+            "_augmentation",
+            "_last_obs",
+            "update_interrupt",
+        ]
         return [*super()._excluded_save_params(), *excluded, "_last_original_obs"]
 
     def set_hyperparameters(self, **values: Any) -> None:

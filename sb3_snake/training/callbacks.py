@@ -137,6 +137,12 @@ class EpisodeBudget(BaseCallback):
     def reached(self) -> bool:
         return self.target is not None and len(self.record) >= self.target
 
+    def interrupts_updates(self) -> bool:
+        """Whether a long update should end now (``SnakeDQN.update_interrupt``): the time limit
+        passed, or a stop was requested. Episode and env-step limits wait for the next env step."""
+        over_time = self.max_seconds is not None and time.perf_counter() - self.start_time >= self.max_seconds
+        return over_time or self.stop.requested
+
 
 class ProgressReport(BaseCallback):
     """A live progress bar on a terminal; plain log lines every ``log_seconds`` otherwise."""

@@ -36,6 +36,14 @@ EXTRACTOR_DEFAULTS = {
 RUN, ENVIRONMENT, DQN = "Run, checkpoints and logging", "Environment", "DQN hyperparameters"
 
 
+#: The most gradient samples per env step a run may ask for. Published DQN variants replay at most
+#: a few hundred; beyond this, each env step waits on an update so long that the run learns
+#: nothing from new games, and a typo (``1e300``) would make one update outlast any time limit.
+MAX_REPLAY_RATIO = 4096
+#: The most gradient steps one update may take (``--gradient-steps``), for the same reason.
+MAX_GRADIENT_STEPS = 100_000
+
+
 @dataclass(frozen=True)
 class Role:
     """What a :class:`TrainConfig` field is to a run. Each field declares its role once, and
@@ -212,19 +220,21 @@ class TrainConfig:
                 not BATCH_SIZE.check(self.batch_size),
                 f"batch_size must be a positive integer or auto, got {self.batch_size!r}",
             ),
-            (
-                finite(self.replay_ratio) and self.replay_ratio > 0,
-                f"replay_ratio must be a positive finite number, got {self.replay_ratio}",
-            ),
-            (
-                finite(self.early_replay_ratio) and self.early_replay_ratio > 0,
-                f"early_replay_ratio must be a positive finite number, got {self.early_replay_ratio}",
-            ),
+            *[
+                (
+                    finite(ratio) and 0 < ratio <= MAX_REPLAY_RATIO,
+                    f"{name} must be above 0 and at most {MAX_REPLAY_RATIO} gradient samples per env step, got {ratio}",
+                )
+                for name, ratio in (
+                    ("replay_ratio", self.replay_ratio),
+                    ("early_replay_ratio", self.early_replay_ratio),
+                )
+            ],
             (self.early_steps >= 0, f"early_steps must be at least 0, got {self.early_steps}"),
             (self.train_freq is None or self.train_freq >= 1, f"train_freq must be at least 1, got {self.train_freq}"),
             (
-                self.gradient_steps is None or self.gradient_steps >= 1,
-                f"gradient_steps must be at least 1, got {self.gradient_steps}",
+                self.gradient_steps is None or 1 <= self.gradient_steps <= MAX_GRADIENT_STEPS,
+                f"gradient_steps must be 1 to {MAX_GRADIENT_STEPS} per update, got {self.gradient_steps}",
             ),
             (finite(self.gamma) and 0 <= self.gamma <= 1, f"gamma must be from 0 to 1, got {self.gamma}"),
             (

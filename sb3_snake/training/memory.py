@@ -20,8 +20,14 @@ def memory_estimate(config: TrainConfig) -> dict[str, int]:
     space = board_space(config.board_size, config.countdown)
     channels, cells = space.shape[0], config.board_size**2
     observation = channels * cells
-    with torch.device("meta"):
-        extractor = SnakeAttentionExtractor(space, **config.policy_kwargs()["features_extractor_kwargs"])
+    sizes = config.policy_kwargs()["features_extractor_kwargs"]
+    try:
+        with torch.device("meta"):  # shapes only: no memory is taken, however large
+            extractor = SnakeAttentionExtractor(space, **sizes)
+    except (RuntimeError, OverflowError, ValueError, MemoryError) as error:
+        raise UsageError(
+            f"a network of {sizes} cannot even be laid out ({error}); lower --embed-dim or --head-view-dim"
+        ) from None
     parameters = sum(parameter.numel() for parameter in extractor.parameters())
     head_view_inputs = channels * (2 * config.board_size - 1) ** 2 if config.head_view else 0
     return {

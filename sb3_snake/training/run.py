@@ -284,6 +284,7 @@ def learn(model: SnakeDQN, config: TrainConfig, callbacks: RunCallbacks, stop: S
     stop.phase, diverged = "training", None
     start = callbacks.budget.start_time = time.perf_counter()
     steps_before = model.num_timesteps
+    model.update_interrupt = callbacks.budget.interrupts_updates
     try:
         model.learn(
             MAX_TIMESTEPS,
@@ -294,6 +295,7 @@ def learn(model: SnakeDQN, config: TrainConfig, callbacks: RunCallbacks, stop: S
     except TrainingDiverged as error:
         diverged = error
     finally:
+        model.update_interrupt = None
         callbacks.progress.close()
         if callbacks.threads is not None:
             callbacks.threads.close()

@@ -20,6 +20,10 @@ from sb3_snake.common.system import system_info
 SYSTEMS = ("sb3_snake", "plain_sb3")
 
 
+#: The largest seed NumPy and the envs take (2**32 - 1), checked for every run before the first.
+MAX_SEED = 2**32 - 1
+
+
 @dataclass(frozen=True)
 class LearningPlan:
     """What one ``sb3-snake benchmark-learning`` run does."""
@@ -48,6 +52,11 @@ class LearningPlan:
                 f"--every must be a positive number of seconds, got {self.every_seconds}",
             ),
             (len(self.seeds) >= 1, "--seeds must be at least 1"),
+            (
+                all(0 <= seed <= MAX_SEED for seed in self.seeds),
+                f"seeds must be 0 to {MAX_SEED}, got {min(self.seeds, default=0)} to {max(self.seeds, default=0)}: "
+                "lower --first-seed or --seeds",
+            ),
             (self.episodes >= 1, f"--episodes must be at least 1, got {self.episodes}"),
             (set(self.systems) <= set(SYSTEMS), f"systems must be among {', '.join(SYSTEMS)}, got {self.systems}"),
         ]

@@ -49,7 +49,15 @@ def run_in_process(spec: RunSpec, cache_dir: str | None) -> dict[str, Any]:
             target=_run_and_write, args=(asdict(spec), start, str(result_path))
         )
         process.start()
-    process.join()
+    try:
+        process.join()
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM turned into it: no run trains on, orphaned
+        process.terminate()
+        process.join(10)
+        if process.is_alive():
+            process.kill()
+            process.join()
+        raise
     if process.exitcode != 0 or not result_path.is_file():
         raise RuntimeError(
             f"the {spec.system} run of seed {spec.seed} failed (exit code {process.exitcode}); "
@@ -74,7 +82,11 @@ def _environment(**values: str | None) -> Iterator[None]:
 
 
 def _run_and_write(spec: dict[str, Any], start: float, result_path: str) -> None:
-    result = run_system(RunSpec(**spec), Stopwatch(start))
+    try:
+        result = run_system(RunSpec(**spec), Stopwatch(start))
+    except KeyboardInterrupt:
+        # Ctrl-C reaches the whole process group; the parent says what happened, in one line.
+        raise SystemExit(130) from None
     Path(result_path).write_text(json.dumps(result, indent=2) + "\n")
 
 

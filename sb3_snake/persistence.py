@@ -122,12 +122,10 @@ def load_replay_buffer(model: SnakeDQN, path: Path) -> int:
     missing = [name for name in REPLAY_ARRAYS if name not in arrays]
     if missing or "n_envs" not in arrays:
         raise UsageError(f"replay buffer {path} lacks {', '.join(missing or ['n_envs'])}; it is not a saved buffer")
+    problem = _replay_problem(arrays, buffer)
+    if problem:
+        raise UsageError(f"replay buffer {path} {problem}; move it away to resume without it")
     saved_envs = int(arrays.pop("n_envs"))
-    if arrays["observations"].shape[2:] != buffer.obs_shape:
-        raise UsageError(
-            f"replay buffer {path} holds observations of shape {arrays['observations'].shape[2:]}, "
-            f"the model {buffer.obs_shape}; it belongs to another board size"
-        )
     scale = getattr(model, "food_shaping", 0.0)
     if not arrays.pop(ENV_REWARDS, False) and scale:
         arrays["rewards"] = _unshaped_rewards(arrays, scale, model.gamma, path)
@@ -150,6 +148,42 @@ def load_replay_buffer(model: SnakeDQN, path: Path) -> int:
         raise UsageError(f"replay buffer {path} holds no next observations; it was saved with optimize_memory_usage")
     buffer.pos, buffer.full = rows % buffer.buffer_size, rows == buffer.buffer_size
     return rows * buffer.n_envs
+
+
+def _replay_problem(arrays: dict[str, np.ndarray], buffer: ReplayBuffer) -> str:
+    """What makes saved arrays unfit for ``buffer``: shapes, dtypes and values, checked before any
+    is copied, so a crafted or foreign file cannot crash a run midway."""
+    n_envs = arrays["n_envs"]
+    if n_envs.shape != () or n_envs.dtype.kind not in "iu" or not 1 <= int(n_envs) <= 1 << 20:
+        return f"has n_envs {n_envs!r}, not one positive integer"
+    observations = arrays["observations"]
+    if observations.ndim != 2 + len(buffer.obs_shape) or observations.shape[2:] != tuple(buffer.obs_shape):
+        return (
+            f"holds observations of shape {observations.shape[2:]}, the model {buffer.obs_shape}; "
+            "it belongs to another board size"
+        )
+    rows, games = observations.shape[:2]
+    if games != int(n_envs):
+        return f"holds {games} games per row but says n_envs {int(n_envs)}"
+    expected = {
+        "observations": (observations.shape, "u"),
+        "next_observations": (observations.shape, "u"),
+        "actions": ((rows, games, 1), "iu"),
+        "rewards": ((rows, games), "f"),
+        "dones": ((rows, games), "fbiu"),
+        "timeouts": ((rows, games), "fbiu"),
+    }
+    for name, (shape, kinds) in expected.items():
+        if name in arrays and (arrays[name].shape != shape or arrays[name].dtype.kind not in kinds):
+            return (
+                f"has {name} of shape {arrays[name].shape} and dtype {arrays[name].dtype}, not {shape} of the model's"
+            )
+    actions = arrays["actions"]
+    if actions.size and (actions.min() < 0 or actions.max() >= 4):
+        return f"has actions from {actions.min()} to {actions.max()}, not 0 to 3"
+    if not np.isfinite(arrays["rewards"]).all():
+        return "has rewards that are not finite"
+    return ""
 
 
 def _unshaped_rewards(arrays: dict[str, np.ndarray], scale: float, gamma: float, path: Path) -> np.ndarray:
@@ -278,7 +312,7 @@ def _load_safely(
             _init_setup_model=False,
             **hyperparameters,
         )
-    except TypeError as error:
+    except (TypeError, ValueError) as error:
         raise UsageError(f"model file {path} has a malformed {METADATA_ENTRY}: {error}") from None
     if env is None:
         shape = metadata["observation_shape"]
@@ -287,7 +321,14 @@ def _load_safely(
         model.n_envs = metadata["n_envs"]
     else:
         _check_board(path, metadata["observation_shape"], env.observation_space.shape)
-    model._setup_model()
+    try:
+        model._setup_model()
+    except (TypeError, ValueError, RuntimeError, AssertionError) as error:
+        # Values the schema lets through that still do not make a network together (a policy
+        # that cannot read Snake boards, an embedding its heads do not divide...).
+        raise UsageError(
+            f"model file {path} has a malformed {METADATA_ENTRY}: {type(error).__name__}: {error}"
+        ) from None
     for name, value in metadata["counters"].items():
         setattr(model, name, value)
     try:

@@ -198,3 +198,24 @@ def test_the_batch_size_is_a_learning_value_that_env_may_set_declared_once():
     assert DEFAULT_BATCH_SIZE == 128 and "batch_size" in HYPERPARAMETER_FIELDS and "batch_size" in MODEL_FIELDS
     assert declared.metadata["values"].parse("AUTO") == "auto" and declared.metadata["role"].group == DQN
     assert "batch_size" not in OptimizationSettings.__dataclass_fields__
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"replay_ratio": 1e300}, "replay_ratio must be above 0 and at most 4096"),
+        ({"early_replay_ratio": 5000}, "early_replay_ratio must be above 0 and at most 4096"),
+        ({"gradient_steps": 1_000_000_000}, "gradient_steps must be 1 to 100000 per update"),
+    ],
+)
+def test_absurd_update_sizes_are_refused_up_front(changes, message):
+    with pytest.raises(UsageError, match=message):
+        TrainConfig(**changes)
+
+
+@pytest.mark.parametrize("changes", [{"embed_dim": 10**12}, {"head_view_dim": 10**12}, {"embed_dim": int(1e300)}])
+def test_networks_too_large_to_lay_out_are_a_range_or_memory_error_up_front(changes):
+    from sb3_snake.training.memory import check_memory
+
+    with pytest.raises(UsageError, match="lower --embed-dim or --head-view-dim|GiB are available"):
+        check_memory(TrainConfig(**changes), available=24 * 2**30)

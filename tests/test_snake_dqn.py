@@ -149,3 +149,17 @@ def test_set_hyperparameters_rebuilds_what_depends_on_them():
         model.set_hyperparameters(n_steps=1)
     with pytest.raises(UsageError, match="cannot set gama on a built model; did you mean gamma"):
         model.set_hyperparameters(gama=0.5)
+
+
+def test_a_long_update_asks_between_chunks_whether_to_go_on():
+    """A stop or a time limit ends an update of many gradient steps within a chunk, not at its end."""
+    from sb3_snake.dqn.snake_dqn import UPDATE_CHUNK
+
+    model = filled_model()
+    asked = []
+    model.update_interrupt = lambda: asked.append(model._n_updates) or len(asked) >= 2
+    model.train(gradient_steps=10 * UPDATE_CHUNK, batch_size=8)
+    assert model._n_updates == 2 * UPDATE_CHUNK and len(asked) == 2
+    model.update_interrupt = None
+    model.train(gradient_steps=3, batch_size=8)  # a usual update never asks, and runs whole
+    assert model._n_updates == 2 * UPDATE_CHUNK + 3

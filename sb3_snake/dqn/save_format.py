@@ -20,10 +20,12 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import torch
 from stable_baselines3.common.torch_layers import FlattenExtractor, NatureCNN
 from torch import nn
 
+from sb3_snake.common import system
 from sb3_snake.common.errors import UsageError
 from sb3_snake.dqn.extractor import SnakeAttentionExtractor
 from sb3_snake.dqn.policies import POLICY_ALIASES
@@ -143,13 +145,39 @@ def read_metadata(path: Path) -> dict[str, Any]:
                     f"another program or sb3-snake before 0.2, and loading it would unpickle code from it; "
                     + TRUST_HINT
                 )
+            check_entry_sizes(archive, path)
             described = json.loads(archive.read(METADATA_ENTRY).decode("utf-8"))
-    except (zipfile.BadZipFile, OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+    except (zipfile.BadZipFile, OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
         raise UsageError(f"model file {path} cannot be loaded ({type(error).__name__}: {error})") from None
-    problem = _metadata_problem(described)
+    problem = _metadata_problem(described) or _memory_problem(described)
     if problem:
         raise UsageError(f"model file {path} has a malformed {METADATA_ENTRY}: {problem}")
     return described
+
+
+def _memory_problem(described: dict[str, Any]) -> str:
+    """A network the description asks for that would not fit in memory, stated before it is built:
+    its parameters counted on the meta device (shapes only), times the copies a model keeps."""
+    shape = described["observation_shape"]
+    kwargs = decode_policy_kwargs(described["policy_kwargs"])
+    extractor_class = kwargs.get("features_extractor_class", SnakeAttentionExtractor)
+    space = gym.spaces.Box(0, 1, tuple(shape), dtype="uint8")
+    try:
+        with torch.device("meta"):
+            if extractor_class is SnakeAttentionExtractor or described["policy"] == "AttentionPolicy":
+                extractor = SnakeAttentionExtractor(space, **kwargs.get("features_extractor_kwargs", {}))
+                features = extractor.features_dim
+                parameters = sum(p.numel() for p in extractor.parameters())
+            else:
+                features, parameters = int(torch.tensor(shape).prod()), 0
+    except Exception as error:  # noqa: BLE001 - sizes that cannot be laid out at all
+        return f"its network cannot be laid out ({type(error).__name__}: {error})"
+    widths = [features, *kwargs.get("net_arch", []), 4]
+    parameters += sum(a * b + b for a, b in zip(widths, widths[1:], strict=False))
+    needed, available = 5 * 4 * parameters, system.available_memory_bytes()  # online, target, grads, Adam's two
+    if available is not None and needed > available:
+        return f"its network needs about {needed / 2**30:.1f} GiB and {available / 2**30:.1f} GiB are available"
+    return ""
 
 
 def _metadata_problem(described: Any) -> str:
@@ -171,9 +199,189 @@ def _metadata_problem(described: Any) -> str:
             return f"{section} is missing"
         if any(not isinstance(value, (bool, int, float, str, type(None))) for value in described[section].values()):
             return f"{section} hold values that are not plain numbers"
-    if type(described.get("n_envs")) is not int or described["n_envs"] < 1:
-        return "n_envs is not a positive integer"
+    if type(described.get("n_envs")) is not int or not 1 <= described["n_envs"] <= MAX_ENVS:
+        return f"n_envs is not an integer from 1 to {MAX_ENVS}"
+    return (
+        _section_problem(
+            "hyperparameters", described["hyperparameters"], HYPERPARAMETER_SCHEMA, REQUIRED_HYPERPARAMETERS
+        )
+        or _section_problem("counters", described["counters"], COUNTER_SCHEMA, ())
+        or _policy_kwargs_problem(described["policy_kwargs"])
+    )
+
+
+# ---------------------------------------------------------------------- the schema
+
+#: Bytes the JSON description may take unpacked (a few kilobytes in practice).
+MAX_METADATA_BYTES = 1 << 20
+#: Bytes one weights entry may take unpacked: far above any Snake policy, far below a zip bomb.
+MAX_ENTRY_BYTES = 1 << 31
+#: The most games a model may say it trained with (the batched env's games are tensors of that size).
+MAX_ENVS = 1 << 20
+#: The largest width of any layer a model file may describe, and the most layers.
+MAX_WIDTH, MAX_LAYERS = 1 << 16, 64
+
+
+def _number(low: float, high: float, integer: bool = False, optional: bool = False) -> Any:
+    def problem(value: Any) -> str:
+        if value is None and optional:
+            return ""
+        kind = int if integer else (int, float)
+        if isinstance(value, bool) or not isinstance(value, kind) or not low <= value <= high:
+            return f"must be {'an integer' if integer else 'a number'} from {low:g} to {high:g}"
+        return ""
+
+    return problem
+
+
+def _choice(*values: Any) -> Any:
+    return lambda value: "" if type(value) is type(values[0]) and value in values else f"must be one of {list(values)}"
+
+
+_COUNT, _SHARE = _number(0, 2**63 - 1, integer=True), _number(0, 1)
+#: Each hyperparameter a model file may hold, and what its value must be.
+HYPERPARAMETER_SCHEMA: dict[str, Any] = {
+    "seed": _number(0, 2**32 - 1, integer=True, optional=True),
+    "learning_rate": _number(1e-12, 10),
+    "buffer_size": _number(1, 1 << 32, integer=True),
+    "learning_starts": _COUNT,
+    "batch_size": _number(1, 1 << 20, integer=True),
+    "tau": _SHARE,
+    "gamma": _SHARE,
+    "gradient_steps": lambda v: "" if v == -1 else _number(1, 100_000, integer=True)(v),
+    "target_update_interval": _number(1, 2**63 - 1, integer=True),
+    "exploration_initial_eps": _SHARE,
+    "exploration_final_eps": _SHARE,
+    "exploration_fraction": _SHARE,
+    "max_grad_norm": _number(1e-12, 1e12),
+    "n_steps": _number(1, 1000, integer=True),
+    "exploration_steps": _number(1, 2**63 - 1, integer=True, optional=True),
+    "double_dqn": _choice(False, True),
+    "symmetry_augmentation": _choice(False, True),
+    "early_steps": _COUNT,
+    "early_update_fraction": _number(1e-12, 1),
+    "food_shaping": _number(0, 1e6),
+    "learning_rate_half_life": _COUNT,
+    "train_freq": _number(1, 1 << 31, integer=True),
+    "train_freq_unit": _choice("step", "episode"),
+}
+#: What every sb3-snake model file has held (the rest came later and have defaults).
+REQUIRED_HYPERPARAMETERS = (
+    "learning_rate",
+    "buffer_size",
+    "learning_starts",
+    "batch_size",
+    "tau",
+    "gamma",
+    "gradient_steps",
+    "target_update_interval",
+    "exploration_initial_eps",
+    "exploration_final_eps",
+    "exploration_fraction",
+    "max_grad_norm",
+    "train_freq",
+    "train_freq_unit",
+)
+#: The counters a model file may set on the loaded model: these attributes and no others.
+COUNTER_SCHEMA: dict[str, Any] = {name: _COUNT for name in COUNTERS if name != "exploration_rate"}
+COUNTER_SCHEMA["exploration_rate"] = _SHARE
+
+
+def _section_problem(section: str, values: dict[str, Any], schema: dict[str, Any], required: Any) -> str:
+    unknown = sorted(set(values) - set(schema))
+    if unknown:
+        return f"{section} has unknown keys {unknown}"
+    missing = [name for name in required if name not in values]
+    if missing:
+        return f"{section} lacks {missing}"
+    for name, value in values.items():
+        problem = schema[name](value)
+        if problem:
+            return f"{section}.{name} {value!r} {problem}"
     return ""
+
+
+#: The keys ``policy_kwargs`` may hold, each checked by :func:`_policy_kwargs_problem`.
+POLICY_KWARGS = {
+    "net_arch",
+    "features_extractor_class",
+    "features_extractor_kwargs",
+    "optimizer_class",
+    "optimizer_kwargs",
+    "activation_fn",
+    "normalize_images",
+    "dueling",
+}
+#: The keys of the attention extractor a model file may set, and their ranges.
+EXTRACTOR_SCHEMA: dict[str, Any] = {
+    "features_dim": _number(1, MAX_WIDTH, integer=True),
+    "embed_dim": _number(2, MAX_WIDTH, integer=True),
+    "num_heads": _number(1, 64, integer=True),
+    "num_layers": _number(0, MAX_LAYERS, integer=True),
+    "mlp_ratio": _number(1, 16, integer=True),
+    "patch_size": _number(1, 256, integer=True, optional=True),
+    "head_view_dim": _number(0, MAX_WIDTH, integer=True),
+}
+#: Adam's and the other portable optimizers' keyword arguments a model file may set.
+OPTIMIZER_SCHEMA: dict[str, Any] = {
+    "eps": _number(0, 1),
+    "weight_decay": _number(0, 1e3),
+    "betas": lambda v: (
+        ""
+        if isinstance(v, list) and len(v) == 2 and not any(_SHARE(b) for b in v)
+        else "must be two numbers from 0 to 1"
+    ),
+    "amsgrad": _choice(False, True),
+    "fused": lambda v: "" if v is None or isinstance(v, bool) else "must be true, false or null",
+    "foreach": lambda v: "" if v is None or isinstance(v, bool) else "must be true, false or null",
+    "momentum": _number(0, 1),
+    "alpha": _number(0, 1),
+    "centered": _choice(False, True),
+}
+
+
+def _policy_kwargs_problem(kwargs: Any) -> str:
+    if not isinstance(kwargs, dict):
+        return "policy_kwargs is not a mapping"
+    unknown = sorted(set(kwargs) - POLICY_KWARGS)
+    if unknown:
+        return f"policy_kwargs has unknown keys {unknown}"
+    net_arch = kwargs.get("net_arch", [])
+    widths = net_arch if isinstance(net_arch, list) else []
+    if (
+        not isinstance(net_arch, list)
+        or len(widths) > MAX_LAYERS
+        or any(_number(1, MAX_WIDTH, True)(w) for w in widths)
+    ):
+        return (
+            f"policy_kwargs.net_arch {net_arch!r} must be a list of at most {MAX_LAYERS} widths from 1 to {MAX_WIDTH}"
+        )
+    for key in ("features_extractor_class", "optimizer_class", "activation_fn"):
+        if key in kwargs and not (isinstance(kwargs[key], dict) and set(kwargs[key]) == {"class"}):
+            return f"policy_kwargs.{key} must name a class"
+    for key, schema in (("features_extractor_kwargs", EXTRACTOR_SCHEMA), ("optimizer_kwargs", OPTIMIZER_SCHEMA)):
+        if key in kwargs:
+            if not isinstance(kwargs[key], dict):
+                return f"policy_kwargs.{key} is not a mapping"
+            problem = _section_problem(f"policy_kwargs.{key}", kwargs[key], schema, ())
+            if problem:
+                return problem
+    for key in ("normalize_images", "dueling"):
+        if key in kwargs and not isinstance(kwargs[key], bool):
+            return f"policy_kwargs.{key} must be true or false"
+    return ""
+
+
+def check_entry_sizes(archive: zipfile.ZipFile, path: Path) -> None:
+    """Refuse a zip whose entries would unpack to more than a model ever holds (a zip bomb),
+    from the sizes its directory states, before any entry is read."""
+    for info in archive.infolist():
+        limit = MAX_METADATA_BYTES if info.filename == METADATA_ENTRY else MAX_ENTRY_BYTES
+        if info.file_size > limit:
+            raise UsageError(
+                f"model file {path}: entry {info.filename} would unpack to {info.file_size:,} bytes, more than the "
+                f"{limit:,} a model holds; it is not a model this project wrote"
+            )
 
 
 def decode_policy_kwargs(value: Any) -> Any:

@@ -54,6 +54,8 @@ from sb3_snake.envs.rules import board_space, has_countdown
 REPLAY_ARRAYS = ("observations", "actions", "rewards", "dones", "timeouts")
 #: The flag of a saved buffer whose rewards are the env's own; one without it stored them shaped.
 ENV_REWARDS = "env_rewards"
+#: The env steps of the model a buffer was saved with (saved as a pair with it).
+SAVED_AT = "num_timesteps"
 
 
 # ---------------------------------------------------------------------- saving
@@ -64,9 +66,12 @@ def save_model(model: SnakeDQN, path: Path, replay_buffer: bool = False) -> None
     beside it as ``<stem>.replay.npz``, also atomically."""
     with atomic_write(path) as temporary:
         model.save(temporary)
-    if replay_buffer:
-        with atomic_write(replay_buffer_path(path)) as temporary:
-            save_replay_buffer(model.replay_buffer, temporary)
+        if replay_buffer:
+            # The pair is written both or neither: the buffer goes into place only once the model
+            # is written whole, and the model only once the buffer is; a full disk keeps the old pair.
+            # Both carry the env steps they were saved at, so a pair cut apart is refused on resume.
+            with atomic_write(replay_buffer_path(path)) as buffer_temporary:
+                save_replay_buffer(model.replay_buffer, buffer_temporary, model.num_timesteps)
 
 
 def write_json(path: Path, value: Any) -> None:
@@ -91,13 +96,15 @@ def _time_ordered(buffer: ReplayBuffer, array: np.ndarray | torch.Tensor) -> np.
     return array[: buffer.pos]
 
 
-def save_replay_buffer(buffer: ReplayBuffer, path: Path) -> None:
+def save_replay_buffer(buffer: ReplayBuffer, path: Path, num_timesteps: int | None = None) -> None:
     """The filled rows of ``buffer``'s arrays, oldest first, as an uncompressed ``.npz`` (SB3's
-    NumPy buffers and :class:`~sb3_snake.dqn.replay.DeviceReplayBuffer` alike)."""
+    NumPy buffers and :class:`~sb3_snake.dqn.replay.DeviceReplayBuffer` alike), with the env
+    steps of the model it belongs to (``num_timesteps``), which :func:`load_replay_buffer` checks."""
     names = [*REPLAY_ARRAYS, *(() if buffer.optimize_memory_usage else ("next_observations",))]
     arrays = {name: _time_ordered(buffer, getattr(buffer, name)) for name in names}
+    steps = {} if num_timesteps is None else {SAVED_AT: np.int64(num_timesteps)}
     with open(path, "wb") as file:
-        np.savez(file, n_envs=np.int64(buffer.n_envs), **{ENV_REWARDS: np.bool_(True)}, **arrays)
+        np.savez(file, n_envs=np.int64(buffer.n_envs), **{ENV_REWARDS: np.bool_(True)}, **steps, **arrays)
 
 
 def load_replay_buffer(model: SnakeDQN, path: Path) -> int:
@@ -125,6 +132,12 @@ def load_replay_buffer(model: SnakeDQN, path: Path) -> int:
     problem = _replay_problem(arrays, buffer)
     if problem:
         raise UsageError(f"replay buffer {path} {problem}; move it away to resume without it")
+    saved_at = arrays.pop(SAVED_AT, None)
+    if saved_at is not None and int(saved_at) != model.num_timesteps:
+        raise UsageError(
+            f"replay buffer {path} was saved at {int(saved_at):,} env steps and its model at {model.num_timesteps:,}: "
+            "they are not a pair (a save cut short?); move the buffer away to resume without it"
+        )
     saved_envs = int(arrays.pop("n_envs"))
     scale = getattr(model, "food_shaping", 0.0)
     if not arrays.pop(ENV_REWARDS, False) and scale:

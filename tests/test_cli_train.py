@@ -19,6 +19,7 @@ from sb3_snake.common.paths import atomic_write
 from sb3_snake.persistence import load_model
 
 runner = CliRunner()
+FAST_SETTINGS = OptimizationSettings(use_torch_compile=False, use_bf16=False, num_threads=1)
 
 
 # ---------------------------------------------------------------- train, eval, play
@@ -427,3 +428,95 @@ def test_train_help_shows_every_option_with_its_help_in_its_panel():
     environment = result.output.split("Environment")[1].split("╰")[0]
     assert "--device" in environment and "auto, cpu or cuda." in environment
     assert "Adam step size." in result.output.split("DQN hyperparameters")[1]
+
+
+# ---------------------------------------------------------------- a full disk
+
+
+def _full_disk_after(monkeypatch, good_saves):
+    """Every model save after the first ``good_saves`` fails as on a full disk."""
+    import errno
+
+    from sb3_snake.dqn.snake_dqn import SnakeDQN
+
+    original, saves = SnakeDQN.save, []
+
+    def save(self, path, *args, **kwargs):
+        saves.append(path)
+        if len(saves) > good_saves:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return original(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(SnakeDQN, "save", save)
+
+
+def test_a_full_disk_while_training_is_one_line_naming_the_last_good_checkpoint(tmp_path, monkeypatch):
+    _full_disk_after(monkeypatch, good_saves=1)
+    run_dir = tmp_path / "run"
+    args = ["train", "--episodes", "12", *TINY, "--output", str(run_dir), "--checkpoint-every", "4"]
+    result = runner.invoke(app, [*args, "--save-replay-buffer"])
+    assert result.exit_code == 1, result.output
+    lines = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "Traceback" not in result.output
+    assert f"cannot write {run_dir / 'checkpoint.zip'}: No space left on device" in lines[0]
+    assert f"the last good checkpoint is {run_dir / 'checkpoint.zip'}" in lines[0]
+    assert (run_dir / "checkpoint.zip").is_file() and (run_dir / "checkpoint.replay.npz").is_file()
+    assert not list(run_dir.glob("*.tmp.*")) and (run_dir / "episodes.json").is_file()
+
+
+def test_a_model_and_its_buffer_are_written_both_or_neither(tmp_path, monkeypatch):
+    import errno
+
+    import sb3_snake.persistence as persistence
+    from sb3_snake.common.paths import WriteFailed
+    from tests.conftest import small_dqn
+
+    model = small_dqn(FAST_SETTINGS, transitions=64)
+    path = tmp_path / "checkpoint.zip"
+    persistence.save_model(model, path, replay_buffer=True)
+    before = (path.read_bytes(), persistence.replay_buffer_path(path).read_bytes())
+    model.num_timesteps += 100
+
+    def no_space(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(persistence, "save_replay_buffer", no_space)
+    with pytest.raises(WriteFailed, match="checkpoint.replay.npz: No space left on device"):
+        persistence.save_model(model, path, replay_buffer=True)
+    assert (path.read_bytes(), persistence.replay_buffer_path(path).read_bytes()) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.replay.npz", "checkpoint.zip"]
+
+
+def test_resume_refuses_a_model_and_buffer_saved_at_different_steps(tmp_path):
+    import sb3_snake.persistence as persistence
+    from sb3_snake import BatchedSnakeVecEnv
+    from tests.conftest import small_dqn
+
+    model = small_dqn(FAST_SETTINGS, transitions=64)
+    path = tmp_path / "checkpoint.zip"
+    persistence.save_model(model, path, replay_buffer=True)
+    model.num_timesteps += 272
+    persistence.save_model(model, path)  # the model moved on; its buffer did not
+    resumed = persistence.load_model(path, FAST_SETTINGS, env=BatchedSnakeVecEnv(8, board_size=5), for_training=True)
+    with pytest.raises(ValueError, match=r"was saved at .* env steps and its model at .*: they are not a pair"):
+        persistence.load_replay_buffer(resumed, persistence.replay_buffer_path(path))
+
+
+@pytest.mark.slow
+def test_training_on_a_small_tmpfs_ends_in_one_line(tmp_path):
+    import subprocess
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)], capture_output=True).returncode:
+        pytest.skip("this machine does not let the tests mount a tmpfs")
+    try:
+        args = ["train", "--episodes", "200", *TINY, "--board-size", "10", "--buffer-size", "20000"]
+        result = runner.invoke(
+            app, [*args, "--output", str(disk / "run"), "--checkpoint-every", "50", "--save-replay-buffer"]
+        )
+        assert result.exit_code == 1, result.output
+        assert "Traceback" not in result.output and "No space left on device" in result.output
+        assert not list((disk / "run").glob("*.tmp.*"))
+    finally:
+        subprocess.run(["umount", str(disk)], check=False)

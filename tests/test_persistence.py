@@ -236,3 +236,97 @@ def test_a_replay_buffer_saved_with_shaped_rewards_is_loaded_with_the_env_reward
     unshaped = small_dqn(FAST, transitions=0)  # a model without shaping stored its rewards as they were
     load_replay_buffer(unshaped, tmp_path / "old.replay.npz")
     np.testing.assert_array_equal(unshaped.replay_buffer.rewards[:16], arrays["rewards"] + shaping.reshape(-1, 8))
+
+
+# --- hardening: the description is input, and so are its sizes -------------------------------------
+
+
+def _edit(section, change):
+    def edit(metadata):
+        values = dict(metadata[section])
+        for key, value in change.items():
+            if value is _DELETE:
+                values.pop(key)
+            else:
+                values[key] = value
+        return {**metadata, section: values}
+
+    return edit
+
+
+_DELETE = object()
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (_edit("hyperparameters", {"train_freq": _DELETE}), r"hyperparameters lacks \['train_freq'\]"),
+        (_edit("policy_kwargs", {"bogus": 1}), r"policy_kwargs has unknown keys \['bogus'\]"),
+        (_edit("policy_kwargs", {"features_extractor_kwargs": {"embed_dim": -2}}), "embed_dim -2 must be an integer"),
+        (lambda m: {**m, "policy": "CnnPolicy"}, "malformed sb3_snake.json"),
+        (_edit("policy_kwargs", {"optimizer_kwargs": {"bogus": 1}}), r"optimizer_kwargs has unknown keys \['bogus'\]"),
+        (_edit("hyperparameters", {"learning_rate": "abc"}), "learning_rate 'abc' must be a number"),
+        (_edit("counters", {"predict": 1}), r"counters has unknown keys \['predict'\]"),
+        (_edit("counters", {"__class__": 1}), r"counters has unknown keys \['__class__'\]"),
+        (_edit("hyperparameters", {"train_freq": 0}), "train_freq 0 must be an integer from 1"),
+        (_edit("hyperparameters", {"batch_size": _DELETE}), r"hyperparameters lacks \['batch_size'\]"),
+        (_edit("policy_kwargs", {"features_extractor_kwargs": {"embed_dim": 10**12}}), "embed_dim"),
+        (_edit("policy_kwargs", {"net_arch": [10**7, 10**7]}), "net_arch"),
+        (lambda m: {**m, "n_envs": 10**9}, "n_envs is not an integer from 1 to"),
+    ],
+)
+@pytest.mark.parametrize("for_training", [False, True], ids=["eval-play", "resume"])
+def test_an_edited_description_is_one_line_naming_the_file(saved, tmp_path, edit, message, for_training):
+    _, path = saved
+    target = rewrite_metadata(path, tmp_path / "bad.zip", edit)
+    env = BatchedSnakeVecEnv(8, board_size=5) if for_training else None
+    with pytest.raises(ValueError, match=message) as error:
+        load_model(target, FAST, env=env, for_training=for_training, device="cpu")
+    assert str(target) in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_network_too_large_for_memory_is_refused_before_it_is_built(saved, tmp_path, monkeypatch):
+    from sb3_snake.common import system
+
+    _, path = saved
+    monkeypatch.setattr(system, "available_memory_bytes", lambda: 2**20)
+    target = rewrite_metadata(path, tmp_path / "big.zip", _edit("policy_kwargs", {"net_arch": [4096, 4096]}))
+    with pytest.raises(ValueError, match=r"its network needs about .* GiB and 0.0 GiB are available"):
+        load_model(target, FAST)
+
+
+def test_a_zip_bomb_is_refused_before_its_entry_is_read(saved, tmp_path, monkeypatch):
+    _, path = saved
+    bomb = tmp_path / "bomb.zip"
+    with zipfile.ZipFile(path) as original, zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as crafted:
+        for name in original.namelist():
+            if name != METADATA_ENTRY:
+                crafted.writestr(name, original.read(name))
+        crafted.writestr(METADATA_ENTRY, b" " * (3 << 20))  # 3 MiB of blanks: a few kilobytes packed
+    assert bomb.stat().st_size < 100_000
+    read = []
+    monkeypatch.setattr(zipfile.ZipFile, "read", lambda self, name, pwd=None: read.append(name) or b"")
+    with pytest.raises(ValueError, match=rf"model file {bomb}: entry {METADATA_ENTRY} would unpack to 3,145,728 bytes"):
+        load_model(bomb, FAST)
+    assert not read
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda a: {**a, "actions": np.full_like(a["actions"], 99)}, "has actions from 99 to 99, not 0 to 3"),
+        (lambda a: {**a, "n_envs": np.array([8, 8])}, "has n_envs .* not one positive integer"),
+        (lambda a: {**a, "rewards": a["rewards"][:, :4]}, r"has rewards of shape \(16, 4\)"),
+        (lambda a: {**a, "rewards": np.full_like(a["rewards"], np.nan)}, "has rewards that are not finite"),
+    ],
+)
+def test_a_crafted_replay_buffer_is_one_line_naming_the_file(saved, tmp_path, edit, message):
+    _, path = saved
+    buffer = replay_buffer_path(path)
+    with np.load(buffer) as stored:
+        arrays = edit({name: stored[name] for name in stored.files})
+    np.savez(buffer, **arrays)
+    resumed = load_model(path, FAST, env=BatchedSnakeVecEnv(8, board_size=5), for_training=True, device="cpu")
+    with pytest.raises(ValueError, match=message) as error:
+        load_replay_buffer(resumed, buffer)
+    assert str(buffer) in str(error.value) and "move it away" in str(error.value)

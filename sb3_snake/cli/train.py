@@ -23,7 +23,7 @@ from sb3_snake.cli.options import (
     with_parameters,
 )
 from sb3_snake.common.errors import UsageError
-from sb3_snake.common.paths import check_writable_file
+from sb3_snake.common.paths import WriteFailed, check_writable_file
 from sb3_snake.training.config import RUN
 from sb3_snake.training.tracking import resolve_mode
 
@@ -97,6 +97,9 @@ def train(
             )
     except TrainingDiverged as error:
         raise fail(str(error)) from None
+    except WriteFailed as error:  # a full disk: not the user's input, so exit 1, but one line all the same
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(1) from None
     except (KeyboardInterrupt, RunCancelled):
         where = {"preparing": "before training started; nothing was saved"}.get(
             stop.phase, "; files saved before it are intact and no partial file was left"

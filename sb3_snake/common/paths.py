@@ -20,6 +20,7 @@ device or a folder is never what was meant.
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 import stat
@@ -105,6 +106,23 @@ def check_regular_file(path: Path, what: str = "file") -> None:
         raise UsageError(f"{what} {path} {problem}; pass a regular file")
 
 
+#: What a full disk (or quota, or file-size limit) raises while writing.
+DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+class WriteFailed(OSError):
+    """A file could not be written for want of space: the path, in one line. Nothing is left
+    half-written (:func:`atomic_write` removed its temporary file) and the file it would have
+    replaced is intact."""
+
+    def __init__(self, path: Path, error: OSError):
+        super().__init__(error.errno, f"cannot write {path}: {error.strerror or error}")
+        self.path = path
+
+    def __str__(self) -> str:
+        return self.strerror or super().__str__()
+
+
 @contextmanager
 def atomic_write(path: Path) -> Iterator[Path]:
     """Yield a unique temporary path beside ``path``; on success rename it over ``path``.
@@ -119,6 +137,11 @@ def atomic_write(path: Path) -> Iterator[Path]:
     try:
         yield temporary
         os.replace(temporary, path)
+    except OSError as error:
+        temporary.unlink(missing_ok=True)
+        if isinstance(error, WriteFailed) or error.errno not in DISK_ERRORS:
+            raise
+        raise WriteFailed(path, error) from None
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise

@@ -13,7 +13,7 @@ really trained with, read back from the model.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from sb3_snake.acceleration.report import summary_lines
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.acceleration.threads import AdaptiveThreads
 from sb3_snake.common.errors import UsageError
+from sb3_snake.common.paths import WriteFailed
 from sb3_snake.common.system import capabilities, resolve_device
 from sb3_snake.dqn.snake_dqn import SnakeDQN, TrainingDiverged
 from sb3_snake.envs import BatchedSnakeVecEnv
@@ -35,6 +36,7 @@ from sb3_snake.persistence import (
     load_model,
     load_replay_buffer,
     replay_buffer_path,
+    write_json,
 )
 from sb3_snake.training.callbacks import (
     BestModelSelection,
@@ -89,10 +91,14 @@ def train(
         # Callbacks, learn, then the summary and the files, the summary last.
         threads = model.active_optimizations.adaptive_threads
         run_callbacks = RunCallbacks.build(config, run_dir, tracking, stop, console, threads, extra=callbacks or [])
-        outcome = learn(model, config, run_callbacks, stop, resumed=resumed)
-        summary = build_summary(model, config, run_callbacks, outcome)
-        summary.update(run_dir=str(run_dir), resumed_from=str(resume) if resume else None, wandb_mode=tracking.mode)
-        save_run(model, run_dir, summary, run_callbacks.record, config.save_replay_buffer, outcome.diverged is None)
+        try:
+            outcome = learn(model, config, run_callbacks, stop, resumed=resumed)
+            summary = build_summary(model, config, run_callbacks, outcome)
+            summary.update(run_dir=str(run_dir), resumed_from=str(resume) if resume else None, wandb_mode=tracking.mode)
+            save_run(model, run_dir, summary, run_callbacks.record, config.save_replay_buffer, outcome.diverged is None)
+        except WriteFailed as error:  # a full disk: what was saved before stays whole, and is named
+            _save_what_fits(run_dir, run_callbacks.record)
+            raise WriteFailed(error.path, OSError(error.errno, f"{error.strerror}; {_last_good(run_dir)}")) from None
         tracking.finish({key: value for key, value in summary.items() if isinstance(value, (int, float, str))})
         stop.phase = "finished"
     if outcome.diverged is not None:
@@ -104,6 +110,14 @@ def _kept(resume: Path | None) -> tuple[Path, ...]:
     if resume is None:
         return ()
     return (Path(resume), replay_buffer_path(resume), legacy_replay_buffer_path(resume))
+
+
+def _save_what_fits(run_dir: Path, record: EpisodeRecord) -> None:
+    """The episodes so far, if the disk still takes them (a small file, and the curve of the run)."""
+    try:
+        write_json(run_dir / "episodes.json", asdict(record))
+    except OSError:
+        pass
 
 
 def _last_good(run_dir: Path) -> str:

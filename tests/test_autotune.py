@@ -84,7 +84,10 @@ def test_every_stage_picks_the_fastest_and_says_what_it_measured():
     )
     assert evidence["use_flash_attention"].startswith("chose flash: 13,585 samples/s against 12,350 for")
     assert evidence["use_torch_compile"].startswith("chose true (compiled): 16,302 samples/s against 13,585 for eager")
-    assert "1024: 14,300" in evidence["batch_size"] and "smallest within 90% of the fastest" in evidence["batch_size"]
+    assert (
+        "1024: 14,300" in evidence["batch_size"]
+        and "the smallest batch within 90% of the fastest" in evidence["batch_size"]
+    )
     stage1 = table.calls[: 4 * ROUNDS]
     assert len(set(stage1)) == 4 and not any(c.use_torch_compile for c in stage1)  # bf16 x {flash, PyTorch's}
     assert {c for c in table.calls if c.use_torch_compile} == {Candidate(True, "flash", True, 512)}  # the winner's
@@ -324,7 +327,7 @@ def test_flags_win_over_auto_and_the_summary_tells_the_story(tmp_path, monkeypat
     # The evidence once, in one block after the settings: when, where, every rate, each choice.
     block = lines[lines.index(f"auto, measured on this machine on 2026-11-22 (cache {path_for(asked)}):") :]
     assert sum("2026-11-22" in line for line in lines) == 1 and sum("cache " in line for line in lines) == 1
-    assert block[1].startswith("  gradient samples/s, eager, batch 256: fp32+flash ")
+    assert block[1] == "  gradient samples/s, eager, batch 512: fp32+flash 10,450; fp32+default kernel 9,500"
     assert any(line.startswith("  attention kernel: chose flash: ") for line in block)
     assert any(line.startswith("  batch size: chose 512: ") for line in block)
 
@@ -363,8 +366,8 @@ def test_a_measurement_beside_other_load_decides_the_run_but_is_not_cached(tmp_p
     busy = resolve(asked, Table(), load_meter=lambda: lambda: 1.2, progress=lines.append)
     assert (busy.settings.use_bf16, busy.batch_size) == (True, 512) and not path_for(asked).exists()
     assert lines[0].startswith("measuring auto settings (OPTIMAL_BATCH_SIZE, USE_TORCH_COMPILE, USE_FLASH_ATTENTION,")
-    assert busy.batch_source.endswith("not cached: other processes took 1.2 cores while it was measured")
-    assert busy.settings.source("use_bf16").endswith("not cached: other processes took 1.2 cores while it was measured")
+    assert busy.batch_source == "auto: chose 512" and busy.settings.source("use_bf16") == "auto: chose true (bf16)"
+    assert busy.settings.auto_record["where"] == "not cached: other processes took 1.2 cores while it was measured"
     assert lines[-1] == (
         "auto settings: not cached: other processes took 1.2 cores while it was measured; the next run measures again"
     )
@@ -376,7 +379,7 @@ def test_a_measurement_beside_other_load_decides_the_run_but_is_not_cached(tmp_p
 
     quiet = resolve(asked, counting, load_meter=lambda: lambda: 0.3)
     assert measured and path_for(asked).exists()
-    assert quiet.settings.source("use_bf16").endswith(f"cache {path_for(asked)}")
+    assert quiet.settings.auto_record["where"] == f"cache {path_for(asked)}"
     assert json.loads(path_for(asked).read_text())["result"]["cores_taken_by_others"] == 0.3
     unknown = settings(**{**ALL_AUTO, "batch_size": 256})
     resolve(unknown, Table(), load_meter=lambda: lambda: None)  # not Linux: nothing to judge by

@@ -38,7 +38,10 @@ def test_installed_program_shows_help():
         (["train", "--time-limit", "-1"], "time limit must be a positive number of minutes"),
         (["train", "--time-limit", "nan"], "time limit must be a positive number of minutes, got nan"),
         (["train", "--learning-rate", "inf"], "learning_rate must be a positive finite number, got inf"),
-        (["train", "--replay-ratio", "inf"], "replay_ratio must be a positive finite number, got inf"),
+        (
+            ["train", "--replay-ratio", "inf"],
+            "replay_ratio must be above 0 and at most 4096 gradient samples per env step, got inf",
+        ),
         (["train", "--batch-size", "4096", "--buffer-size", "512"], "batch size 4096 is larger than the replay buffer"),
         (["train", "--board-size", "1000"], "board_size must be at most 256, got 1000"),
         (["train", "--n-envs", "100000000"], "this run needs about"),

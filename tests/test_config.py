@@ -31,18 +31,18 @@ from tests.conftest import tiny_config
         ({"episodes": 0}, "episodes must be at least 1, got 0"),
         ({"board_size": 3}, "board_size must be an integer >= 4, got 3"),
         ({"device": "tpu"}, "device must be auto, cpu or cuda, got 'tpu'"),
-        ({"replay_ratio": 0}, "replay_ratio must be a positive finite number, got 0"),
+        ({"replay_ratio": 0}, "replay_ratio must be above 0 and at most 4096 .* got 0"),
         ({"checkpoint_every": 0}, "checkpoint_every must be at least 1"),
         ({"select_every": 0}, "select_every must be at least 1"),
         ({"select_episodes": 0}, "select_episodes must be at least 1"),
         ({"compile_after": -1}, "compile_after must be at least 0, got -1"),
-        ({"early_replay_ratio": 0}, "early_replay_ratio must be a positive finite number, got 0"),
+        ({"early_replay_ratio": 0}, "early_replay_ratio must be above 0 and at most 4096 .* got 0"),
         ({"early_steps": -1}, "early_steps must be at least 0, got -1"),
         ({"learning_rate_half_life": -1}, "learning_rate_half_life must be at least 0, got -1"),
         ({"time_limit_minutes": float("nan")}, "time limit must be a positive number of minutes, got nan"),
         ({"learning_rate": float("inf")}, "learning_rate must be a positive finite number, got inf"),
         ({"learning_rate": float("nan")}, "learning_rate must be a positive finite number, got nan"),
-        ({"replay_ratio": float("inf")}, "replay_ratio must be a positive finite number, got inf"),
+        ({"replay_ratio": float("inf")}, "replay_ratio must be above 0 and at most 4096 .* got inf"),
         ({"gamma": 1.5}, "gamma must be from 0 to 1"),
         ({"board_size": 1000}, "board_size must be at most 256, got 1000"),
         ({"seed": 2**64}, "seed must be from 0 to 4294967295"),
@@ -214,8 +214,11 @@ def test_absurd_update_sizes_are_refused_up_front(changes, message):
 
 
 @pytest.mark.parametrize("changes", [{"embed_dim": 10**12}, {"head_view_dim": 10**12}, {"embed_dim": int(1e300)}])
-def test_networks_too_large_to_lay_out_are_a_range_or_memory_error_up_front(changes):
-    from sb3_snake.training.memory import check_memory
+def test_networks_too_large_are_a_range_error_up_front(changes):
+    with pytest.raises(UsageError, match="must be .* to 65536, got"):
+        TrainConfig(**changes)
 
-    with pytest.raises(UsageError, match="lower --embed-dim or --head-view-dim|GiB are available"):
-        check_memory(TrainConfig(**changes), available=24 * 2**30)
+
+def test_networks_within_range_that_do_not_fit_are_a_memory_error_up_front():
+    with pytest.raises(UsageError, match="GiB are available"):
+        check_memory(TrainConfig(embed_dim=65536, head_view_dim=65536), available=24 * 2**30)

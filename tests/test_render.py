@@ -44,11 +44,11 @@ def test_head_and_food_are_distinct_and_the_body_is_shaded_from_head_to_tail():
     frame = u_frame()
     assert (centre(frame, U_BODY[0]) == HEAD_COLOR).all()
     assert (centre(frame, U_FOOD) == FOOD_COLOR).all()
-    body = [tuple(centre(frame, cell)) for cell in U_BODY[1:]]
-    assert body[0] == tuple(BODY_COLORS[0].astype(np.uint8)) and body[-1] == tuple(BODY_COLORS[1].astype(np.uint8))
+    body = [tuple(int(c) for c in centre(frame, cell)) for cell in U_BODY[1:]]
+    assert body[0] == tuple(BODY_COLORS[0].astype(int)) and body[-1] == tuple(BODY_COLORS[1].astype(int))
     brightness = [sum(color) for color in body]
     assert brightness == sorted(brightness, reverse=True) and len(set(body)) == len(body)
-    assert tuple(HEAD_COLOR) not in body and tuple(FOOD_COLOR) not in body
+    assert tuple(HEAD_COLOR.astype(int)) not in body and tuple(FOOD_COLOR.astype(int)) not in body
 
 
 def test_text_follows_the_path():

@@ -277,7 +277,7 @@ def test_a_settings_error_is_a_usage_error():
 
 
 def test_every_field_is_declared_once_with_key_flag_values_and_help():
-    names = [name for name in OptimizationSettings.__dataclass_fields__ if name != "sources"]
+    names = [name for name in OptimizationSettings.__dataclass_fields__ if name not in ("sources", "auto_record")]
     assert list(SETTINGS) == names
     assert sorted(OptimizationSettings.env_key(name) for name in names) == sorted(ENV_KEYS[1:])
     assert list(READ_KEYS) == ["OPTIMAL_BATCH_SIZE", *(OptimizationSettings.env_key(name) for name in names)]

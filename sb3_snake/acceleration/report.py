@@ -207,5 +207,8 @@ def format_capability_report(report: dict[str, Any]) -> str:
     if auto["record"]:
         lines += ["", *auto_block(auto["record"])]
     elif auto["settings"]:
-        lines += ["", f"auto: nothing measured for this policy on this machine yet (cache {auto['cache_dir']})"]
+        lines += [
+            "",
+            f"auto: nothing measured for this policy on this machine yet; it will be cached in {auto['cache_dir']}",
+        ]
     return "\n".join(lines)

@@ -40,6 +40,9 @@ RUN, ENVIRONMENT, DQN = "Run, checkpoints and logging", "Environment", "DQN hype
 #: a few hundred; beyond this, each env step waits on an update so long that the run learns
 #: nothing from new games, and a typo (``1e300``) would make one update outlast any time limit.
 MAX_REPLAY_RATIO = 4096
+#: The widest layer a run may ask for (``--embed-dim``, ``--head-view-dim``): a thousand times the
+#: defaults, and the widest a model file may describe (:data:`sb3_snake.dqn.save_format.MAX_WIDTH`).
+MAX_WIDTH = 1 << 16
 #: The most gradient steps one update may take (``--gradient-steps``), for the same reason.
 MAX_GRADIENT_STEPS = 100_000
 
@@ -255,10 +258,13 @@ class TrainConfig:
                 f"food_shaping must be a finite number of at least 0, got {self.food_shaping}",
             ),
             (self.compile_after >= 0, f"compile_after must be at least 0, got {self.compile_after}"),
-            (self.head_view_dim >= 1, f"head_view_dim must be at least 1, got {self.head_view_dim}"),
             (
-                self.embed_dim >= 2 and self.embed_dim % 2 == 0,
-                f"embed_dim must be an even number (2 attention heads), got {self.embed_dim}",
+                1 <= self.head_view_dim <= MAX_WIDTH,
+                f"head_view_dim must be 1 to {MAX_WIDTH}, got {self.head_view_dim}",
+            ),
+            (
+                2 <= self.embed_dim <= MAX_WIDTH and self.embed_dim % 2 == 0,
+                f"embed_dim must be an even number (2 attention heads) from 2 to {MAX_WIDTH}, got {self.embed_dim}",
             ),
             (self.num_layers >= 0, f"num_layers must be at least 0, got {self.num_layers}"),
             (

@@ -24,7 +24,7 @@ def memory_estimate(config: TrainConfig) -> dict[str, int]:
     try:
         with torch.device("meta"):  # shapes only: no memory is taken, however large
             extractor = SnakeAttentionExtractor(space, **sizes)
-    except (RuntimeError, OverflowError, ValueError, MemoryError) as error:
+    except (RuntimeError, OverflowError, ValueError, TypeError, MemoryError) as error:
         raise UsageError(
             f"a network of {sizes} cannot even be laid out ({error}); lower --embed-dim or --head-view-dim"
         ) from None

@@ -85,8 +85,7 @@ def resolve_auto(
     entry = read_cache(path, key)
     if entry is None and not allow_measure:
         unmeasured = (
-            "auto, not measured on this machine yet (the first sb3-snake train measures it): "
-            f"the value that runs everywhere; cache {path}"
+            "auto, not measured on this machine yet (sb3-snake train measures it): the value that runs everywhere"
         )
         if batch_size != AUTO:
             return Resolved(settings.without_auto(unmeasured), batch_size)

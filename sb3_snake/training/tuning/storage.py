@@ -85,21 +85,28 @@ def storage_identity(config: TuneConfig) -> str:
     return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", config.storage)
 
 
-def claim_study_folder(config: TuneConfig) -> None:
+def check_study_folder(config: TuneConfig) -> None:
     """Keep one storage's study per folder: two storages with the same study name would write
-    their trial models, ``trials.csv`` and ``best_hyperparameters.json`` over each other's."""
-    mark, identity = config.folder / STORAGE_MARK, storage_identity(config)
+    their trial models, ``trials.csv`` and ``best_hyperparameters.json`` over each other's. Refuses
+    a folder another storage's study holds; writes nothing (see :func:`mark_study_folder`)."""
+    mark = config.folder / STORAGE_MARK
     if mark.is_file():
-        recorded = mark.read_text(encoding="utf-8", errors="replace").strip()
+        recorded, identity = mark.read_text(encoding="utf-8", errors="replace").strip(), storage_identity(config)
         if recorded != identity:
             raise UsageError(
                 f"study folder {config.folder} holds the study {config.study_name!r} of {recorded}, not of {identity}; "
                 "pass another --study-name, or that --storage"
             )
+
+
+def mark_study_folder(config: TuneConfig) -> None:
+    """Record in the study's folder which storage its study lives in, once that storage opened."""
+    mark = config.folder / STORAGE_MARK
+    if mark.is_file():
         return
     try:
         config.folder.mkdir(parents=True, exist_ok=True)
-        mark.write_text(identity + "\n", encoding="utf-8")
+        mark.write_text(storage_identity(config) + "\n", encoding="utf-8")
     except OSError as error:
         raise UsageError(f"study folder {config.folder} cannot be written ({error.strerror or error})") from None
 
@@ -159,16 +166,16 @@ def load_study(config: TuneConfig, create: bool = True) -> optuna.Study:
     :param create: create the study (and its journal) if missing; else a missing one raises
         :class:`~sb3_snake.common.errors.UsageError`.
     """
-    if create:
-        claim_study_folder(config)
-    storage = open_storage(config, create)  # without create: refused before anything is written
+    check_study_folder(config)  # before the storage opens: a clash leaves no file behind
+    storage = open_storage(config, create)
     if not create:
         try:
             study = optuna.load_study(study_name=config.study_name, storage=storage)
         except KeyError:
             raise UsageError(f"no study {config.study_name!r} in {config.storage or config.folder}") from None
-        claim_study_folder(config)
+        mark_study_folder(config)
         return study
+    mark_study_folder(config)
     return optuna.create_study(
         study_name=config.study_name,
         storage=storage,

@@ -14,7 +14,7 @@ from typing import Annotated, Any, get_type_hints
 
 import typer
 
-from sb3_snake.acceleration.settings import COMPILE_MODES, SDPA_BACKENDS, OptimizationSettings
+from sb3_snake.acceleration.settings import COMPILE_MODES, SDPA_BACKENDS, SETTINGS, OptimizationSettings
 from sb3_snake.training.tracking import WANDB_MODES
 
 
@@ -74,9 +74,7 @@ def settings_parameters() -> list[inspect.Parameter]:
     """One option per optimization setting, with the flag the settings declare, and ``--env-file``."""
     types = {"compile_mode": CompileMode, "sdpa_backend": SdpaBackend, "num_threads": str}
     parameters = []
-    for name in OptimizationSettings.__dataclass_fields__:
-        if name == "sources":
-            continue
+    for name in SETTINGS:  # the declared settings, not the record fields (sources, auto_record)
         flag, help = OptimizationSettings.flag(name), OptimizationSettings.help(name)
         base = types.get(name, bool)
         decls = _switch(flag) if base is bool else [flag]
@@ -109,8 +107,7 @@ def with_parameters(*groups: list[inspect.Parameter]) -> Callable[[Callable], Ca
 
 def load_settings(env_file: Path | None, options: dict[str, Any]) -> OptimizationSettings:
     """Settings from the command's optimization options (popped from ``options``) over .env."""
-    overrides = {name: options.pop(name, None) for name in list(OptimizationSettings.__dataclass_fields__)}
-    overrides.pop("sources")
+    overrides = {name: options.pop(name, None) for name in SETTINGS}
     for name in ("compile_mode", "sdpa_backend"):
         if isinstance(overrides.get(name), Enum):
             overrides[name] = overrides[name].value

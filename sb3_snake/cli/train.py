@@ -187,7 +187,8 @@ def play(
         if gif is not None:
             check_writable_file(gif, (".gif",), what="--gif")
     loaded = _load_for_acting(model, env_file, trust_model)
-    result = play_game(loaded, seed=seed, fps=fps, gif=gif, out=sys.stdout)
+    with user_errors():
+        result = play_game(loaded, seed=seed, fps=fps, gif=gif, out=sys.stdout)
     typer.echo(
         f"score {result['score']}, length {result['length']}, {result['steps']} steps"
         + (f"; saved {result['gif']}" if result["gif"] else "")
@@ -204,7 +205,5 @@ def plot(
     from sb3_snake.training.plotting import plot_learning_curve
 
     with user_errors():
-        if output is not None:
-            check_writable_file(output, (".png",), what="plot output")
         path = plot_learning_curve(run_dir, output, window)
     typer.echo(f"saved {path}")

@@ -17,6 +17,12 @@ class UsageError(ValueError):
     """Input that cannot be used; the message names the value, where it came from, and the fix."""
 
 
+class OutputError(OSError):
+    """A file that could not be written although its place was checked first: the machine failed
+    (a full disk, a quota, an I/O error), not the user's input. The command line reports it as one
+    line naming the file, with exit code 1: a traceback would say nothing more about a full disk."""
+
+
 def did_you_mean(given: str, known: Sequence[str]) -> str:
     """The hint for an unknown name: ``"did you mean X?"`` for a close known name, else the list
     of known names (``"known: a, b, c"``)."""

@@ -371,6 +371,74 @@ def test_play_checks_the_gif_before_the_game(trained_run, monkeypatch, gif, mess
     assert result.exit_code == 2 and message in result.output
 
 
+def gif_place(tmp_path, case):
+    """The --gif of each way an output path can be unusable, made in ``tmp_path``."""
+    if case == "long name":
+        return tmp_path / ("g" * 296 + ".gif")
+    link = tmp_path / "game.gif"
+    target = {
+        "dangling link": tmp_path / "gone" / "game.gif",
+        "link into a read-only folder": "/proc/game.gif",
+        "link loop": tmp_path / "loop.gif",
+    }[case]
+    link.symlink_to(target)
+    if case == "link loop":
+        (tmp_path / "loop.gif").symlink_to(link)
+    return link
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("dangling link", "/gone does not exist; create it first"),
+        pytest.param(
+            "link into a read-only folder",
+            "(a link to /proc/game.gif): folder /proc is not writable",
+            marks=pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux /proc"),
+        ),
+        ("long name", "the file name is too long for the file system; choose a shorter one"),
+        ("link loop", "cannot be used (Too many levels of symbolic links)"),
+    ],
+)
+def test_an_unusable_gif_path_is_one_line_before_the_model_is_loaded(tmp_path, monkeypatch, case, message):
+    import sb3_snake.persistence as persistence
+
+    monkeypatch.setattr(persistence, "load_model", lambda *a, **k: pytest.fail("the model was loaded before the check"))
+    gif = gif_place(tmp_path, case)
+    result = runner.invoke(app, ["play", str(tmp_path / "model.zip"), "--gif", str(gif)])
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
+    assert len(result.output.splitlines()) == 1 and message in result.output and str(gif) in result.output
+
+
+def test_a_gif_through_a_link_is_written_where_the_link_points(trained_run, tmp_path):
+    (tmp_path / "games").mkdir()
+    link = tmp_path / "game.gif"
+    link.symlink_to(tmp_path / "games" / "game.gif")
+    result = runner.invoke(app, ["play", str(trained_run[0] / "model.zip"), "--gif", str(link)])
+    assert result.exit_code == 0, result.output
+    assert link.is_symlink() and (tmp_path / "games" / "game.gif").read_bytes()[:4] == b"GIF8"
+    assert [path.name for path in (tmp_path / "games").iterdir()] == ["game.gif"]
+
+
+def test_a_full_disk_while_writing_the_gif_is_one_line_and_leaves_the_old_file(trained_run, tmp_path, monkeypatch):
+    import errno
+
+    from PIL import Image
+
+    def full_disk(self, path, *args, **kwargs):
+        with open(path, "wb") as file:
+            file.write(b"GIF89a half")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Image.Image, "save", full_disk)
+    gif = tmp_path / "game.gif"
+    gif.write_bytes(b"old")
+    result = runner.invoke(app, ["play", str(trained_run[0] / "model.zip"), "--gif", str(gif)])
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
+    assert result.output.splitlines() == [f"error: cannot write {gif} (No space left on device); it was left as it was"]
+    assert gif.read_bytes() == b"old" and [path.name for path in tmp_path.iterdir()] == ["game.gif"]
+
+
 def test_eval_of_a_model_trained_elsewhere_is_one_line(tmp_path):
     from stable_baselines3 import DQN
 
@@ -458,7 +526,7 @@ def test_a_full_disk_while_training_is_one_line_naming_the_last_good_checkpoint(
     assert result.exit_code == 1, result.output
     lines = [line for line in result.output.splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and "Traceback" not in result.output
-    assert f"cannot write {run_dir / 'checkpoint.zip'}: No space left on device" in lines[0]
+    assert f"cannot write {run_dir / 'checkpoint.zip'} (No space left on device)" in lines[0]
     assert f"the last good checkpoint is {run_dir / 'checkpoint.zip'}" in lines[0]
     assert (run_dir / "checkpoint.zip").is_file() and (run_dir / "checkpoint.replay.npz").is_file()
     assert not list(run_dir.glob("*.tmp.*")) and (run_dir / "episodes.json").is_file()
@@ -468,7 +536,7 @@ def test_a_model_and_its_buffer_are_written_both_or_neither(tmp_path, monkeypatc
     import errno
 
     import sb3_snake.persistence as persistence
-    from sb3_snake.common.paths import WriteFailed
+    from sb3_snake.common.errors import OutputError
     from tests.conftest import small_dqn
 
     model = small_dqn(FAST_SETTINGS, transitions=64)
@@ -481,7 +549,7 @@ def test_a_model_and_its_buffer_are_written_both_or_neither(tmp_path, monkeypatc
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(persistence, "save_replay_buffer", no_space)
-    with pytest.raises(WriteFailed, match="checkpoint.replay.npz: No space left on device"):
+    with pytest.raises(OutputError, match=r"checkpoint.replay.npz \(No space left on device\)"):
         persistence.save_model(model, path, replay_buffer=True)
     assert (path.read_bytes(), persistence.replay_buffer_path(path).read_bytes()) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.replay.npz", "checkpoint.zip"]

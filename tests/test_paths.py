@@ -1,11 +1,13 @@
 """Output checks before any work, and atomic writes."""
 
+import errno
 import os
 import stat
 from pathlib import Path
 
 import pytest
 
+from sb3_snake.common.errors import OutputError
 from sb3_snake.common.paths import (
     TEMPORARY_MARK,
     atomic_write,
@@ -51,6 +53,28 @@ def test_an_interrupted_write_keeps_the_old_file_and_removes_its_temporary(tmp_p
             temporary.write_text("half")
             raise error
     assert target.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["model.zip"]
+
+
+def test_atomic_write_through_a_link_replaces_the_file_it_points_to(tmp_path):
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "kept" / "curve.png").write_text("old")
+    link = tmp_path / "curve.png"
+    link.symlink_to(tmp_path / "kept" / "curve.png")
+    write_text_atomically(link, "new")
+    assert link.is_symlink() and (tmp_path / "kept" / "curve.png").read_text() == "new"
+    assert [p.name for p in (tmp_path / "kept").iterdir()] == ["curve.png"]
+
+
+def test_a_failed_atomic_write_is_one_output_error_naming_it_and_leaves_the_old_file(tmp_path):
+    target = tmp_path / "game.gif"
+    target.write_text("old")
+    with pytest.raises(
+        OutputError, match=rf"^cannot write {target} \(No space left on device\); it was left as it was$"
+    ):
+        with atomic_write(target) as temporary:
+            temporary.write_text("half")
+            raise OSError(errno.ENOSPC, "No space left on device")
+    assert target.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["game.gif"]
 
 
 def test_left_over_temporary_files_are_removed(tmp_path):

@@ -120,6 +120,23 @@ def test_malformed_env_file_lines_name_line_key_value_and_file(tmp_path, line, m
         OptimizationSettings.load(write_env(tmp_path, line + "\n"))
 
 
+def test_a_key_set_twice_is_refused_naming_the_file_the_key_and_both_lines(tmp_path):
+    """Taking either line would skip the other one silently."""
+    from typer.testing import CliRunner
+
+    from sb3_snake.cli import app
+
+    path = write_env(tmp_path, "OPTIMAL_BATCH_SIZE=auto\n# tuned later\nOPTIMAL_BATCH_SIZE=64\n")
+    message = r"custom.env: OPTIMAL_BATCH_SIZE is set twice, on lines 1 and 3; keep one of them"
+    with pytest.raises(SettingsError, match=message):
+        OptimizationSettings.load(path)
+    with pytest.raises(SettingsError, match=message):
+        load_config(path)
+    result = CliRunner().invoke(app, ["train", "--env-file", str(path)])
+    assert result.exit_code == 2 and len(result.output.splitlines()) == 1, result.output
+    assert "OPTIMAL_BATCH_SIZE is set twice, on lines 1 and 3" in result.output and str(path) in result.output
+
+
 def test_malformed_environment_variable_names_the_environment(monkeypatch):
     monkeypatch.setenv("USE_FLASH_ATTENTION", "sometimes")
     with pytest.raises(SettingsError, match="USE_FLASH_ATTENTION='sometimes' in the environment"):

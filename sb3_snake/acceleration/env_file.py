@@ -2,7 +2,8 @@
 
 It knows the file, not the settings: :class:`~sb3_snake.acceleration.settings.OptimizationSettings`
 says which keys are known and what their values mean. A line that cannot be parsed, a key
-without a value and an unknown key (named with the nearest known one) are errors, never skipped.
+without a value, an unknown key (named with the nearest known one) and a key set twice (which
+line should win is a guess, and the other line would be skipped) are errors, never skipped.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def read_env_file(path: Path, known: Sequence[str]) -> dict[str, str]:
 
     The file must be a regular UTF-8 text file (a directory, a device or a FIFO is refused before
     it is opened, so nothing blocks). Each line is parsed with python-dotenv's own parser, and
-    must set one of the ``known`` keys.
+    must set one of the ``known`` keys, once.
     """
     try:
         mode = path.stat().st_mode
@@ -47,6 +48,7 @@ def read_env_file(path: Path, known: Sequence[str]) -> dict[str, str]:
     except UnicodeDecodeError:
         raise SettingsError(f"env file {str(path)!r} is not UTF-8 text; it must hold KEY=value lines") from None
     values: dict[str, str] = {}
+    first_lines: dict[str, int] = {}
     for binding in parse_stream(io.StringIO(text)):
         line = binding.original.line
         first_line = binding.original.string.splitlines()[0].strip() if binding.original.string.strip() else ""
@@ -59,6 +61,11 @@ def read_env_file(path: Path, known: Sequence[str]) -> dict[str, str]:
             raise SettingsError(f"{where}: unknown key {binding.key}; {did_you_mean(binding.key, known)}")
         if binding.value is None:
             raise SettingsError(f"{where}: {binding.key} has no value; write {binding.key}=value")
+        if binding.key in first_lines:
+            raise SettingsError(
+                f"{path}: {binding.key} is set twice, on lines {first_lines[binding.key]} and {line}; keep one of them"
+            )
+        first_lines[binding.key] = line
         values[binding.key] = binding.value
     return values
 

@@ -3,8 +3,9 @@
 The options themselves are declared once, in :mod:`sb3_snake.cli.options`.
 
 Every user error, from Click's parser or a :class:`~sb3_snake.common.errors.UsageError` from the
-library, is one line on stderr (``error: ...``) and exit code 2 (:func:`fail`); any other
-exception is a bug or a failure of the machine and keeps its traceback (exit 1).
+library, is one line on stderr (``error: ...``) and exit code 2 (:func:`fail`). A file that could
+not be written (:class:`~sb3_snake.common.errors.OutputError`: a full disk) is one line naming it,
+exit code 1; any other exception is a bug or a failure of the machine and keeps its traceback (exit 1).
 
 The process state belongs here: the CLI sets torch's thread count for the command
 (``torch_threads``) and turns SIGINT/SIGTERM into a :class:`~sb3_snake.training.callbacks.StopRequest`.
@@ -22,7 +23,7 @@ import click
 import typer
 from typer.core import TyperGroup
 
-from sb3_snake.common.errors import UsageError
+from sb3_snake.common.errors import OutputError, UsageError
 
 #: Click's exception classes: recent Typer vendors its own Click (``typer._click``), older
 #: Typer uses the ``click`` package; both raise usage errors as ``ClickException``.
@@ -64,20 +65,24 @@ app = typer.Typer(
 )
 
 
-def fail(message: str) -> typer.Exit:
-    """The one way a command reports a user error: one line on stderr; raise the returned exit (2)."""
+def fail(message: str, code: int = 2) -> typer.Exit:
+    """The one way a command reports an error without a traceback: one line on stderr; raise the
+    returned exit (2, a user error, unless ``code`` says otherwise)."""
     typer.echo(f"error: {' '.join(str(message).split())}", err=True)
-    return typer.Exit(code=2)
+    return typer.Exit(code=code)
 
 
 @contextmanager
 def user_errors() -> Iterator[None]:
-    """A :class:`UsageError` becomes :func:`fail` (one line, exit 2); every other exception goes
-    on with its traceback (exit 1), so a bug never looks like a user's mistake."""
+    """A :class:`UsageError` becomes :func:`fail` (one line, exit 2), an :class:`OutputError` one
+    line with exit 1; every other exception goes on with its traceback (exit 1), so a bug never
+    looks like a user's mistake."""
     try:
         yield
     except UsageError as error:
         raise fail(str(error)) from None
+    except OutputError as error:
+        raise fail(str(error), code=1) from None
 
 
 # ---------------------------------------------------------------------- signals

@@ -74,7 +74,7 @@ def settings_parameters() -> list[inspect.Parameter]:
     """One option per optimization setting, with the flag the settings declare, and ``--env-file``."""
     types = {"compile_mode": CompileMode, "sdpa_backend": SdpaBackend, "num_threads": str}
     parameters = []
-    for name in SETTINGS:
+    for name in SETTINGS:  # the declared settings, not the record fields (sources, auto_record)
         flag, help = OptimizationSettings.flag(name), OptimizationSettings.help(name)
         base = types.get(name, bool)
         decls = _switch(flag) if base is bool else [flag]

@@ -23,7 +23,7 @@ from sb3_snake.cli.options import (
     with_parameters,
 )
 from sb3_snake.common.errors import UsageError
-from sb3_snake.common.paths import WriteFailed, check_writable_file
+from sb3_snake.common.paths import check_writable_file
 from sb3_snake.training.config import RUN
 from sb3_snake.training.tracking import resolve_mode
 
@@ -97,9 +97,6 @@ def train(
             )
     except TrainingDiverged as error:
         raise fail(str(error)) from None
-    except WriteFailed as error:  # a full disk: not the user's input, so exit 1, but one line all the same
-        typer.echo(f"error: {error}", err=True)
-        raise typer.Exit(1) from None
     except (KeyboardInterrupt, RunCancelled):
         where = {"preparing": "before training started; nothing was saved"}.get(
             stop.phase, "; files saved before it are intact and no partial file was left"
@@ -190,7 +187,8 @@ def play(
         if gif is not None:
             check_writable_file(gif, (".gif",), what="--gif")
     loaded = _load_for_acting(model, env_file, trust_model)
-    result = play_game(loaded, seed=seed, fps=fps, gif=gif, out=sys.stdout)
+    with user_errors():
+        result = play_game(loaded, seed=seed, fps=fps, gif=gif, out=sys.stdout)
     typer.echo(
         f"score {result['score']}, length {result['length']}, {result['steps']} steps"
         + (f"; saved {result['gif']}" if result["gif"] else "")
@@ -207,7 +205,5 @@ def plot(
     from sb3_snake.training.plotting import plot_learning_curve
 
     with user_errors():
-        if output is not None:
-            check_writable_file(output, (".png",), what="plot output")
         path = plot_learning_curve(run_dir, output, window)
     typer.echo(f"saved {path}")

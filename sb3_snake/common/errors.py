@@ -11,10 +11,29 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Sequence
+from typing import Any
 
 
 class UsageError(ValueError):
     """Input that cannot be used; the message names the value, where it came from, and the fix."""
+
+
+class OutputError(OSError):
+    """A file that could not be written although its place was checked first: the machine failed
+    (a full disk, a quota, an I/O error), not the user's input. Whatever wrote it through
+    :func:`~sb3_snake.common.paths.atomic_write` left no partial file and the previous file as it
+    was. The command line reports it as one line naming the file, with exit code 1: a traceback
+    would say nothing more about a full disk.
+
+    :param note: what stayed as it was (default: the file itself; a run names its last good checkpoint).
+    """
+
+    def __init__(self, path: Any, reason: str, errno_: int | None = None, note: str = "it was left as it was"):
+        super().__init__(errno_, f"cannot write {path} ({reason}); {note}")
+        self.path, self.reason = path, reason
+
+    def __str__(self) -> str:
+        return str(self.strerror)
 
 
 def did_you_mean(given: str, known: Sequence[str]) -> str:

@@ -3,12 +3,15 @@
 Every command checks where it will write *before* it trains, plays or measures
 (:func:`check_writable_dir`, :func:`check_writable_file`), by creating and removing a probe
 file there: permission bits alone do not tell (root passes every ``access`` check, and
-``/proc`` or ``/sys`` refuse new files whatever the bits say).
+``/proc`` or ``/sys`` refuse new files whatever the bits say). A file's probe is as long as
+the temporary file's name, so a name the file system cannot take is refused up front too.
 
 :func:`atomic_write` writes through a temporary file whose name is unique to the process and
 the call, then renames it over the target: readers see the old file or the new one, never a
 mix, two processes writing the same target never share a temporary file, and an interrupted
-write (an exception, or Ctrl-C) removes its temporary file.
+write (an exception, or Ctrl-C) removes its temporary file. A write that fails (a full disk)
+is one :class:`~sb3_snake.common.errors.OutputError` naming the file, which was left as it was.
+A symbolic link is written through: the file it points to is replaced, the link stays.
 
 :func:`claim_new_path` names a new file or folder after a timestamp without ever taking one
 that exists: two commands started in the same second get ``<stamp>`` and ``<stamp>-2``.
@@ -29,21 +32,41 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from sb3_snake.common.errors import UsageError
+from sb3_snake.common.errors import OutputError, UsageError
 
 #: What every temporary file of :func:`atomic_write` has in its name; :func:`remove_temporary_files`
 #: removes left-overs of crashed writers by this mark.
 TEMPORARY_MARK = ".tmp."
+_PROBE_PREFIX = ".sb3-snake-probe-"
+#: The random characters ``tempfile.mkstemp`` puts in a name.
+_MKSTEMP_RANDOM = 8
+
+
+def _create_probe(directory: Path, name_length: int = 0) -> None:
+    """Create and remove a file in ``directory`` whose name is at least ``name_length`` bytes long."""
+    padding = "-" * max(0, name_length - len(_PROBE_PREFIX) - _MKSTEMP_RANDOM)
+    descriptor, probe = tempfile.mkstemp(dir=directory, prefix=_PROBE_PREFIX, suffix=padding)
+    os.close(descriptor)
+    os.unlink(probe)
 
 
 def _probe(directory: Path, failure: str) -> None:
     """Create and remove a file in ``directory``; UsageError ``failure (reason)`` if that fails."""
     try:
-        descriptor, probe = tempfile.mkstemp(dir=directory, prefix=".sb3-snake-probe-")
+        _create_probe(directory)
     except OSError as error:
         raise UsageError(f"{failure} ({error.strerror or error})") from None
-    os.close(descriptor)
-    os.unlink(probe)
+
+
+def _temporary_path(path: Path) -> Path:
+    """The temporary file :func:`atomic_write` writes ``path`` through: a name unique to this
+    process and call, that keeps ``path``'s suffix (``model.zip`` -> ``model.tmp.<random>.zip``)."""
+    return path.with_name(f"{path.stem}{TEMPORARY_MARK}{os.getpid()}-{secrets.token_hex(6)}{path.suffix}")
+
+
+def _link_target(path: Path) -> Path:
+    """The file a symbolic link ``path`` points to (as far as it resolves), else ``path`` itself."""
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
 
 
 def check_writable_dir(path: Path, what: str = "output folder", create: bool = False) -> None:
@@ -66,19 +89,36 @@ def check_writable_dir(path: Path, what: str = "output folder", create: bool = F
 
 
 def check_writable_file(path: Path, suffixes: Sequence[str] = (), what: str = "output file") -> None:
-    """Raise UsageError unless ``path`` can be written: an allowed suffix, not a folder, in a
-    writable existing folder."""
+    """Raise UsageError unless :func:`atomic_write` can write ``path``: an allowed suffix, not a
+    folder, a name the file system takes, in a writable existing folder. A symbolic link is
+    checked as what it points to, where the file will be written (:func:`atomic_write`)."""
     path = Path(path)
     if suffixes and path.suffix.lower() not in suffixes:
         raise UsageError(f"{what} {path} must end in {' or '.join(suffixes)}")
-    if path.is_dir():
-        raise UsageError(f"{what} {path} is a folder; pass a file name")
-    if path.exists() and not path.is_file():
-        raise UsageError(f"{what} {path} is not a regular file; pass a file name")
-    parent = path.parent
+    too_long = f"{what} {path}: the file name is too long for the file system; choose a shorter one"
+    try:
+        target = _link_target(path)
+        mode = target.stat().st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as error:
+        if error.errno == errno.ENAMETOOLONG:
+            raise UsageError(too_long) from None
+        raise UsageError(f"{what} {path} cannot be used ({error.strerror or error}); pass another file name") from None
+    shown = f"{what} {path}" if target == path else f"{what} {path} (a link to {target})"
+    if mode is not None and stat.S_ISDIR(mode):
+        raise UsageError(f"{shown} is a folder; pass a file name")
+    if mode is not None and not stat.S_ISREG(mode):
+        raise UsageError(f"{shown} is not a regular file; pass a file name")
+    parent = target.parent
     if not parent.is_dir():
-        raise UsageError(f"{what} {path}: folder {parent} does not exist; create it first")
-    _probe(parent, f"{what} {path}: folder {parent} is not writable")
+        raise UsageError(f"{shown}: folder {parent} does not exist; create it first")
+    try:
+        _create_probe(parent, name_length=len(os.fsencode(_temporary_path(target).name)))
+    except OSError as error:
+        if error.errno == errno.ENAMETOOLONG:
+            raise UsageError(too_long) from None
+        raise UsageError(f"{shown}: folder {parent} is not writable ({error.strerror or error})") from None
 
 
 def regular_file_problem(path: Path) -> str | None:
@@ -106,42 +146,26 @@ def check_regular_file(path: Path, what: str = "file") -> None:
         raise UsageError(f"{what} {path} {problem}; pass a regular file")
 
 
-#: What a full disk (or quota, or file-size limit) raises while writing.
-DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
-
-
-class WriteFailed(OSError):
-    """A file could not be written for want of space: the path, in one line. Nothing is left
-    half-written (:func:`atomic_write` removed its temporary file) and the file it would have
-    replaced is intact."""
-
-    def __init__(self, path: Path, error: OSError):
-        super().__init__(error.errno, f"cannot write {path}: {error.strerror or error}")
-        self.path = path
-
-    def __str__(self) -> str:
-        return self.strerror or super().__str__()
-
-
 @contextmanager
 def atomic_write(path: Path) -> Iterator[Path]:
-    """Yield a unique temporary path beside ``path``; on success rename it over ``path``.
+    """Yield a unique temporary path beside ``path``; on success rename it over ``path`` (over the
+    file it points to, when ``path`` is a symbolic link).
 
     The temporary name keeps ``path``'s suffix (``model.zip`` -> ``model.tmp.<random>.zip``), so
     writers that add a suffix of their own, like SB3's ``save``, write exactly there.
     """
-    path = Path(path)
-    # A name unique to this process and call, created by the writer itself (so with the usual
-    # permissions; mkstemp's files are private to the user).
-    temporary = path.with_name(f"{path.stem}{TEMPORARY_MARK}{os.getpid()}-{secrets.token_hex(6)}{path.suffix}")
+    path = _link_target(Path(path))
+    # Created by the writer itself, so with the usual permissions (mkstemp's files are private to the user).
+    temporary = _temporary_path(path)
     try:
         yield temporary
         os.replace(temporary, path)
-    except OSError as error:
+    except OutputError:  # an inner write of the same pair (a model and its replay buffer) failed
         temporary.unlink(missing_ok=True)
-        if isinstance(error, WriteFailed) or error.errno not in DISK_ERRORS:
-            raise
-        raise WriteFailed(path, error) from None
+        raise
+    except OSError as error:  # a full disk, a quota, an I/O error: one line naming the file
+        temporary.unlink(missing_ok=True)
+        raise OutputError(path, error.strerror or str(error), error.errno) from None
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise

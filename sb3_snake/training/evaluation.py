@@ -18,6 +18,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from sb3_snake.common.errors import UsageError
+from sb3_snake.common.paths import atomic_write
 from sb3_snake.envs import BatchedSnakeVecEnv, SnakeEnv
 from sb3_snake.envs.rules import can_survive, has_countdown
 
@@ -105,7 +106,11 @@ def play(
     out: TextIO = sys.stdout,
     max_steps: int = 10_000,
 ) -> dict[str, Any]:
-    """Play one greedy game: animated as text on ``out``, or recorded to ``gif``."""
+    """Play one greedy game: animated as text on ``out``, or recorded to ``gif``.
+
+    ``gif`` is written atomically (a failed write leaves no partial file; an OutputError names
+    it); check its place before the game with :func:`~sb3_snake.common.paths.check_writable_file`.
+    """
     board_size, countdown = model.observation_space.shape[-1], has_countdown(model.observation_space.shape)
     env = SnakeEnv(board_size=board_size, render_mode="rgb_array" if gif else "ansi", countdown=countdown)
     obs, info = env.reset(seed=EVAL_SEED_OFFSET + seed)
@@ -128,5 +133,7 @@ def play(
         from PIL import Image
 
         images = [Image.fromarray(frame) for frame in frames]
-        images[0].save(gif, save_all=True, append_images=images[1:], duration=max(20, int(1000 / max(fps, 1))), loop=0)
+        duration = max(20, int(1000 / max(fps, 1)))
+        with atomic_write(gif) as temporary:
+            images[0].save(temporary, format="GIF", save_all=True, append_images=images[1:], duration=duration, loop=0)
     return {"score": info["score"], "length": info["length"], "steps": steps, "gif": str(gif) if gif else None}

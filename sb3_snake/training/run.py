@@ -26,8 +26,7 @@ from sb3_snake.acceleration.autotune import resolve_auto
 from sb3_snake.acceleration.report import summary_lines
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.acceleration.threads import AdaptiveThreads
-from sb3_snake.common.errors import UsageError
-from sb3_snake.common.paths import WriteFailed
+from sb3_snake.common.errors import OutputError, UsageError
 from sb3_snake.common.system import capabilities, resolve_device
 from sb3_snake.dqn.snake_dqn import SnakeDQN, TrainingDiverged
 from sb3_snake.envs import BatchedSnakeVecEnv
@@ -96,9 +95,9 @@ def train(
             summary = build_summary(model, config, run_callbacks, outcome)
             summary.update(run_dir=str(run_dir), resumed_from=str(resume) if resume else None, wandb_mode=tracking.mode)
             save_run(model, run_dir, summary, run_callbacks.record, config.save_replay_buffer, outcome.diverged is None)
-        except WriteFailed as error:  # a full disk: what was saved before stays whole, and is named
+        except OutputError as error:  # a full disk: what was saved before stays whole, and is named
             _save_what_fits(run_dir, run_callbacks.record)
-            raise WriteFailed(error.path, OSError(error.errno, f"{error.strerror}; {_last_good(run_dir)}")) from None
+            raise OutputError(error.path, error.reason, error.errno, note=_last_good(run_dir)) from None
         tracking.finish({key: value for key, value in summary.items() if isinstance(value, (int, float, str))})
         stop.phase = "finished"
     if outcome.diverged is not None:

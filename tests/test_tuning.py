@@ -430,8 +430,8 @@ def test_sigterm_marks_the_running_trial_failed_and_exits_143(tmp_path):
     process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not (storage.exists() and b'"op_code": 4' in storage.read_bytes()):
-            time.sleep(0.2)  # op 4 sets a trial's parameters: a trial is running
+        while time.monotonic() < deadline and not _trial_created(storage):
+            time.sleep(0.2)
         time.sleep(1.0)
         process.send_signal(signal.SIGTERM)
         output, _ = process.communicate(timeout=60)
@@ -442,3 +442,18 @@ def test_sigterm_marks_the_running_trial_failed_and_exits_143(tmp_path):
     backend = optuna.storages.journal.JournalFileBackend(str(storage))
     study = optuna.load_study(study_name="term", storage=optuna.storages.JournalStorage(backend))
     assert [trial.state.name for trial in study.trials] == ["FAIL"]
+
+
+def _trial_created(journal: Path) -> bool:
+    """Whether the journal records a created trial (Optuna's CREATE_TRIAL operation): a trial runs."""
+    from optuna.storages.journal._storage import JournalOperation
+
+    if not journal.exists():
+        return False
+    for line in journal.read_bytes().splitlines():
+        try:
+            if json.loads(line).get("op_code") == JournalOperation.CREATE_TRIAL:
+                return True
+        except ValueError:
+            continue
+    return False

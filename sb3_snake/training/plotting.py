@@ -78,6 +78,8 @@ def plot_learning_curve(run_dir: Path, output: Path | None = None, window: int =
     """
     if window < 1:
         raise UsageError(f"--window must be at least 1, got {window}")
+    if output is not None:  # an output the user named is checked before anything is read
+        check_writable_file(Path(output), (".png",), what="plot output")
     output = Path(output) if output else Path(run_dir) / "learning_curve.png"
     record = read_episodes(Path(run_dir) / "episodes.json")
     scores = record["scores"]

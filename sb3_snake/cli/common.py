@@ -103,12 +103,8 @@ def stop_on_signals(stop: Any) -> Iterator[list[int]]:
         doing = "stopping after this step, saving..." if stop.phase == "training" else "saving..."
         typer.echo(f"{doing} (Ctrl-C again to abort)", err=True)
 
-    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with _handling(handle):
         yield received
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 @contextmanager
@@ -122,9 +118,16 @@ def interrupt_on_signals() -> Iterator[list[int]]:
         received.append(signum)
         raise KeyboardInterrupt
 
+    with _handling(handle):
+        yield received
+
+
+@contextmanager
+def _handling(handle: Any) -> Iterator[None]:
+    """``handle`` for SIGINT and SIGTERM inside, the previous handlers restored on leaving."""
     previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield received
+        yield
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -17,12 +17,14 @@ def _food_of(obs):
 
 
 @pytest.mark.parametrize(
-    ("board_size", "max_steps", "countdown"), [(4, 12, False), (6, 20, False), (10, 15, False), (6, 20, True)]
+    ("board_size", "max_steps", "countdown", "stall_growth"),
+    [(4, 12, False, 0), (6, 20, False, 0), (10, 15, False, 0), (6, 20, True, 0), (6, 4, False, 1)],
 )
-def test_equivalent_to_snake_env_step_by_step(board_size, max_steps, countdown):
+def test_equivalent_to_snake_env_step_by_step(board_size, max_steps, countdown, stall_growth):
     """Same random states, same random actions: same observations, rewards and flags."""
     num_games, rng = 32, np.random.default_rng(board_size)
     rules = {"board_size": board_size, "max_steps_without_food": max_steps, "countdown": countdown}
+    rules["stall_growth"] = stall_growth
     batched = BatchedSnakeVecEnv(num_games, seed=0, **rules)
     batched.reset()
     singles = [SnakeEnv(**rules) for _ in range(num_games)]

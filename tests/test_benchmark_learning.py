@@ -1,11 +1,13 @@
 """benchmark-learning's bookkeeping: the clock that leaves saving out, checkpoint timing, the
 curve and time-to-score, the report's fields; and, on a tiny budget, real runs of both systems."""
 
+import functools
+import itertools
 import json
 from pathlib import Path
 
 import pytest
-from stable_baselines3 import DQN
+from stable_baselines3 import DQN, PPO
 
 from sb3_snake.benchmark.learning import (
     SCORE_AT_SECONDS,
@@ -140,7 +142,14 @@ def test_spread_counts_a_seed_that_never_got_there_as_the_latest():
 
 def fake_run(system, seed, scores):
     curve = [
-        {"seconds": 15.0 * (i + 1) + 0.1, "due_seconds": 15.0 * (i + 1), "minutes": 0.25 * (i + 1), "mean_score": s}
+        {
+            "seconds": 15.0 * (i + 1) + 0.1,
+            "due_seconds": 15.0 * (i + 1),
+            "minutes": 0.25 * (i + 1),
+            "mean_score": s,
+            "win_rate": s / 100,
+            "max_length": s + 3 + seed,
+        }
         for i, s in enumerate(scores)
     ]
     return {"system": system, "seed": seed, "curve": curve, "env_steps": 1000 * (seed + 1)}
@@ -159,6 +168,7 @@ def test_summary_per_system_median_and_spread():
     assert ours["seconds_to_score"]["20"] == {"median": 45.1, "min": 30.1, "max": None, "reached": "2/3"}
     assert ours["seconds_to_score"]["25"] == {"median": None, "min": 45.1, "max": None, "reached": "1/3"}
     assert ours["final_mean_score"] == {"median": 23, "min": 16, "max": 27}
+    assert ours["final_win_rate"] == {"median": 0.23, "min": 0.16, "max": 0.27} and ours["longest_snake"] == 31
     # Checkpoints due at 15, 30, 45 and 60 s, taken 0.1 s late: the one due at 60 s counts.
     assert ours["mean_score_at"]["60"] == {"median": 23, "min": 16, "max": 27, "latest_taken_seconds": 60.1}
     assert summarize([fake_run("sb3_snake", 0, [5, 12, 22])])["sb3_snake"]["mean_score_at"]["60"] is None
@@ -168,6 +178,7 @@ def test_summary_per_system_median_and_spread():
     table = format_summary({"summary": summary})
     assert "30s (15s-45s) 3/3" in table and "45s (30s--) 2/3" in table and "never 0/1" in table
     assert "23.00 (16.00-27.00)" in table and "at 60 s" in table
+    assert "23.00 (16.00-27.00)         23%        31" in table and "win rate" in table
     assert "*" not in table  # taken 0.1 s late: on time
 
 
@@ -275,19 +286,20 @@ def test_without_the_baseline_there_is_no_calibration_and_a_warm_cache_is_the_us
 
 
 @pytest.mark.slow
-def test_both_systems_train_save_on_the_clock_and_their_checkpoints_play(tmp_path, monkeypatch):
+def test_every_system_trains_saves_on_the_clock_and_its_checkpoints_play(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # no .env here: sb3_snake runs on the built-in defaults
-    import time
-
     hyperparameters = {"n_envs": 4, "learning_starts": 50, "batch_size": 32, "embed_dim": 8, "head_view_dim": 8}
     runs = []
-    for system in ("sb3_snake", "plain_sb3"):
+    for system in ("sb3_snake", "plain_sb3", "sb3_ppo"):
         own = hyperparameters if system == "sb3_snake" else {}
-        spec = RunSpec(system, 0, 8.0, 1.0, 6, str(tmp_path / system), None, own, total_timesteps=10**6)
-        runs.append(run_system(spec, Stopwatch(time.time())))
+        spec = RunSpec(system, 0, 60.0, 15.0, 6, str(tmp_path / system), None, own, total_timesteps=10**6)
+        # A clock that moves half a second each time it is read: the checkpoints fall at the
+        # same steps on a fast machine and a slow one (the run's real time limit is 2 minutes).
+        clock = functools.partial(next, map((0.5).__mul__, itertools.count(1)))
+        runs.append(run_system(spec, Stopwatch(0.0, clock=clock)))
     for run in runs:
         seconds = [c["seconds"] for c in run["checkpoints"]]
-        assert len(seconds) >= 2 and seconds == sorted(seconds) and seconds[-1] <= 8.0
+        assert len(seconds) >= 4 and seconds == sorted(seconds) and seconds[-1] == 60.0
         assert all(Path(c["path"]).is_file() for c in run["checkpoints"])
         assert run["env_steps"] > 0 and (tmp_path / run["system"] / "train.log").is_file()
         curve = evaluate_checkpoints(run, episodes=3)
@@ -296,8 +308,10 @@ def test_both_systems_train_save_on_the_clock_and_their_checkpoints_play(tmp_pat
         assert all(p["due_seconds"] <= p["seconds"] for p in curve)
         assert all(p["mean_score"] >= 0 and p["max_score"] >= p["median_score"] for p in curve)
         assert all(sum(p["ends"].values()) == 3 for p in curve)  # how each of the 3 games ended
+        assert all(p["win_rate"] == p["ends"]["won"] / 3 and p["max_length"] >= p["mean_length"] for p in curve)
     assert runs[0]["batch_size"] == 32  # the file's batch size reached the run
     assert isinstance(DQN.load(runs[1]["checkpoints"][0]["path"]), DQN)
+    assert isinstance(PPO.load(runs[2]["checkpoints"][0]["path"]), PPO)
 
 
 @pytest.mark.slow

@@ -129,10 +129,11 @@ def test_benchmark_learning_writes_json_and_picture_from_its_plan(tmp_path, monk
     for module in (cli_benchmark, results):  # both benchmarks start, and finish, in the same second
         monkeypatch.setattr(module, "utc_stamp", lambda: "20261123T202313Z")
     arguments = ["benchmark-learning", "--quick", "--seeds", "2", "--first-seed", "3", "--no-baseline"]
-    for _ in range(2):
-        result = runner.invoke(app, [*arguments, "--hyperparams", "hp.json", "--output", "out"])
+    for peer in ("--ppo", "--no-ppo"):
+        result = runner.invoke(app, [*arguments, peer, "--hyperparams", "hp.json", "--output", "out"])
         assert result.exit_code == 0, result.output
-    plan, work_dir = plans[0]
+    assert plans[0][0].systems == ("sb3_snake", "sb3_ppo")
+    plan, work_dir = plans[1]
     assert (plan.minutes, plan.every_seconds, plan.seeds, plan.systems) == (2.0, 10.0, (3, 4), ("sb3_snake",))
     assert plan.hyperparameters == {"dueling": True} and plan.cold_cache
     assert [work_dir.as_posix() for _, work_dir in plans] == [

@@ -581,7 +581,7 @@ def test_training_on_a_small_tmpfs_ends_in_one_line(tmp_path):
     try:
         args = ["train", "--episodes", "200", *TINY, "--board-size", "10", "--buffer-size", "20000"]
         result = runner.invoke(
-            app, [*args, "--output", str(disk / "run"), "--checkpoint-every", "50", "--save-replay-buffer"]
+            app, [*args, "--output", str(disk / "run"), "--checkpoint-every", "8", "--save-replay-buffer"]
         )
         assert result.exit_code == 1, result.output
         assert "Traceback" not in result.output and "No space left on device" in result.output

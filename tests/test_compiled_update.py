@@ -1,6 +1,8 @@
 """The whole update compiled as one graph (CPU): the same steps as the eager UpdateStep, on the
 optimizer's own state, and refused where it would differ."""
 
+import functools
+
 import pytest
 import torch
 
@@ -23,12 +25,28 @@ def twins(eager_settings=EAGER, compiled_settings=COMPILED, **options):
     return eager, compiled
 
 
+def meaningful(name: str, tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` without the key projection's bias, whose gradient is zero in exact arithmetic.
+
+    Adding a bias to every key adds the same number to each of a query's scores, which softmax
+    ignores; its computed gradient is rounding noise, and Adam divides that noise by its own
+    size and steps by up to the learning rate in its sign. Eager and compiled kernels round
+    differently (how differently depends on the CPU), so those elements cannot be compared.
+    """
+    if not name.endswith("attention.qkv.bias"):
+        return tensor
+    third = tensor.shape[0] // 3
+    return torch.cat([tensor[:third], tensor[2 * third :]])
+
+
 def assert_same_training_state(eager, compiled):
     for (name, a), b in zip(eager.q_net.named_parameters(), compiled.q_net.parameters(), strict=True):
-        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-6, msg=name)
+        torch.testing.assert_close(meaningful(name, b), meaningful(name, a), rtol=1e-4, atol=1e-6, msg=name)
         state_a, state_b = eager.policy.optimizer.state[a], compiled.policy.optimizer.state[b]
-        for key in ("exp_avg", "exp_avg_sq", "step"):
-            torch.testing.assert_close(state_b[key], state_a[key], rtol=1e-4, atol=1e-8, msg=f"{name} {key}")
+        for key in ("exp_avg", "exp_avg_sq"):
+            a_state, b_state = meaningful(name, state_a[key]), meaningful(name, state_b[key])
+            torch.testing.assert_close(b_state, a_state, rtol=1e-4, atol=1e-8, msg=f"{name} {key}")
+        torch.testing.assert_close(state_b["step"], state_a["step"], msg=f"{name} step")
 
 
 def step_both(eager, compiled, steps=3, rtol=1e-4):
@@ -37,13 +55,26 @@ def step_both(eager, compiled, steps=3, rtol=1e-4):
         torch.testing.assert_close(compiled.updates.current(batch), eager.updates.current(batch), rtol=rtol, atol=1e-7)
 
 
+def graph_only(monkeypatch) -> None:
+    """Compile with AOTAutograd's eager backend instead of inductor, for the tests of what is
+    captured rather than of inductor's kernels: dynamo captures the same single graph under the
+    same guards, so what it would bake in, recompile for or refuse shows as with inductor, but
+    no C++ is generated and built (minutes of the suite on a 2-core machine)."""
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "options",
-    [{}, {"double_dqn": True, "n_steps": 3, "policy_kwargs": {"dueling": True}, "food_shaping": 0.5}],
+    ("options", "kernels"),
+    [
+        ({}, "inductor"),
+        ({"double_dqn": True, "n_steps": 3, "policy_kwargs": {"dueling": True}, "food_shaping": 0.5}, "graph only"),
+    ],
     ids=["dqn", "double-dueling-3step-shaped"],
 )
-def test_compiled_updates_train_as_the_eager_ones(options):
+def test_compiled_updates_train_as_the_eager_ones(options, kernels, monkeypatch):
+    if kernels == "graph only":  # the options change the graph's content; inductor's kernels are tested above
+        graph_only(monkeypatch)
     eager, compiled = twins(**options)
     step_both(eager, compiled)
     assert compiled.updates.current.calls == 3
@@ -64,7 +95,8 @@ def test_in_bf16_with_the_flash_kernel_the_compiled_update_trains_as_the_eager_o
 
 
 @pytest.mark.slow
-def test_a_new_learning_rate_and_loaded_parameters_are_used_without_a_new_compile(tmp_path):
+def test_a_new_learning_rate_and_loaded_parameters_are_used_without_a_new_compile(tmp_path, monkeypatch):
+    graph_only(monkeypatch)  # a baked-in learning rate or a recompile is dynamo's doing, not inductor's
     eager, compiled = twins()
     step_both(eager, compiled, steps=1)
     graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]

@@ -8,7 +8,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_the_cuda_marker_selects_the_gpu_tests_and_only_them():
-    command = [sys.executable, "-m", "pytest", "-m", "cuda", "--collect-only", "-q", "-p", "no:cacheprovider"]
+    command = [sys.executable, "-m", "pytest", "-n0", "-m", "cuda", "--collect-only", "-q", "-p", "no:cacheprovider"]
     result = subprocess.run(
         [*command, "tests/test_cuda.py", "tests/test_replay.py"], capture_output=True, text=True, cwd=ROOT, timeout=120
     )

@@ -161,6 +161,14 @@ def test_truncation_after_steps_without_food(game_kind):
     assert flags == [(False, False), (False, False), (False, True)]
 
 
+def test_with_stall_growth_the_limit_grows_with_the_snake(game_kind):
+    game = SingleGame(game_kind, board_size=20, max_steps_without_food=3, stall_growth=2)
+    game.set_state([(5, 2), (5, 1), (5, 0)], RIGHT, (5, 3))
+    assert game.step(RIGHT)[1] == 1.0  # 4 cells now: 3 + 2 * 4 = 11 steps without food
+    flags = [game.step(RIGHT)[2:4] for _ in range(11)]
+    assert flags == [(False, False)] * 10 + [(False, True)]
+
+
 def test_eating_resets_the_steps_without_food(game_kind):
     game = SingleGame(game_kind, max_steps_without_food=3)
     game.set_state([(5, 2), (5, 1), (5, 0)], RIGHT, (5, 4))
@@ -193,6 +201,8 @@ def test_food_never_lies_on_the_snake(game_kind, board_size):
         ({"max_steps_without_food": 0}, "max_steps_without_food"),
         ({"max_steps_without_food": 10.0}, "max_steps_without_food must be an integer >= 1 or None, got 10.0"),
         ({"board_size": True}, "board_size must be an integer >= 4, got True"),
+        ({"stall_growth": -1}, "stall_growth must be an integer from 0 to 64, got -1"),
+        ({"stall_growth": 1.5}, "stall_growth must be an integer from 0 to 64, got 1.5"),
     ],
 )
 def test_bad_rules_name_the_value(kwargs, message):

@@ -182,7 +182,15 @@ class RandomPolicy:
 def test_training_beats_a_random_policy_by_a_clear_margin(tmp_path):
     settings = OptimizationSettings(use_torch_compile=False, use_bf16=False, num_threads=1)
     config = TrainConfig(
-        episodes=None, timesteps=15_000, n_envs=16, board_size=6, seed=0, exploration_steps=8_000, device="cpu"
+        episodes=None,
+        timesteps=8_000,
+        n_envs=16,
+        board_size=6,
+        seed=0,
+        exploration_steps=4_000,
+        device="cpu",
+        embed_dim=16,
+        head_view_dim=16,
     )
     config = replace(config, batch_size=256)
     train(config, settings, tmp_path)

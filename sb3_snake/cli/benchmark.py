@@ -211,6 +211,12 @@ def benchmark_learning(
     baseline: Annotated[
         bool, typer.Option("--baseline/--no-baseline", help='Also train plain SB3 DQN("MlpPolicy") the same way.')
     ] = True,
+    ppo: Annotated[
+        bool,
+        typer.Option(
+            "--ppo/--no-ppo", help="Also train SB3's PPO with the attention extractor on the batched env the same way."
+        ),
+    ] = True,
     cold_cache: Annotated[
         bool,
         typer.Option(
@@ -223,7 +229,8 @@ def benchmark_learning(
     env_file: EnvFileOption = None,
     output: OutputOption = RESULTS_DIR,
 ) -> None:
-    """Greedy score against wall-clock minutes: sb3-snake train against plain SB3 DQN, per seed.
+    """Greedy score against wall-clock minutes: sb3-snake train against plain SB3 DQN and SB3's
+    PPO, per seed.
 
     Each run trains in a fresh process for the budget (imports and compilation counted),
     saving a checkpoint every few seconds off the clock; every checkpoint then plays greedy
@@ -244,7 +251,7 @@ def benchmark_learning(
         changes: dict[str, Any] = {
             "seeds": tuple(range(first_seed, first_seed + seeds)),
             "episodes": episodes,
-            "systems": SYSTEMS if baseline else ("sb3_snake",),
+            "systems": tuple(system for system, wanted in zip(SYSTEMS, (True, baseline, ppo), strict=True) if wanted),
             "cold_cache": cold_cache,
             "env_file": str(env_file) if env_file else None,
             "hyperparameters": read_hyperparameters(hyperparams) if hyperparams else {},

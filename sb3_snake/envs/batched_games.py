@@ -31,10 +31,12 @@ import numpy as np
 import torch
 
 from sb3_snake.envs.batched_state import (
+    DIRECTION_ROW,
     EPISODE_ROW,
     FOOD_ROW,
     HEAD_ROW,
     LENGTH_ROW,
+    NECK_ROW,
     ONE_HOT_CHANNELS,
     SCORE_ROW,
     STATE_ROWS,
@@ -44,7 +46,16 @@ from sb3_snake.envs.batched_state import (
     encode_snakes,
     start_tables,
 )
-from sb3_snake.envs.rules import BODY, COUNTDOWN, DIRECTION_DELTAS, MAX_COUNTDOWN, TURNS, SnakeRules
+from sb3_snake.envs.rules import (
+    BODY,
+    COUNTDOWN,
+    DIRECTION_DELTAS,
+    MAX_COUNTDOWN,
+    TURNS,
+    SnakeRules,
+    long_start_lengths,
+    tour_variants,
+)
 
 
 @dataclass(frozen=True)
@@ -78,9 +89,11 @@ class BatchedGames:
     :param count: number of games.
     :param device: where the games live.
     :param seed: seed of the games' random generator (food and restarts), which lives on ``device``.
+    :param long_starts: the share of restarts that begin with a long snake instead of the
+        standard start (see :meth:`_start_long`), for training the endgame.
     """
 
-    def __init__(self, rules: SnakeRules, count: int, device: torch.device, seed: int):
+    def __init__(self, rules: SnakeRules, count: int, device: torch.device, seed: int, long_starts: float = 0.0):
         self.rules, self.count, self.device = rules, count, device
         cells, dev = rules.num_cells, device
         self._cells = cells
@@ -113,6 +126,16 @@ class BatchedGames:
         channel_starts = torch.tensor([channel for channel, _ in ONE_HOT_CHANNELS], device=dev).unsqueeze(1) * cells
         self._one_hot_offsets = channel_starts + torch.arange(count, device=dev) * (self._channels * cells)
 
+        self._stall_limit = rules.truncation_steps
+        # Long starts: snakes lying along a closed tour of the board, whose head can follow it.
+        self.long_starts = long_starts
+        tours = tour_variants(rules.board_size)
+        self._tours = torch.as_tensor(tours, device=dev)
+        ahead = np.roll(tours, -1, axis=1)  # the direction from each cell of a tour to the next one
+        delta = np.stack(divmod(ahead, rules.board_size), -1) - np.stack(divmod(tours, rules.board_size), -1)
+        ahead_direction = (delta[..., None, :] == DIRECTION_DELTAS).all(-1).argmax(-1)
+        self._tour_directions = torch.as_tensor(ahead_direction, device=dev)
+        self._long_lengths = long_start_lengths(rules.board_size)
         self._generator = torch.Generator(device=dev)
         self.seed(seed)
         self.restart(torch.arange(count, device=dev))
@@ -176,7 +199,8 @@ class BatchedGames:
 
         rewards = eats.float() - dies.float()
         terminated = dies | wins
-        truncated = ~terminated & (self._state[STEPS_WITHOUT_FOOD_ROW] >= self.rules.truncation_steps)
+        stall_limit = self.rules.stall_limit(self._state[LENGTH_ROW]) if self.rules.stall_growth else self._stall_limit
+        truncated = ~terminated & (self._state[STEPS_WITHOUT_FOOD_ROW] >= stall_limit)
         finished = (terminated | truncated).nonzero().squeeze(1)
         final_dies = dies.index_select(0, finished)
         # A game that died is shown as it was before the fatal move; the others as they are now.
@@ -211,6 +235,49 @@ class BatchedGames:
         copy_rows(self._links, games, self._start_links.index_select(0, start))
         if self._entered is not None:
             self._entered.index_copy_(0, games, self._start_entered.index_select(0, start))
+        if self.long_starts > 0:
+            long = games[torch.rand(count, generator=generator, device=device) < self.long_starts]
+            if len(long):
+                self._start_long(long)
+
+    def _start_long(self, games: torch.Tensor) -> None:
+        """Start each of ``games`` with a long snake: a uniformly random length between
+        :func:`~sb3_snake.envs.rules.long_start_lengths`, lying along one of the 16 closed tours
+        of :func:`~sb3_snake.envs.rules.tour_variants` with its head at a uniformly random point,
+        and food on a uniformly random free cell.
+
+        Every such snake is valid and can survive: the cell ahead of its head on the tour is
+        free, and following the tour, the head always enters the cell the tail has just left.
+        """
+        count, generator, device = len(games), self._generator, self.device
+        variant = torch.randint(len(self._tours), (count,), generator=generator, device=device)
+        tours, directions = self._tours.index_select(0, variant), self._tour_directions.index_select(0, variant)
+        tour_length = tours.shape[1]
+        low, high = self._long_lengths
+        length = torch.randint(low, high + 1, (count,), generator=generator, device=device)
+        head = torch.randint(tour_length, (count,), generator=generator, device=device)
+        # How far behind the head each point of the tour lies; the body is the first ``length``.
+        behind = (head.unsqueeze(1) - torch.arange(tour_length, device=device)).remainder_(tour_length)
+        on_body = behind < length.unsqueeze(1)
+        links = torch.zeros((count, self._cells), dtype=torch.uint8, device=device)
+        links.scatter_(1, tours, ((directions + 1) * (on_body & (behind > 0))).to(torch.uint8))
+        copy_rows(self._links, games, links)
+        if self._entered is not None:
+            entered = torch.zeros((count, self._cells), dtype=torch.int64, device=device)
+            self._entered.index_copy_(0, games, entered.scatter_(1, tours, -behind * on_body))
+
+        def at(points: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+            return table.gather(1, points.remainder(tour_length).unsqueeze(1)).squeeze(1)
+
+        state = torch.zeros((STATE_ROWS, count), dtype=torch.int64, device=device)
+        state[HEAD_ROW], state[NECK_ROW], state[TAIL_ROW] = (
+            at(head, tours),
+            at(head - 1, tours),
+            at(head - length + 1, tours),
+        )
+        state[DIRECTION_ROW], state[LENGTH_ROW] = at(head - 1, directions), length
+        self._state.index_copy_(1, games, state)
+        self._place_food(games)
 
     def set_state(self, index: int, body: np.ndarray, direction: int, food: tuple[int, int] | None) -> torch.Tensor:
         """Put a snake validated by :meth:`SnakeRules.validate_state` into game ``index``; the

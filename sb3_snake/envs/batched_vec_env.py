@@ -70,6 +70,13 @@ class BatchedSnakeVecEnv(VecEnv):
         (default ``board_size ** 2``).
     :param render_mode: ``"ansi"`` or ``"rgb_array"``.
     :param countdown: observe the countdown channel too (see :class:`~sb3_snake.SnakeEnv`).
+    :param stall_growth: steps without food allowed per cell of the snake, on top of
+        ``max_steps_without_food`` (see :class:`~sb3_snake.SnakeEnv`).
+    :param long_starts: the share of restarts (the first reset's included) that begin with a
+        long snake, 50-85% of the board's cells, lying along a closed tour of the board with
+        food on a random free cell, instead of the standard start. Games that are nearly won
+        are rare in play, so a learner sees few of them; this puts the endgame into training.
+        It is a way to train, not a rule: evaluate with standard starts (the default, 0).
     """
 
     metadata = {"render_modes": list(RENDER_MODES)}
@@ -85,18 +92,27 @@ class BatchedSnakeVecEnv(VecEnv):
         max_steps_without_food: int | None = None,
         render_mode: str | None = None,
         countdown: bool = False,
+        stall_growth: int = 0,
+        long_starts: float = 0.0,
     ):
         if not is_integer(num_envs) or num_envs < 1:
             raise UsageError(f"num_envs must be a positive integer, got {num_envs!r}; pass the number of games")
         num_envs = int(num_envs)
         self.render_mode = check_render_mode(render_mode)
         seed = check_seed(seed)
-        self.rules = SnakeRules(board_size, start_length, dist_to_border, max_steps_without_food, countdown)
+        if isinstance(long_starts, bool) or not isinstance(long_starts, (int, float)) or not 0 <= long_starts <= 1:
+            raise UsageError(
+                f"long_starts must be a share from 0 to 1, got {long_starts!r}; pass 0 for standard starts only"
+            )
+        self.rules = SnakeRules(
+            board_size, start_length, dist_to_border, max_steps_without_food, countdown, stall_growth
+        )
         self.device = check_torch_device(device)
         super().__init__(num_envs, self.rules.observation_space, spaces.Discrete(4))
         self._actions: torch.Tensor | None = None
         self._t_start = time.time()
-        self._games = BatchedGames(self.rules, num_envs, self.device, secrets.randbits(63) if seed is None else seed)
+        seed = secrets.randbits(63) if seed is None else seed
+        self._games = BatchedGames(self.rules, num_envs, self.device, seed, float(long_starts))
 
     # ------------------------------------------------------------------ tensor interface
 

@@ -33,6 +33,8 @@ MAX_COUNTDOWN = 255
 
 MIN_BOARD_SIZE = 4
 MIN_START_LENGTH = 2
+#: The largest ``stall_growth``: beyond it a stalling snake would circle for tens of thousands of steps.
+MAX_STALL_GROWTH = 64
 
 
 _ACTIONS_HELP = "0 (up), 1 (right), 2 (down) or 3 (left)"
@@ -93,6 +95,11 @@ class SnakeRules:
         ``(board_size - 1) // 2`` on boards too small for it.
     :param max_steps_without_food: consecutive steps without eating after which the episode
         is truncated; ``None`` means ``board_size ** 2``.
+    :param stall_growth: steps without food allowed per cell of the snake's length, on top of
+        ``max_steps_without_food`` (0: the limit is fixed, the game of ``Snake-v0``). A long
+        snake that keeps a safe path may need nearly a lap of the board to reach food placed
+        behind it, and a fixed limit ends exactly the games that come closest to filling the
+        board; perfect_snake, which wins 10x10 with PPO, lets the limit grow by 4 per cell.
     :param countdown: observe a sixth channel, :data:`COUNTDOWN`: on each body cell (not the
         head), the moves until it is free if the snake does not eat, from 1 on the tail to
         ``length - 1`` on the neck (at most :data:`MAX_COUNTDOWN`). The binary body channel says
@@ -105,6 +112,7 @@ class SnakeRules:
     dist_to_border: int = 3
     max_steps_without_food: int | None = None
     countdown: bool = False
+    stall_growth: int = 0
 
     def __post_init__(self) -> None:
         n = self.board_size
@@ -126,6 +134,11 @@ class SnakeRules:
             raise UsageError(
                 f"max_steps_without_food must be an integer >= 1 or None, got {steps!r}; pass None for board_size ** 2"
             )
+        if not is_integer(self.stall_growth) or not 0 <= self.stall_growth <= MAX_STALL_GROWTH:
+            raise UsageError(
+                f"stall_growth must be an integer from 0 to {MAX_STALL_GROWTH}, got {self.stall_growth!r}; "
+                "pass 0 for a fixed limit of steps without food"
+            )
 
     @property
     def effective_dist_to_border(self) -> int:
@@ -133,7 +146,13 @@ class SnakeRules:
 
     @property
     def truncation_steps(self) -> int:
+        """Steps without food that truncate a game of a snake of length 0 (the fixed part)."""
         return self.max_steps_without_food if self.max_steps_without_food is not None else self.board_size**2
+
+    def stall_limit(self, length):
+        """Steps without food after which a game with a snake of ``length`` cells is truncated
+        (an int, or a tensor of them for a tensor of lengths)."""
+        return self.truncation_steps + self.stall_growth * length
 
     @property
     def num_cells(self) -> int:
@@ -223,6 +242,58 @@ class SnakeRules:
         counts = np.bincount(directions, minlength=4)
         assert (counts == counts[0]).all(), f"start positions per direction differ: {counts}"
         return np.array(bodies, dtype=np.int64), np.array(directions, dtype=np.int64)
+
+
+#: Long starts: the snake's length as a share of the board's cells, drawn uniformly between these.
+LONG_START_SHARES = (0.5, 0.85)
+
+
+def direction_between(cell: tuple[int, int], neighbour: tuple[int, int]) -> int:
+    """The direction (0 up, 1 right, 2 down, 3 left) from ``cell`` to the adjacent ``neighbour``."""
+    delta = (neighbour[0] - cell[0], neighbour[1] - cell[1])
+    return [tuple(d) for d in DIRECTION_DELTAS.tolist()].index(delta)
+
+
+def closed_tour(board_size: int) -> list[tuple[int, int]]:
+    """A closed tour of the board: cells in order, each adjacent to the next and the last to the
+    first, so a snake lying along it can follow it forever.
+
+    Right along the top row, then back and forth along the other rows leaving out the first
+    column, then up the first column. A closed tour needs an even number of cells, so on an
+    odd board it leaves out the last row.
+    """
+    rows = board_size - board_size % 2
+    tour = [(0, col) for col in range(board_size)]
+    for row in range(1, rows):
+        cols = range(board_size - 1, 0, -1) if row % 2 else range(1, board_size)
+        tour += [(row, col) for col in cols]
+    return tour + [(row, 0) for row in range(rows - 1, 0, -1)]
+
+
+def tour_variants(board_size: int) -> np.ndarray:
+    """:func:`closed_tour` under the 8 symmetries of the square, each walked both ways: flat
+    cells, shape ``(16, tour length)``."""
+    tour = np.array(closed_tour(board_size))
+    last = board_size - 1
+    variants = []
+    for turns in range(4):
+        for mirror in (False, True):
+            rows, cols = tour[:, 0], tour[:, 1]
+            if mirror:
+                rows, cols = cols, rows
+            for _ in range(turns):  # a quarter turn: (row, col) -> (col, last - row)
+                rows, cols = cols, last - rows
+            flat = rows * board_size + cols
+            variants += [flat, flat[::-1]]
+    return np.array(variants, dtype=np.int64)
+
+
+def long_start_lengths(board_size: int) -> tuple[int, int]:
+    """The shortest and longest snake of a long start (see :data:`LONG_START_SHARES`): at most
+    one cell short of the tour, so the cell ahead of the head is free."""
+    cells, tour_length = board_size**2, len(closed_tour(board_size))
+    low, high = (int(np.ceil(LONG_START_SHARES[0] * cells)), int(LONG_START_SHARES[1] * cells))
+    return low, min(high, tour_length - 1)
 
 
 def board_space(board_size: int, countdown: bool = False) -> spaces.Box:

@@ -76,13 +76,15 @@ class SnakeEnv(gym.Env[np.ndarray, np.int64]):
     step's move (the cell the tail leaves is free, unless the snake eats), with the board left
     as it was before the fatal move; also terminated, with ``info["is_success"] = True``, when
     the snake fills the whole board. Truncated after ``max_steps_without_food`` consecutive
-    steps without eating.
+    steps without eating, plus ``stall_growth`` steps per cell of the snake.
 
     ## Arguments
 
     - ``board_size`` (default 10, minimum 4), ``start_length`` (default 3),
       ``dist_to_border`` (default 3), ``max_steps_without_food`` (default ``board_size ** 2``).
     - ``countdown`` (default False): the sixth observation channel above.
+    - ``stall_growth`` (default 0): steps without food allowed per cell of the snake, on top of
+      ``max_steps_without_food``; a rule change that lets long snakes take the long way round.
     - ``render_mode``: ``"ansi"`` (a text board) or ``"rgb_array"``.
 
     ``info`` always holds ``score`` (food eaten this episode) and ``length``; at the end of an
@@ -106,9 +108,12 @@ class SnakeEnv(gym.Env[np.ndarray, np.int64]):
         max_steps_without_food: int | None = None,
         render_mode: str | None = None,
         countdown: bool = False,
+        stall_growth: int = 0,
     ):
         self.render_mode = check_render_mode(render_mode)
-        self.rules = SnakeRules(board_size, start_length, dist_to_border, max_steps_without_food, countdown)
+        self.rules = SnakeRules(
+            board_size, start_length, dist_to_border, max_steps_without_food, countdown, stall_growth
+        )
         self.observation_space = self.rules.observation_space
         self.action_space = spaces.Discrete(4)
         self._body: deque[tuple[int, int]] = deque()
@@ -179,7 +184,7 @@ class SnakeEnv(gym.Env[np.ndarray, np.int64]):
                     self._food, terminated, success = None, True, True
                 else:
                     self._food = self._random_free_cell()
-            truncated = not terminated and self._steps_without_food >= self.rules.truncation_steps
+            truncated = not terminated and self._steps_without_food >= self.rules.stall_limit(len(self._body))
 
         info = self._info()
         if terminated or truncated:

@@ -130,6 +130,14 @@ class TrainConfig:
     countdown: bool = option(
         False, "Observe a countdown channel: on each body cell, the moves until it is free.", BOARD
     )
+    stall_growth: int = option(
+        0, "Steps without food allowed per cell of the snake, beyond board_size ** 2 (0: Snake-v0's rule).", GAMES
+    )
+    long_starts: float = option(
+        0.0,
+        "Share of training games that start with a long snake (50-85% of the board); evaluation starts short.",
+        GAMES,
+    )
     learning_rate: float = option(5e-4, "Adam step size.", LEARNING)
     learning_rate_half_life: int = option(
         200_000, "Env steps after --early-steps in which the learning rate halves (0: constant).", LEARNING
@@ -241,6 +249,10 @@ class TrainConfig:
             ),
             (finite(self.gamma) and 0 <= self.gamma <= 1, f"gamma must be from 0 to 1, got {self.gamma}"),
             (
+                finite(self.long_starts) and 0 <= self.long_starts <= 1,
+                f"long_starts must be a share from 0 to 1, got {self.long_starts}",
+            ),
+            (
                 self.target_update_interval >= 1,
                 f"target_update_interval must be at least 1, got {self.target_update_interval}",
             ),
@@ -282,7 +294,8 @@ class TrainConfig:
         if problem:
             return problem
         try:
-            SnakeRules(self.board_size, countdown=self.countdown)  # names a board size the game cannot have
+            # names a board size or a stall growth the game cannot have
+            SnakeRules(self.board_size, countdown=self.countdown, stall_growth=self.stall_growth)
             check_device(self.device, option="device")
         except ValueError as error:
             return str(error)

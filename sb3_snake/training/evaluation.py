@@ -91,6 +91,7 @@ def evaluate(
         "median_score": float(statistics.median(scores)),
         "max_score": int(max(scores)),
         "mean_length": float(np.mean(lengths)),
+        "max_length": int(max(lengths)),
         "win_rate": ends["won"] / len(scores),
         "ends": ends,
         "board_size": board_size,

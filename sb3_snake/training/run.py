@@ -170,7 +170,13 @@ def build_model(
     device = resolve_device(config.device)
     config, settings = resolve_settings(config, settings)
     env = BatchedSnakeVecEnv(
-        config.n_envs, board_size=config.board_size, device="cpu", seed=config.seed, countdown=config.countdown
+        config.n_envs,
+        board_size=config.board_size,
+        device="cpu",
+        seed=config.seed,
+        countdown=config.countdown,
+        stall_growth=config.stall_growth,
+        long_starts=config.long_starts,
     )
     if resume is None:
         kwargs = config.dqn_kwargs()

@@ -17,7 +17,9 @@ from sb3_snake.benchmark.learning.summary import SCORE_AT_SECONDS, SCORE_THRESHO
 from sb3_snake.common.errors import UsageError
 from sb3_snake.common.system import system_info
 
-SYSTEMS = ("sb3_snake", "plain_sb3")
+#: ``sb3-snake train``; plain SB3 DQN("MlpPolicy") as its defaults give it; SB3's PPO with the
+#: attention extractor on the batched env, the peer a user would pick.
+SYSTEMS = ("sb3_snake", "plain_sb3", "sb3_ppo")
 
 
 #: The largest seed NumPy and the envs take (2**32 - 1), checked for every run before the first.
@@ -71,7 +73,7 @@ class LearningPlan:
 
 def evaluate_checkpoints(run: dict[str, Any], episodes: int, settings: Any = None) -> list[dict[str, Any]]:
     """Every checkpoint of ``run`` played greedily on the evaluation seeds: the run's curve."""
-    from stable_baselines3 import DQN
+    from stable_baselines3 import DQN, PPO
 
     from sb3_snake.persistence import load_model
     from sb3_snake.training.evaluation import evaluate
@@ -80,6 +82,8 @@ def evaluate_checkpoints(run: dict[str, Any], episodes: int, settings: Any = Non
     for checkpoint in run["checkpoints"]:
         if run["system"] == "sb3_snake":
             model = load_model(checkpoint["path"], settings)
+        elif run["system"] == "sb3_ppo":
+            model = PPO.load(checkpoint["path"], device="cpu")
         else:
             model = DQN.load(checkpoint["path"], device="cpu")
         result = evaluate(model, episodes, seed=0)
@@ -89,7 +93,18 @@ def evaluate_checkpoints(run: dict[str, Any], episodes: int, settings: Any = Non
                 "due_seconds": checkpoint.get("due_seconds", checkpoint["seconds"]),
                 "minutes": checkpoint["seconds"] / 60,
                 "env_steps": checkpoint["env_steps"],
-                **{key: result[key] for key in ("mean_score", "median_score", "max_score", "ends")},
+                **{
+                    key: result[key]
+                    for key in (
+                        "mean_score",
+                        "median_score",
+                        "max_score",
+                        "win_rate",
+                        "mean_length",
+                        "max_length",
+                        "ends",
+                    )
+                },
             }
         )
     return curve
@@ -164,6 +179,8 @@ def run_learning_benchmark(
             else "the user's caches; each run records whether the compile cache held anything",
             "plain_sb3": "DQN('MlpPolicy', SnakeEnv()) with SB3's defaults, torch's default threads, "
             "total_timesteps from a calibration run (not counted)",
+            "sb3_ppo": "PPO('MlpPolicy', BatchedSnakeVecEnv(64)) with the attention extractor and "
+            "sb3_snake.zoo.ppo's settings, torch's default threads",
         },
         "plain_sb3_total_timesteps": total_timesteps,
         "runs": runs,

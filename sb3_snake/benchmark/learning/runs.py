@@ -100,7 +100,7 @@ def run_system(spec: RunSpec, stopwatch: Stopwatch) -> dict[str, Any]:
     directory = Path(spec.directory)
     checkpoints_dir = directory / "checkpoints"
     checkpoints_dir.mkdir(parents=True, exist_ok=True)
-    trainer = _train_sb3_snake if spec.system == "sb3_snake" else _train_plain_sb3
+    trainer = {"sb3_snake": _train_sb3_snake, "plain_sb3": _train_plain_sb3, "sb3_ppo": _train_sb3_ppo}[spec.system]
     with open(directory / "train.log", "w") as log:
         result = trainer(spec, stopwatch, checkpoints_dir, log)
     return {"system": spec.system, "seed": spec.seed, "startup_seconds": startup_seconds, **result}
@@ -168,6 +168,29 @@ def _train_plain_sb3(spec: RunSpec, stopwatch: Stopwatch, checkpoints_dir: Path,
         "threads": torch.get_num_threads(),
         "total_timesteps": spec.total_timesteps,
     }
+
+
+def _train_sb3_ppo(spec: RunSpec, stopwatch: Stopwatch, checkpoints_dir: Path, log: Any) -> dict[str, Any]:
+    """The peer a user would pick: SB3's PPO with the same attention extractor on the batched
+    env, with the RL Zoo settings of :mod:`sb3_snake.zoo.ppo`, on the CPU with torch's threads."""
+    import torch
+    from stable_baselines3 import PPO
+
+    from sb3_snake.envs import BatchedSnakeVecEnv
+    from sb3_snake.zoo import ENV_ID
+    from sb3_snake.zoo.ppo import hyperparams
+
+    settings = dict(hyperparams[ENV_ID])
+    n_envs, policy = settings.pop("n_envs"), settings.pop("policy")
+    settings.pop("n_timesteps")
+    env = BatchedSnakeVecEnv(n_envs, board_size=spec.board_size, seed=spec.seed)
+    model = PPO(policy, env, seed=spec.seed, device="cpu", **settings)
+    checkpoints = WallClockCheckpoints(
+        stopwatch, spec.every_seconds, spec.budget_seconds, checkpoints_dir, lambda model, path: model.save(path)
+    )
+    model.learn(10**12, callback=checkpoints)
+    log.write(f"SB3 PPO: {model.num_timesteps} env steps\n")
+    return {"checkpoints": checkpoints.saved, "env_steps": int(model.num_timesteps), "threads": torch.get_num_threads()}
 
 
 def calibrate_plain_sb3(seconds: float = CALIBRATION_SECONDS, board_size: int = 10) -> float:

@@ -74,6 +74,11 @@ def summarize(runs: Sequence[dict[str, Any]], thresholds: Sequence[float] = SCOR
                 for seconds, points in at.items()
             },
             "final_mean_score": _median_min_max(finals),
+            # Reports from before the win rate was recorded have neither: 0.
+            "final_win_rate": _median_min_max(
+                [run["curve"][-1].get("win_rate", 0.0) if run["curve"] else 0.0 for run in own]
+            ),
+            "longest_snake": max((point.get("max_length", 0) for run in own for point in run["curve"]), default=0),
             "env_steps": {"median": statistics.median(run["env_steps"] for run in own)},
         }
     return summary
@@ -90,8 +95,12 @@ def plot_learning_benchmark(report: dict[str, Any], output: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colours = {"sb3_snake": "tab:orange", "plain_sb3": "tab:blue"}
-    labels = {"sb3_snake": "sb3-snake train", "plain_sb3": 'plain SB3 DQN("MlpPolicy")'}
+    colours = {"sb3_snake": "tab:orange", "plain_sb3": "tab:blue", "sb3_ppo": "tab:green"}
+    labels = {
+        "sb3_snake": "sb3-snake train",
+        "plain_sb3": 'plain SB3 DQN("MlpPolicy")',
+        "sb3_ppo": "SB3 PPO, attention extractor, batched env",
+    }
     figure, axis = plt.subplots(figsize=(8, 4.5))
     for index, run in enumerate(report["runs"]):
         minutes = [0.0] + [point["minutes"] for point in run["curve"]]
@@ -128,6 +137,9 @@ def format_summary(report: dict[str, Any]) -> str:
     def scores(cell: dict[str, float] | None) -> str:
         return "-" if cell is None else f"{cell['median']:.2f} ({cell['min']:.2f}-{cell['max']:.2f})"
 
+    def win_rate(cell: dict[str, float] | None) -> str:
+        return "-" if cell is None else f"{cell['median']:.0%}"
+
     late: list[str] = []  # "at T s" cells holding a checkpoint taken well after T
 
     def scores_at(system: str, seconds_at: int, cell: dict[str, float] | None) -> str:
@@ -140,7 +152,7 @@ def format_summary(report: dict[str, Any]) -> str:
         f"{'system':<10} "
         + " ".join(f"{'to ' + str(t):>18}" for t in SCORE_THRESHOLDS)
         + "".join(f"   {'at ' + str(t) + ' s':>19}" for t in SCORE_AT_SECONDS)
-        + "   final score"
+        + f"   {'final score':<21} {'win rate':>9}   {'longest':>7}"
     ]
     for system, entry in report["summary"].items():
         cells = []
@@ -157,12 +169,15 @@ def format_summary(report: dict[str, Any]) -> str:
             f"{system:<10} "
             + " ".join(f"{cell:>18}" for cell in cells)
             + "".join(f"   {scores_at(system, t, at.get(str(t))):>19}" for t in SCORE_AT_SECONDS)
-            + f"   {scores(entry['final_mean_score'])}"
+            + f"   {scores(entry['final_mean_score']):<21}"
+            + f" {win_rate(entry.get('final_win_rate')):>9}   {entry.get('longest_snake', '-'):>7}"
         )
     lines.append(
         "to N: median seconds to a greedy mean of N (fastest-slowest seed, '-' where one never got there), "
         "seeds that got there;\n"
-        "at T s: median greedy mean (lowest-highest seed) of each seed's last checkpoint due by T s"
+        "at T s: median greedy mean (lowest-highest seed) of each seed's last checkpoint due by T s;\n"
+        "win rate: median share of the last checkpoint's games that filled the board; "
+        "longest: the longest snake of any game played"
     )
     if late:
         lines.append(

@@ -1,6 +1,7 @@
 """sb3-snake: fast Snake environments and an attention DQN for Stable-Baselines3.
 
-Importing the package registers the Gymnasium id ``sb3_snake/Snake-v0``.
+Importing the package registers the Gymnasium ids ``sb3_snake/Snake-v0`` and
+``sb3_snake/SnakeEgocentric-v0``.
 """
 
 import gymnasium as gym
@@ -28,6 +29,12 @@ __all__ = [
 ]
 
 SNAKE_ENV_ID = "sb3_snake/Snake-v0"
+#: The same game seen from the snake: the board turned so that it moves up, three relative actions.
+EGOCENTRIC_SNAKE_ENV_ID = "sb3_snake/SnakeEgocentric-v0"
 
 if SNAKE_ENV_ID not in gym.registry:
     gym.register(id=SNAKE_ENV_ID, entry_point="sb3_snake.envs.snake_env:SnakeEnv")
+if EGOCENTRIC_SNAKE_ENV_ID not in gym.registry:
+    gym.register(
+        id=EGOCENTRIC_SNAKE_ENV_ID, entry_point="sb3_snake.envs.snake_env:SnakeEnv", kwargs={"egocentric": True}
+    )

@@ -39,6 +39,7 @@ from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.common.errors import UsageError
 from sb3_snake.common.paths import atomic_write, write_text_atomically
 from sb3_snake.dqn.save_format import (
+    ACTION_COUNTS,
     BOARD_SHAPES,
     CHANNEL_COUNTS,
     METADATA_ENTRY,
@@ -191,9 +192,9 @@ def _replay_problem(arrays: dict[str, np.ndarray], buffer: ReplayBuffer) -> str:
             return (
                 f"has {name} of shape {arrays[name].shape} and dtype {arrays[name].dtype}, not {shape} of the model's"
             )
-    actions = arrays["actions"]
-    if actions.size and (actions.min() < 0 or actions.max() >= 4):
-        return f"has actions from {actions.min()} to {actions.max()}, not 0 to 3"
+    actions, count = arrays["actions"], int(buffer.action_space.n)
+    if actions.size and (actions.min() < 0 or actions.max() >= count):
+        return f"has actions from {actions.min()} to {actions.max()}, not 0 to {count - 1}"
     if not np.isfinite(arrays["rewards"]).all():
         return "has rewards that are not finite"
     return ""
@@ -264,6 +265,7 @@ def load_model(
     _check_snake_model(model, path)
     if env is not None:
         _check_board(path, model.observation_space.shape, env.observation_space.shape)
+        _check_actions(path, model.action_space.n, env.action_space.n)
     return model
 
 
@@ -280,25 +282,38 @@ def _check_board(path: Path, trained: Sequence[int], given: Sequence[int]) -> No
         )
 
 
+def one_line(error: BaseException) -> str:
+    """``error``'s type and message on one line (torch's load errors list each tensor on a line)."""
+    return f"{type(error).__name__}: {' '.join(str(error).split())}"
+
+
+def _check_actions(path: Path, trained: int, given: int) -> None:
+    """One line when ``env`` does not act as the model was trained to: directions or turns."""
+    if trained != given:
+        view = "egocentric" if trained == 3 else "board-wide"
+        flag = "--egocentric" if trained == 3 else "--no-egocentric"
+        raise UsageError(f"model {path} was trained on the {view} view with {trained} actions; pass {flag}")
+
+
 def _load_trusted(path: Path, optimizations: OptimizationSettings | None, env: Any, device: Any) -> SnakeDQN:
     try:
         return SnakeDQN.load(path, env=env, device=device, optimizations=optimizations)
     except Exception as error:  # noqa: BLE001 - any failure to read the zip is a bad model file
-        raise UsageError(f"model file {path} cannot be loaded ({type(error).__name__}: {error})") from None
+        raise UsageError(f"model file {path} cannot be loaded ({one_line(error)})") from None
 
 
 def _check_snake_model(model: SnakeDQN, path: Path) -> None:
     shape = getattr(model.observation_space, "shape", None)
     if (
         not isinstance(model.action_space, spaces.Discrete)
-        or model.action_space.n != 4
+        or model.action_space.n not in ACTION_COUNTS
         or shape is None
         or len(shape) != 3
         or shape[0] not in CHANNEL_COUNTS
     ):
         raise UsageError(
             f"model file {path} is not a Snake model: it acts on {model.observation_space} with "
-            f"{model.action_space}, not on ({BOARD_SHAPES}) boards with 4 actions"
+            f"{model.action_space}, not on ({BOARD_SHAPES}) boards with 4 actions (or 3, egocentric)"
         )
 
 
@@ -330,10 +345,11 @@ def _load_safely(
     if env is None:
         shape = metadata["observation_shape"]
         model.observation_space = board_space(shape[-1], has_countdown(shape))
-        model.action_space = spaces.Discrete(4)
+        model.action_space = spaces.Discrete(metadata["n_actions"])
         model.n_envs = metadata["n_envs"]
     else:
         _check_board(path, metadata["observation_shape"], env.observation_space.shape)
+        _check_actions(path, metadata["n_actions"], env.action_space.n)
     try:
         model._setup_model()
     except (TypeError, ValueError, RuntimeError, AssertionError) as error:
@@ -355,5 +371,5 @@ def _load_safely(
             }
         model.set_parameters(params, exact_match=True, device=model.device)
     except Exception as error:  # noqa: BLE001 - weights that do not fit the described model
-        raise UsageError(f"model file {path} cannot be loaded ({type(error).__name__}: {error})") from None
+        raise UsageError(f"model file {path} cannot be loaded ({one_line(error)})") from None
     return model

@@ -240,15 +240,20 @@ def test_the_report_records_every_run_its_curve_and_how_it_was_measured(tmp_path
     assert [(spec.system, spec.seed) for spec in specs] == [
         ("sb3_snake", 0),
         ("plain_sb3", 0),
+        ("sb3_ppo", 0),
         ("sb3_snake", 1),
         ("plain_sb3", 1),
+        ("sb3_ppo", 1),
     ]
     assert report["plain_sb3_total_timesteps"] == 250 * 60
     assert all(spec.total_timesteps == 15_000 for spec in specs if spec.system == "plain_sb3")
     assert all(spec.total_timesteps is None for spec in specs if spec.system == "sb3_snake")
     assert all(spec.hyperparameters == {"dueling": True} for spec in specs if spec.system == "sb3_snake")
+    assert all(
+        spec.hyperparameters == {} and spec.total_timesteps is None for spec in specs if spec.system == "sb3_ppo"
+    )
     assert all(spec.hyperparameters == {} for spec in specs if spec.system == "plain_sb3")
-    assert len(set(caches)) == 4 and all(Path(c).is_dir() and Path(c).parent == tmp_path for c in caches)
+    assert len(set(caches)) == 6 and all(Path(c).is_dir() and Path(c).parent == tmp_path for c in caches)
     assert {run["compile_cache"] for run in report["runs"]} == {"cold"}
     ours = report["runs"][0]
     assert ours["seconds_to_score"] == {"10": 20.0, "20": 60.0, "25": None, "30": None}

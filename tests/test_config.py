@@ -129,7 +129,16 @@ def test_every_field_declares_its_role_and_the_sorts_follow_from_it():
     assert [f.name for f in fields(TrainConfig)] == [*roles, "sources"]
     assert all(isinstance(role, Role) for role in roles.values())
     panels = {group: [name for name, role in roles.items() if role.group == group] for group in (RUN, ENVIRONMENT, DQN)}
-    assert panels[ENVIRONMENT] == ["n_envs", "board_size", "seed", "device", "countdown"]
+    assert panels[ENVIRONMENT] == [
+        "n_envs",
+        "board_size",
+        "seed",
+        "device",
+        "countdown",
+        "egocentric",
+        "stall_growth",
+        "long_starts",
+    ]
     assert panels[RUN] == ["episodes", "timesteps", "time_limit_minutes", "compile_after", "checkpoint_every"] + [
         "select_every",
         "select_episodes",
@@ -155,7 +164,15 @@ def test_every_field_declares_its_role_and_the_sorts_follow_from_it():
     }
     assert set(roles) - set(HYPERPARAMETER_FIELDS) == set(panels[RUN]) | {"device"}
     assert set(EXTRACTOR_SIZES) == {"embed_dim", "num_layers", "head_view_dim"}
-    assert set(NETWORK_FIELDS) == {"board_size", "countdown", "dueling", "head_view", *EXTRACTOR_SIZES, "n_steps"}
+    assert set(NETWORK_FIELDS) == {
+        "board_size",
+        "countdown",
+        "egocentric",
+        "dueling",
+        "head_view",
+        *EXTRACTOR_SIZES,
+        "n_steps",
+    }
 
 
 def test_model_fields_are_saved_snake_dqn_arguments_and_extractor_sizes_its_keywords():
@@ -167,6 +184,7 @@ def test_the_network_folds_the_head_view_switch_into_its_size():
     assert TrainConfig().network() == {
         "board_size": 10,
         "countdown": False,
+        "egocentric": False,
         "dueling": False,
         "head_view_dim": 64,
         "embed_dim": 32,

@@ -4,7 +4,8 @@ The layers read bottom to top as the package is built: what every layer shares a
 of the game; the speed switches; the DQN's parts (its policies and save format over them), the
 gradient step and the ways to run it, and ``SnakeDQN``; what
 measures and reports on a model (``auto``, the capability report) and the save format; the
-training run; the benchmarks; the search; RL Zoo's hyperparameter modules; the command line.
+training run; RL Zoo's hyperparameter modules (the benchmarks' PPO peer trains with them); the
+benchmarks; the search; the command line.
 A module's layer is that of the longest dotted prefix of its name listed here
 (``dqn.update.compiled`` is ``dqn.update``).
 """
@@ -30,6 +31,7 @@ LAYERS = [
     {"acceleration", "acceleration.report", "training.run_directory", "training.plotting"},
     {"training.callbacks"},
     {"training"},
+    {"zoo"},
     {"benchmark.learning.clock", "benchmark.learning.summary"},
     {"benchmark.learning.runs"},
     {"benchmark.learning.plan"},
@@ -37,7 +39,6 @@ LAYERS = [
     {"training.tuning.space"},
     {"training.tuning.storage", "training.tuning.report"},
     {"training.tuning"},
-    {"zoo"},
     {"cli", "__init__"},
 ]
 LAYER = {name: index for index, names in enumerate(LAYERS) for name in names}

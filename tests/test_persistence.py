@@ -273,6 +273,8 @@ _DELETE = object()
         (_edit("policy_kwargs", {"features_extractor_kwargs": {"embed_dim": 10**12}}), "embed_dim"),
         (_edit("policy_kwargs", {"net_arch": [10**7, 10**7]}), "net_arch"),
         (lambda m: {**m, "n_envs": 10**9}, "n_envs is not an integer from 1 to"),
+        (lambda m: {**m, "n_actions": 5}, r"n_actions is 5, not 4 \(directions\) or 3 \(egocentric turns\)"),
+        (lambda m: {**m, "n_actions": 3}, "egocentric|malformed|cannot be loaded"),  # the network has 4 outputs
     ],
 )
 @pytest.mark.parametrize("for_training", [False, True], ids=["eval-play", "resume"])

@@ -86,3 +86,29 @@ def test_replayed_batch_is_transformed_consistently():
     assert torch.equal(out.rewards, samples.rewards) and torch.equal(out.dones, samples.dones)
     drawn = augmentation(samples)  # default: random symmetries, still a valid batch
     assert drawn.observations.shape == observations.shape
+
+
+def test_egocentric_augmentation_draws_only_the_mirror_and_swaps_the_turns():
+    """Seen from the snake, the board's one symmetry is the mirror image: a replayed transition
+    is itself or its mirror image with left and right swapped, which is a game of the same rules
+    (``test_egocentric``)."""
+    from sb3_snake.envs.rules import mirror_action, mirror_observation
+
+    augmentation = SymmetryAugmentation(BOARD, egocentric=True)
+    observations = torch.randint(0, 2, (64, 5, BOARD, BOARD), dtype=torch.uint8)
+    actions = torch.arange(64).remainder(3).unsqueeze(1)
+    samples = ReplayBufferSamples(
+        observations, actions, observations.roll(1, 0), torch.zeros(64, 1), torch.zeros(64, 1)
+    )
+    torch.manual_seed(0)
+    augmented = augmentation(samples)
+    mirrored = (augmented.actions != samples.actions).squeeze(1) | (augmented.observations != observations).flatten(
+        1
+    ).any(1)
+    assert 10 < int(mirrored.sum()) < 54  # about half of them
+    for index in range(64):
+        obs, action = observations[index].numpy(), int(samples.actions[index])
+        if mirrored[index]:
+            obs, action = mirror_observation(obs), mirror_action(action)
+        np.testing.assert_array_equal(augmented.observations[index].numpy(), obs)
+        assert int(augmented.actions[index]) == action

@@ -68,6 +68,8 @@ MAX_BOARD_SIZE = 256
 #: Channels of a model's boards: without and with the countdown.
 CHANNEL_COUNTS = (BASE_CHANNELS, NUM_CHANNELS)
 BOARD_SHAPES = f"({BASE_CHANNELS}, n, n) or ({NUM_CHANNELS}, n, n)"
+#: Actions of a model: the four absolute directions, or three turns seen from the snake (egocentric).
+ACTION_COUNTS = (4, 3)
 
 TRUST_HINT = "if you trust where it came from, pass --trust-model (Python: load_model(path, trusted=True))"
 
@@ -188,8 +190,8 @@ def _metadata_problem(described: Any) -> str:
         return f"observation_shape {shape!r} is not three integers"
     if shape[0] not in CHANNEL_COUNTS or shape[1] != shape[2] or not MIN_BOARD_SIZE <= shape[1] <= MAX_BOARD_SIZE:
         return f"observation_shape {shape} is not that of a Snake board ({BOARD_SHAPES}), 4 <= n <= 256"
-    if described.get("n_actions") != 4:
-        return f"n_actions is {described.get('n_actions')!r}, not 4"
+    if described.get("n_actions") not in ACTION_COUNTS or type(described.get("n_actions")) is not int:
+        return f"n_actions is {described.get('n_actions')!r}, not 4 (directions) or 3 (egocentric turns)"
     if described.get("policy") not in POLICY_ALIASES:
         return f"policy {described.get('policy')!r} is not one of {', '.join(POLICY_ALIASES)}"
     if described.get("policy_kwargs") is None:

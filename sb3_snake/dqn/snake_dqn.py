@@ -82,7 +82,8 @@ class SnakeDQN(TensorRollouts, DQN):
     :param double_dqn: compute TD targets with Double DQN (van Hasselt et al., 2016): the
         online network picks the next action, the target network values it.
     :param symmetry_augmentation: show each replayed transition under a random one of the
-        board's eight symmetries (:mod:`sb3_snake.dqn.symmetry`); needs square observations.
+        board's eight symmetries (:mod:`sb3_snake.dqn.symmetry`), or of the two an egocentric
+        board keeps (itself and its mirror image); needs square observations.
     :param compile_after: with ``torch.compile`` on, train this many gradient steps eagerly and
         compile then (0: compile when the model is built). A cold compile stalls training for
         a long while on a small CPU, so a deferred compile keeps the first minutes learning and
@@ -178,7 +179,8 @@ class SnakeDQN(TensorRollouts, DQN):
                     f"symmetry augmentation needs a square board, got observations of {height}x{width}; "
                     "turn symmetry_augmentation off"
                 )
-            self._augmentation = SymmetryAugmentation(width, self.device)
+            egocentric = self.action_space.n == 3  # three turns: boards seen from the snake
+            self._augmentation = SymmetryAugmentation(width, self.device, egocentric=egocentric)
 
     @property
     def compile_state(self) -> CompileState:

@@ -9,7 +9,8 @@ one of the eight each time a transition is replayed multiplies the variety of it
 the cost of one gather per batch (Silver et al. augment Go positions the same way).
 
 A symmetry is a permutation of the board's cells, applied to every observation channel alike,
-and a permutation of the four actions.
+and a permutation of the four actions. Egocentric boards (the snake always moving up, three
+turns) keep one symmetry besides the identity: the mirror image, which swaps left and right.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from sb3_snake.envs.rules import DIRECTION_DELTAS
 
 #: How many symmetries the square has: four rotations, each with or without a mirror.
 NUM_SYMMETRIES = 8
+#: The mirror image without a turn: columns reversed.
+MIRROR = 4
 
 
 def _apply(grid: torch.Tensor, symmetry: int) -> torch.Tensor:
@@ -59,9 +62,17 @@ class SymmetryAugmentation:
     :param device: where the replayed batches live.
     """
 
-    def __init__(self, board_size: int, device: torch.device | str = "cpu"):
+    def __init__(self, board_size: int, device: torch.device | str = "cpu", egocentric: bool = False):
         self.cells = cell_permutations(board_size).to(device)
-        self.actions = action_permutations().to(device)
+        if egocentric:
+            # Egocentric boards all show the snake moving up, so the one symmetry that keeps
+            # them so is the mirror (4: no turn, mirrored), which swaps the turns left and right.
+            self.symmetries = torch.tensor([0, MIRROR], device=device)
+            self.actions = torch.tensor([[0, 1, 2]] * NUM_SYMMETRIES, device=device)
+            self.actions[MIRROR] = torch.tensor([2, 1, 0], device=device)
+        else:
+            self.symmetries = torch.arange(NUM_SYMMETRIES, device=device)
+            self.actions = action_permutations().to(device)
 
     def transform(self, observations: torch.Tensor, symmetries: torch.Tensor) -> torch.Tensor:
         """Observations ``(B, C, H, W)`` with sample ``i`` under symmetry ``symmetries[i]``."""
@@ -73,7 +84,8 @@ class SymmetryAugmentation:
     def __call__(self, samples: ReplayBufferSamples, symmetries: torch.Tensor | None = None) -> ReplayBufferSamples:
         """``samples`` with transition ``i`` under symmetry ``symmetries[i]`` (default: uniform draws)."""
         if symmetries is None:
-            symmetries = torch.randint(NUM_SYMMETRIES, (len(samples.actions),), device=samples.actions.device)
+            draws = torch.randint(len(self.symmetries), (len(samples.actions),), device=samples.actions.device)
+            symmetries = self.symmetries[draws]
         actions = self.actions[symmetries.unsqueeze(1), samples.actions.long()].to(samples.actions.dtype)
         return samples._replace(
             observations=self.transform(samples.observations, symmetries),

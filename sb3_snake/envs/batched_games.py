@@ -53,6 +53,8 @@ from sb3_snake.envs.rules import (
     MAX_COUNTDOWN,
     TURNS,
     SnakeRules,
+    absolute_action,
+    egocentric_cells,
     long_start_lengths,
     tour_variants,
 )
@@ -127,6 +129,7 @@ class BatchedGames:
         self._one_hot_offsets = channel_starts + torch.arange(count, device=dev) * (self._channels * cells)
 
         self._stall_limit = rules.truncation_steps
+        self._egocentric_cells = torch.as_tensor(egocentric_cells(rules.board_size), device=dev)
         # Long starts: snakes lying along a closed tour of the board, whose head can follow it.
         self.long_starts = long_starts
         tours = tour_variants(rules.board_size)
@@ -159,7 +162,10 @@ class BatchedGames:
         links, cells = self._links_flat, self._cells
         previous = self._state
         head, neck, tail, direction, length, food, steps_without_food, score, episode_length = previous.unbind(0)
-        turn = torch.add(direction, actions.to(torch.int64), alpha=4)
+        actions = actions.to(torch.int64)
+        if self.rules.egocentric:
+            actions = absolute_action(direction, actions)
+        turn = torch.add(direction, actions, alpha=4)
         target = self._move_table.index_select(0, torch.add(turn, head, alpha=16))  # -1: off the board
         direction = self._turn_table.index_select(0, turn)
         off_board = target < 0
@@ -205,7 +211,7 @@ class BatchedGames:
         final_dies = dies.index_select(0, finished)
         # A game that died is shown as it was before the fatal move; the others as they are now.
         final_state = torch.where(final_dies, previous.index_select(1, finished), self._state.index_select(1, finished))
-        final_observations = self._observe(final_state, *self._planes(finished))
+        final_observations = self._view(self._observe(final_state, *self._planes(finished)), final_state)
         final_episode_lengths = self._state[EPISODE_ROW].index_select(0, finished)
         self.restart(finished)
         return BatchedStep(
@@ -292,15 +298,17 @@ class BatchedGames:
         if self._entered is not None:
             self._entered[index] = entered[0]
         game = torch.tensor([index], device=self.device)
-        return self._observe(self._state[:, index : index + 1], *self._planes(game))[0]
+        state = self._state[:, index : index + 1]
+        return self._view(self._observe(state, *self._planes(game)), state)[0]
 
     def observe_in_play(self) -> torch.Tensor:
-        """Fresh observations of all games as they are now, ``(N, C, H, W)``."""
+        """Fresh observations of all games as they are now, ``(N, C, H, W)``: what a policy sees."""
         entered = self._entered[: self.count] if self._entered is not None else None
-        return self._observe(self._state, self._links[: self.count], entered, in_play=True)
+        return self._view(self._observe(self._state, self._links[: self.count], entered, in_play=True), self._state)
 
     def observe_first(self, count: int) -> torch.Tensor:
-        """Fresh observations of the first ``count`` games (all of them, if fewer) as they are now."""
+        """The boards of the first ``count`` games (all of them, if fewer) as they are now, for
+        drawing: never turned, also when the observations are egocentric."""
         count = min(count, self.count)
         return self._observe(self._state[:, :count], *self._planes(torch.arange(count, device=self.device)))
 
@@ -356,6 +364,15 @@ class BatchedGames:
             cells = cells.clamp(min=0)
         observations.view(-1).scatter_(0, (offsets + cells).view(-1), values)
         return observations.view(count, self._channels, n, n)
+
+    def _view(self, observations: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        """``observations`` as the policy sees them: unchanged, or with ``egocentric`` each board
+        turned so that its snake moves up (one gather through :func:`egocentric_cells`)."""
+        if not self.rules.egocentric:
+            return observations
+        count, channels, n, _ = observations.shape
+        cells = self._egocentric_cells.index_select(0, state[DIRECTION_ROW]).unsqueeze(1).expand(-1, channels, -1)
+        return observations.view(count, channels, n * n).gather(2, cells).view(count, channels, n, n)
 
     def _place_food(self, games: torch.Tensor) -> None:
         """Put food on a uniformly random free cell of each of ``games``; each must have one."""

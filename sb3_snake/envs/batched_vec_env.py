@@ -25,7 +25,6 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-from gymnasium import spaces
 from stable_baselines3.common.vec_env import VecEnv
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvObs, VecEnvStepReturn
 
@@ -72,6 +71,9 @@ class BatchedSnakeVecEnv(VecEnv):
     :param countdown: observe the countdown channel too (see :class:`~sb3_snake.SnakeEnv`).
     :param stall_growth: steps without food allowed per cell of the snake, on top of
         ``max_steps_without_food`` (see :class:`~sb3_snake.SnakeEnv`).
+    :param egocentric: observe each board turned so that its snake moves up, and act with three
+        relative actions (see :class:`~sb3_snake.SnakeEnv`). ``render`` and ``get_images`` draw
+        the boards unturned.
     :param long_starts: the share of restarts (the first reset's included) that begin with a
         long snake, 50-85% of the board's cells, lying along a closed tour of the board with
         food on a random free cell, instead of the standard start. Games that are nearly won
@@ -94,6 +96,7 @@ class BatchedSnakeVecEnv(VecEnv):
         countdown: bool = False,
         stall_growth: int = 0,
         long_starts: float = 0.0,
+        egocentric: bool = False,
     ):
         if not is_integer(num_envs) or num_envs < 1:
             raise UsageError(f"num_envs must be a positive integer, got {num_envs!r}; pass the number of games")
@@ -105,10 +108,10 @@ class BatchedSnakeVecEnv(VecEnv):
                 f"long_starts must be a share from 0 to 1, got {long_starts!r}; pass 0 for standard starts only"
             )
         self.rules = SnakeRules(
-            board_size, start_length, dist_to_border, max_steps_without_food, countdown, stall_growth
+            board_size, start_length, dist_to_border, max_steps_without_food, countdown, stall_growth, egocentric
         )
         self.device = check_torch_device(device)
-        super().__init__(num_envs, self.rules.observation_space, spaces.Discrete(4))
+        super().__init__(num_envs, self.rules.observation_space, self.rules.action_space)
         self._actions: torch.Tensor | None = None
         self._t_start = time.time()
         seed = secrets.randbits(63) if seed is None else seed
@@ -124,20 +127,22 @@ class BatchedSnakeVecEnv(VecEnv):
     def step_tensors(self, actions: torch.Tensor) -> BatchedStep:
         """Apply one action per game (``(N,)`` integers on ``device``) and restart finished games.
 
-        Actions must be integers from 0 to 3. The dtype is always checked; the values are
+        Actions must be integers from 0 to 3 (0 to 2 when egocentric). The dtype is always checked; the values are
         checked on the CPU, and trusted on a GPU, where a check would wait for the device every
         step (the SB3 ``step`` checks them always, as ``SnakeEnv.step`` does).
         """
         if actions.dtype.is_floating_point or actions.dtype.is_complex or actions.dtype == torch.bool:
             raise UsageError(
-                f"actions must be an integer tensor of 0 to 3, got dtype {actions.dtype}; pass torch.int64 actions"
+                f"actions must be an integer tensor of 0 to {self.action_space.n - 1}, got dtype {actions.dtype}; "
+                "pass torch.int64 actions"
             )
         if actions.shape != (self.num_envs,):
             raise UsageError(
                 f"expected actions of shape ({self.num_envs},), got {tuple(actions.shape)}; pass one action per game"
             )
-        if actions.device.type == "cpu" and bool(((actions < 0) | (actions > 3)).any()):
-            check_actions(actions.numpy(), self.num_envs)  # raises, naming the first bad action
+        highest = self.action_space.n - 1
+        if actions.device.type == "cpu" and bool(((actions < 0) | (actions > highest)).any()):
+            check_actions(actions.numpy(), self.num_envs, self.rules.egocentric)  # raises, naming the first bad one
         return self._games.step(actions)
 
     @property
@@ -165,7 +170,8 @@ class BatchedSnakeVecEnv(VecEnv):
         return self.reset_tensors().cpu().numpy()
 
     def step_async(self, actions: np.ndarray) -> None:
-        self._actions = torch.as_tensor(check_actions(actions, self.num_envs), device=self.device)
+        actions = check_actions(actions, self.num_envs, self.rules.egocentric)
+        self._actions = torch.as_tensor(actions, device=self.device)
 
     def step_wait(self) -> VecEnvStepReturn:
         assert self._actions is not None, "step_async() must be called before step_wait()"

@@ -37,7 +37,12 @@ MIN_START_LENGTH = 2
 MAX_STALL_GROWTH = 64
 
 
+#: Relative actions (``egocentric=True``): turn left, go straight, turn right.
+TURN_LEFT, STRAIGHT, TURN_RIGHT = 0, 1, 2
+RELATIVE_ACTION_NAMES = ("left", "straight", "right")
+
 _ACTIONS_HELP = "0 (up), 1 (right), 2 (down) or 3 (left)"
+_RELATIVE_ACTIONS_HELP = "0 (turn left), 1 (straight) or 2 (turn right)"
 
 
 def is_integer(value: object) -> bool:
@@ -45,31 +50,62 @@ def is_integer(value: object) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
-def check_action(action: object) -> int:
+def check_action(action: object, relative: bool = False) -> int:
     """The action as an int, or a :class:`UsageError` naming it: an integer (Python or NumPy, or
-    a one-element integer array) from 0 to 3, as ``Discrete(4).contains`` accepts."""
+    a one-element integer array) from 0 to 3 (0 to 2 for ``relative`` actions), as
+    ``Discrete(4).contains`` (``Discrete(3)``) accepts."""
+    help, highest = (_RELATIVE_ACTIONS_HELP, 2) if relative else (_ACTIONS_HELP, 3)
     value = np.asarray(action)
     if value.size != 1 or value.dtype.kind not in "iu":
-        raise UsageError(f"action must be an integer {_ACTIONS_HELP}, got {action!r}")
+        raise UsageError(f"action must be an integer {help}, got {action!r}")
     number = int(value.reshape(()))
-    if not 0 <= number <= 3:
-        raise UsageError(f"action must be {_ACTIONS_HELP}, got {number}")
+    if not 0 <= number <= highest:
+        raise UsageError(f"action must be {help}, got {number}")
     return number
 
 
-def check_actions(actions: object, count: int) -> np.ndarray:
+def check_actions(actions: object, count: int, relative: bool = False) -> np.ndarray:
     """``count`` actions as an int64 array, or a :class:`UsageError` naming the first bad one;
     the same rule as :func:`check_action`, for one action per game."""
+    help, highest = (_RELATIVE_ACTIONS_HELP, 2) if relative else (_ACTIONS_HELP, 3)
     values = np.asarray(actions)
     if values.size != count:
         raise UsageError(f"expected {count} actions (one per game), got {values.size}; pass one action per game")
     values = values.reshape(count)
     if values.dtype.kind not in "iu":
-        raise UsageError(f"action must be an integer {_ACTIONS_HELP}, got {values[:4]!r} (dtype {values.dtype})")
-    bad = np.flatnonzero((values < 0) | (values > 3))
+        raise UsageError(f"action must be an integer {help}, got {values[:4]!r} (dtype {values.dtype})")
+    bad = np.flatnonzero((values < 0) | (values > highest))
     if len(bad):
-        raise UsageError(f"action must be {_ACTIONS_HELP}, got {int(values[bad[0]])} for game {int(bad[0])}")
+        raise UsageError(f"action must be {help}, got {int(values[bad[0]])} for game {int(bad[0])}")
     return values.astype(np.int64, copy=False)
+
+
+def absolute_action(direction, relative):
+    """The absolute direction of relative action ``relative`` (0 left, 1 straight, 2 right) for a
+    snake moving in ``direction``; ints or integer arrays or tensors alike."""
+    return (direction + relative + 3) % 4
+
+
+def egocentric_cells(board_size: int) -> np.ndarray:
+    """``cells[d, i]``: the flat board cell shown at flat cell ``i`` of the egocentric view of a
+    snake moving in direction ``d``, shape ``(4, board_size ** 2)``.
+
+    The view is the board turned ``d`` quarter turns counterclockwise (``np.rot90(board, d)``),
+    which turns direction ``d`` to up: the snake always moves up the view.
+    """
+    board = np.arange(board_size * board_size).reshape(board_size, board_size)
+    return np.stack([np.rot90(board, turns).reshape(-1) for turns in range(4)])
+
+
+def mirror_observation(observation: np.ndarray) -> np.ndarray:
+    """An egocentric observation (``(..., C, n, n)``) of the mirror-image game: left and right
+    swapped. The snake still moves up, so it is a game of the same rules."""
+    return observation[..., ::-1].copy()
+
+
+def mirror_action(action):
+    """The relative action of the mirror-image game: left and right swapped, straight kept."""
+    return 2 - action
 
 
 def opposite(direction: int) -> int:
@@ -105,6 +141,12 @@ class SnakeRules:
         ``length - 1`` on the neck (at most :data:`MAX_COUNTDOWN`). The binary body channel says
         where the snake is, not in which order it leaves; with the countdown the network can tell
         whether a pocket the head enters opens before the head needs the room.
+    :param egocentric: observe the board turned so that the snake always moves up
+        (:func:`egocentric_cells`) and act with three relative actions, 0 turn left, 1 straight,
+        2 turn right. The game is the same; a policy no longer has to learn each situation
+        once per heading, and a reversal cannot be asked for. Its mirror image (left and right
+        swapped, :func:`mirror_observation` and :func:`mirror_action`) is a game of the same
+        rules, which doubles what each transition teaches.
     """
 
     board_size: int = 10
@@ -113,6 +155,7 @@ class SnakeRules:
     max_steps_without_food: int | None = None
     countdown: bool = False
     stall_growth: int = 0
+    egocentric: bool = False
 
     def __post_init__(self) -> None:
         n = self.board_size
@@ -157,6 +200,11 @@ class SnakeRules:
     @property
     def num_cells(self) -> int:
         return self.board_size**2
+
+    @property
+    def action_space(self) -> spaces.Discrete:
+        """``Discrete(4)`` absolute directions, or ``Discrete(3)`` relative turns when egocentric."""
+        return spaces.Discrete(3 if self.egocentric else 4)
 
     @property
     def observation_space(self) -> spaces.Box:

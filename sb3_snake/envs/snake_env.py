@@ -8,7 +8,6 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from gymnasium import spaces
 
 from sb3_snake.envs.render import RENDER_MODES, check_render_mode, render_ansi, render_rgb
 from sb3_snake.envs.rules import (
@@ -21,6 +20,7 @@ from sb3_snake.envs.rules import (
     NECK,
     TAIL,
     SnakeRules,
+    absolute_action,
     check_action,
     opposite,
 )
@@ -85,6 +85,9 @@ class SnakeEnv(gym.Env[np.ndarray, np.int64]):
     - ``countdown`` (default False): the sixth observation channel above.
     - ``stall_growth`` (default 0): steps without food allowed per cell of the snake, on top of
       ``max_steps_without_food``; a rule change that lets long snakes take the long way round.
+    - ``egocentric`` (default False): the board turned so that the snake always moves up, and
+      ``Discrete(3)`` relative actions, 0 turn left, 1 straight, 2 turn right (the same game;
+      see :class:`~sb3_snake.envs.rules.SnakeRules`). Registered as ``sb3_snake/SnakeEgocentric-v0``.
     - ``render_mode``: ``"ansi"`` (a text board) or ``"rgb_array"``.
 
     ``info`` always holds ``score`` (food eaten this episode) and ``length``; at the end of an
@@ -109,13 +112,14 @@ class SnakeEnv(gym.Env[np.ndarray, np.int64]):
         render_mode: str | None = None,
         countdown: bool = False,
         stall_growth: int = 0,
+        egocentric: bool = False,
     ):
         self.render_mode = check_render_mode(render_mode)
         self.rules = SnakeRules(
-            board_size, start_length, dist_to_border, max_steps_without_food, countdown, stall_growth
+            board_size, start_length, dist_to_border, max_steps_without_food, countdown, stall_growth, egocentric
         )
         self.observation_space = self.rules.observation_space
-        self.action_space = spaces.Discrete(4)
+        self.action_space = self.rules.action_space
         self._body: deque[tuple[int, int]] = deque()
         self._occupied = np.zeros((board_size, board_size), dtype=bool)
         self._direction = 0
@@ -154,7 +158,9 @@ class SnakeEnv(gym.Env[np.ndarray, np.int64]):
         return self._observation()
 
     def step(self, action):
-        action = check_action(action)
+        action = check_action(action, relative=self.rules.egocentric)
+        if self.rules.egocentric:
+            action = absolute_action(self._direction, action)
         if action == opposite(self._direction):
             action = self._direction
         d_row, d_col = DIRECTION_DELTAS[action]
@@ -193,9 +199,9 @@ class SnakeEnv(gym.Env[np.ndarray, np.int64]):
 
     def render(self):
         if self.render_mode == "ansi":
-            return render_ansi(self._observation(), list(self._body))
+            return render_ansi(self._board(), list(self._body))
         if self.render_mode == "rgb_array":
-            return render_rgb(self._observation(), list(self._body))
+            return render_rgb(self._board(), list(self._body))
         return None
 
     def _place(self, body: Sequence[tuple[int, int]], direction: int) -> None:
@@ -212,6 +218,12 @@ class SnakeEnv(gym.Env[np.ndarray, np.int64]):
         return divmod(int(free[self.np_random.integers(len(free))]), self.rules.board_size)
 
     def _observation(self) -> np.ndarray:
+        board = self._board()
+        if self.rules.egocentric:  # turned so that the snake moves up: right is one quarter turn
+            return np.ascontiguousarray(np.rot90(board, self._direction, axes=(1, 2)))
+        return board
+
+    def _board(self) -> np.ndarray:
         obs = np.zeros(self.observation_space.shape, dtype=np.uint8)
         obs[BODY] = self._occupied
         obs[BODY][self._body[0]] = 0

@@ -130,6 +130,9 @@ class TrainConfig:
     countdown: bool = option(
         False, "Observe a countdown channel: on each body cell, the moves until it is free.", BOARD
     )
+    egocentric: bool = option(
+        False, "See the board turned to the snake's heading and act with 3 turns (left, straight, right).", BOARD
+    )
     stall_growth: int = option(
         0, "Steps without food allowed per cell of the snake, beyond board_size ** 2 (0: Snake-v0's rule).", GAMES
     )

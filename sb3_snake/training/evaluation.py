@@ -43,6 +43,11 @@ def game_end(info: dict[str, Any]) -> str:
     return "died_with_a_way_out" if can_survive(info["terminal_observation"]) else "walled_in"
 
 
+def egocentric(model: Any) -> bool:
+    """Whether ``model`` plays the egocentric view: three turns instead of four directions."""
+    return int(model.action_space.n) == 3
+
+
 def check_evaluation(episodes: int, seed: int) -> None:
     """Raise UsageError (naming the option) unless ``episodes`` and ``seed`` can be played."""
     if episodes < 1:
@@ -70,7 +75,9 @@ def evaluate(
     n_envs = min(episodes, max_envs)
     quota = np.full(n_envs, episodes // n_envs)
     quota[: episodes % n_envs] += 1
-    env = BatchedSnakeVecEnv(n_envs, board_size=board_size, seed=seed_offset + seed, countdown=countdown)
+    env = BatchedSnakeVecEnv(
+        n_envs, board_size=board_size, seed=seed_offset + seed, countdown=countdown, egocentric=egocentric(model)
+    )
     obs = env.reset()
     scores: list[int] = []
     lengths: list[int] = []
@@ -113,7 +120,8 @@ def play(
     it); check its place before the game with :func:`~sb3_snake.common.paths.check_writable_file`.
     """
     board_size, countdown = model.observation_space.shape[-1], has_countdown(model.observation_space.shape)
-    env = SnakeEnv(board_size=board_size, render_mode="rgb_array" if gif else "ansi", countdown=countdown)
+    mode = "rgb_array" if gif else "ansi"
+    env = SnakeEnv(board_size=board_size, render_mode=mode, countdown=countdown, egocentric=egocentric(model))
     obs, info = env.reset(seed=EVAL_SEED_OFFSET + seed)
     frames = [env.render()]
     steps, done = 0, False

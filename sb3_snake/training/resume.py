@@ -42,6 +42,7 @@ def resume_config(path: Path, trusted: bool = False, **changes: Any) -> TrainCon
         n_envs=metadata["n_envs"],
         board_size=metadata["observation_shape"][-1],
         countdown=has_countdown(metadata["observation_shape"]),
+        egocentric=metadata["n_actions"] == 3,
         dueling=bool(policy_kwargs.get("dueling", False)),
         head_view=head_view_dim != 0,
         head_view_dim=head_view_dim or TrainConfig.head_view_dim,
@@ -73,6 +74,7 @@ def apply_config(model: SnakeDQN, config: TrainConfig) -> None:
     trained = {
         "board_size": model.observation_space.shape[-1],
         "countdown": has_countdown(model.observation_space.shape),
+        "egocentric": model.action_space.n == 3,
         "dueling": bool(model.policy_kwargs.get("dueling", False)),
         **trained_extractor(model.policy_kwargs),
         "n_steps": model.n_steps,

@@ -177,6 +177,7 @@ def build_model(
         countdown=config.countdown,
         stall_growth=config.stall_growth,
         long_starts=config.long_starts,
+        egocentric=config.egocentric,
     )
     if resume is None:
         kwargs = config.dqn_kwargs()

@@ -10,7 +10,13 @@ import torch
 from sb3_snake import BatchedSnakeVecEnv, SnakeEnv
 from sb3_snake.common.errors import UsageError
 from sb3_snake.envs.batched_state import DIRECTION_ROW, FOOD_ROW
-from sb3_snake.envs.rules import closed_tour, direction_between, long_start_lengths, tour_variants
+from sb3_snake.envs.rules import (
+    closed_tour,
+    direction_between,
+    long_start_lengths,
+    tour_directions,
+    tour_variants,
+)
 
 
 def long_games(board_size: int, count: int = 64, seed: int = 0, **rules):
@@ -59,7 +65,11 @@ def test_closed_tours_visit_each_cell_once_and_close(board_size):
     assert len(tour) == len(set(tour)) == board_size * (board_size - board_size % 2)
     for cell, following in zip(tour, tour[1:] + tour[:1], strict=True):
         assert abs(cell[0] - following[0]) + abs(cell[1] - following[1]) == 1
-    assert len({tuple(variant) for variant in tour_variants(board_size).tolist()}) == 16
+    variants = tour_variants(board_size)
+    assert len({tuple(variant) for variant in variants.tolist()}) == 16
+    for variant, directions in zip(variants.tolist(), tour_directions(variants, board_size).tolist(), strict=True):
+        cells = [divmod(cell, board_size) for cell in variant]
+        assert directions == [direction_between(a, b) for a, b in zip(cells, cells[1:] + cells[:1], strict=True)]
 
 
 @pytest.mark.parametrize(("board_size", "countdown"), [(4, False), (5, True), (10, False), (10, True)])

@@ -60,6 +60,7 @@ def test_search_space_covers_the_documented_hyperparameters_and_fits_train():
         | {"target_update_interval": 1000, "exploration_steps": 5000, "exploration_final_eps": 0.01, "n_steps": 3}
         | {"double_dqn": True, "dueling": False, "symmetry_augmentation": False, "embed_dim": 32, "head_view_dim": 64}
         | {"food_shaping": 0.5, "countdown": True, "num_layers": 0}
+        | {"egocentric": True, "long_starts": 0.1, "stall_growth": 4}
     )
     values = sample_hyperparameters(trial)
     config_values = check_hyperparameters(values)
@@ -68,6 +69,7 @@ def test_search_space_covers_the_documented_hyperparameters_and_fits_train():
     assert set(values) >= {"learning_rate", "gamma", "replay_ratio", "target_update_interval", "exploration_steps"}
     assert {"exploration_final_eps", "n_steps", "double_dqn", "dueling", "symmetry_augmentation"} <= set(values)
     assert {"embed_dim", "num_layers", "head_view_dim", "food_shaping", "countdown"} <= set(values)
+    assert {"egocentric", "long_starts", "stall_growth"} <= set(values)
 
 
 def scripted_evaluations(monkeypatch, values):

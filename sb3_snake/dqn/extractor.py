@@ -157,7 +157,7 @@ class HeadView(nn.Module):
     instead, from the board plus one zero cell, reads several times as many indices (the view is
     about four times the board), so the scatter is the faster of the two, eager and compiled;
     the gather had in turn been faster than cutting windows from a zero-padded
-    ``C x (3H - 2) x (3W - 2)`` board (benchmark_results/ and README, "Measured performance").
+    ``C x (3H - 2) x (3W - 2)`` board (benchmark_results/ and the measurement history, docs/history.md).
 
     :param board_shape: ``(C, H, W)`` of the observations; channel :data:`~sb3_snake.envs.rules.HEAD`
         marks the head.
@@ -206,7 +206,7 @@ class SnakeAttentionExtractor(BaseFeaturesExtractor):
 
     The default sizes are small on purpose: a CPU trains them fast enough for a run of minutes
     to learn, and deeper or wider networks measured several times slower per sample for little
-    gain (README, "Measured performance"). ``sb3-snake train`` passes ``num_layers=0``: the
+    gain (the measurement history, docs/history.md). ``sb3-snake train`` passes ``num_layers=0``: the
     embedded tokens go straight to the pooling query, which roughly halves the gradient step's
     time and so buys about twice the games in a run of fixed length, at the same greedy score
     per game. The default here stays one block, which models saved before that option were

@@ -56,6 +56,7 @@ from sb3_snake.envs.rules import (
     absolute_action,
     egocentric_cells,
     long_start_lengths,
+    tour_directions,
     tour_variants,
 )
 
@@ -134,10 +135,7 @@ class BatchedGames:
         self.long_starts = long_starts
         tours = tour_variants(rules.board_size)
         self._tours = torch.as_tensor(tours, device=dev)
-        ahead = np.roll(tours, -1, axis=1)  # the direction from each cell of a tour to the next one
-        delta = np.stack(divmod(ahead, rules.board_size), -1) - np.stack(divmod(tours, rules.board_size), -1)
-        ahead_direction = (delta[..., None, :] == DIRECTION_DELTAS).all(-1).argmax(-1)
-        self._tour_directions = torch.as_tensor(ahead_direction, device=dev)
+        self._tour_directions = torch.as_tensor(tour_directions(tours, rules.board_size), device=dev)
         self._long_lengths = long_start_lengths(rules.board_size)
         self._generator = torch.Generator(device=dev)
         self.seed(seed)

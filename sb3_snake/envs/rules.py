@@ -336,6 +336,14 @@ def tour_variants(board_size: int) -> np.ndarray:
     return np.array(variants, dtype=np.int64)
 
 
+def tour_directions(tours: np.ndarray, board_size: int) -> np.ndarray:
+    """``directions[v, k]``: the direction from point ``k`` of tour ``v`` to the point after it
+    (:func:`tour_variants`' layout): the way a snake lying along the tour moves there."""
+    cells = np.stack(divmod(tours, board_size), axis=-1)
+    steps = np.roll(cells, -1, axis=-2) - cells
+    return (steps[..., None, :] == DIRECTION_DELTAS).all(axis=-1).argmax(axis=-1)
+
+
 def long_start_lengths(board_size: int) -> tuple[int, int]:
     """The shortest and longest snake of a long start (see :data:`LONG_START_SHARES`): at most
     one cell short of the tour, so the cell ahead of the head is free."""

@@ -3,6 +3,7 @@
 import io
 import json
 import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -118,13 +119,16 @@ def test_a_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, m
 
 def test_a_stop_requested_from_another_thread_ends_the_run_and_saves(tmp_path):
     stop = StopRequest()
-    timer = threading.Timer(2.0, stop.request, args=("asked by the test",))
     result = {}
     thread = threading.Thread(
         target=lambda: result.update(train(tiny_config(episodes=10**6), FAST, tmp_path, stop=stop))
     )
-    timer.start()
     thread.start()
+    deadline = time.monotonic() + 120
+    while stop.phase != "training" and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.05)  # however long building the run takes on this machine
+    time.sleep(1.0)
+    stop.request("asked by the test")
     thread.join(timeout=120)
     assert not thread.is_alive()
     assert result["stopped_by"] == "stop" and result["stop_reason"] == "asked by the test" and stop.phase == "finished"

@@ -44,8 +44,9 @@ def game_end(info: dict[str, Any]) -> str:
 
 
 def egocentric(model: Any) -> bool:
-    """Whether ``model`` plays the egocentric view: three turns instead of four directions."""
-    return int(model.action_space.n) == 3
+    """Whether ``model`` plays the egocentric view: three turns instead of four directions (a
+    policy without an ``action_space`` plays the four directions)."""
+    return int(getattr(getattr(model, "action_space", None), "n", 4)) == 3
 
 
 def check_evaluation(episodes: int, seed: int) -> None:

@@ -17,14 +17,23 @@ def _food_of(obs):
 
 
 @pytest.mark.parametrize(
-    ("board_size", "max_steps", "countdown", "stall_growth"),
-    [(4, 12, False, 0), (6, 20, False, 0), (10, 15, False, 0), (6, 20, True, 0), (6, 4, False, 1)],
+    ("board_size", "max_steps", "countdown", "stall_growth", "egocentric"),
+    [
+        (4, 12, False, 0, False),
+        (6, 20, False, 0, False),
+        (10, 15, False, 0, False),
+        (6, 20, True, 0, False),
+        (6, 4, False, 1, False),
+        (4, 12, False, 0, True),
+        (6, 12, True, 0, True),
+        (10, 12, False, 1, True),
+    ],
 )
-def test_equivalent_to_snake_env_step_by_step(board_size, max_steps, countdown, stall_growth):
+def test_equivalent_to_snake_env_step_by_step(board_size, max_steps, countdown, stall_growth, egocentric):
     """Same random states, same random actions: same observations, rewards and flags."""
     num_games, rng = 32, np.random.default_rng(board_size)
     rules = {"board_size": board_size, "max_steps_without_food": max_steps, "countdown": countdown}
-    rules["stall_growth"] = stall_growth
+    rules.update(stall_growth=stall_growth, egocentric=egocentric)
     batched = BatchedSnakeVecEnv(num_games, seed=0, **rules)
     batched.reset()
     singles = [SnakeEnv(**rules) for _ in range(num_games)]
@@ -39,7 +48,7 @@ def test_equivalent_to_snake_env_step_by_step(board_size, max_steps, countdown, 
         restart(i)
     events = {"ate": 0, "died": 0, "truncated": 0}
     for _ in range(150):
-        actions = rng.integers(4, size=num_games)
+        actions = rng.integers(batched.action_space.n, size=num_games)
         obs, rewards, dones, infos = batched.step(actions)
         for i, env in enumerate(singles):
             expected_obs, reward, terminated, truncated, info = env.step(actions[i])
@@ -59,7 +68,7 @@ def test_equivalent_to_snake_env_step_by_step(board_size, max_steps, countdown, 
                 events["ate"] += 1
                 # Food spawns differ by RNG: the single game takes the batched game's new food and
                 # both play on (a set_state would restart the counters and the countdown's planes).
-                env._food = _food_of(obs[i])
+                env._food = _food_of(batched._games.observe_first(i + 1)[i].numpy())  # the unturned board
     assert all(count > 0 for count in events.values()), events
 
 

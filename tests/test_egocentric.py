@@ -1,16 +1,16 @@
 """The egocentric option (``egocentric=True``): the same game, seen turned so that the snake
-moves up, played with three relative actions; both envs agree, and mirror images are games."""
+moves up, played with three relative actions, and mirror images are games. That both envs agree
+step by step is ``test_batched_vec_env.test_equivalent_to_snake_env_step_by_step``."""
 
 import gymnasium as gym
 import numpy as np
 import pytest
 
 import sb3_snake
-from sb3_snake import BatchedSnakeVecEnv, SnakeEnv
+from sb3_snake import BatchedSnakeVecEnv
 from sb3_snake.common.errors import UsageError
 from sb3_snake.envs.rules import (
     DOWN,
-    FOOD,
     HEAD,
     NECK,
     RIGHT,
@@ -27,47 +27,6 @@ from tests.conftest import SingleGame, neck_direction, random_state
 
 def cell_of(plane: np.ndarray) -> tuple[int, int]:
     return divmod(int(plane.argmax()), plane.shape[-1])
-
-
-@pytest.mark.parametrize(("board_size", "countdown", "stall_growth"), [(4, False, 0), (6, True, 0), (10, False, 1)])
-def test_both_envs_agree_step_by_step(board_size, countdown, stall_growth):
-    num_games, rng = 24, np.random.default_rng(board_size)
-    rules = {"board_size": board_size, "countdown": countdown, "stall_growth": stall_growth, "egocentric": True}
-    rules["max_steps_without_food"] = 12
-    batched = BatchedSnakeVecEnv(num_games, seed=0, **rules)
-    batched.reset()
-    singles = [SnakeEnv(**rules) for _ in range(num_games)]
-    for i, env in enumerate(singles):
-        env.reset(seed=i)
-
-    def restart(i):
-        state = random_state(rng, board_size, max_length=board_size * board_size // 2)
-        np.testing.assert_array_equal(singles[i].set_state(*state), batched.set_state(i, *state))
-
-    for i in range(num_games):
-        restart(i)
-    ends = 0
-    for _ in range(120):
-        actions = rng.integers(3, size=num_games)
-        obs, rewards, dones, infos = batched.step(actions)
-        for i, env in enumerate(singles):
-            expected, reward, terminated, truncated, info = env.step(actions[i])
-            got = infos[i]["terminal_observation"] if dones[i] else obs[i]
-            ate = reward == 1.0 and not dones[i]
-            channels = [c for c in range(len(expected)) if not (ate and c == FOOD)]  # new food differs by RNG
-            np.testing.assert_array_equal(got[channels], expected[channels])
-            assert (rewards[i], dones[i]) == (reward, terminated or truncated)
-            if dones[i]:
-                ends += 1
-                restart(i)
-            elif ate:  # the single game takes the batched game's new food, and both play on
-                env._food = _food(batched, i)
-    assert ends > 0
-
-
-def _food(batched: BatchedSnakeVecEnv, index: int) -> tuple[int, int]:
-    """Game ``index``'s food cell on the unturned board."""
-    return cell_of(batched._games.observe_first(index + 1)[index, FOOD].numpy())
 
 
 def test_the_view_is_the_board_turned_so_that_the_snake_moves_up(game_kind):

@@ -2,6 +2,7 @@
 optimizer's own state, and refused where it would differ."""
 
 import functools
+import threading
 
 import pytest
 import torch
@@ -10,6 +11,7 @@ from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.common.system import cpu_has_native_bf16
 from sb3_snake.dqn.update.compile import unsupported_reason
 from sb3_snake.dqn.update.compiled import CompiledUpdate
+from sb3_snake.dqn.update.step import UpdateStep
 from tests.conftest import small_dqn
 
 EAGER = OptimizationSettings(use_bf16=False, use_flash_attention=False, use_torch_compile=False, num_threads=1)
@@ -112,6 +114,84 @@ def test_a_new_learning_rate_and_loaded_parameters_are_used_without_a_new_compil
     assert_same_training_state(eager, compiled)
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs  # nothing compiled again
     assert compiled.updates.current.calls == 4
+
+
+@pytest.mark.slow
+def test_a_background_compile_leaves_the_model_alone_and_its_graph_serves_the_model(monkeypatch):
+    graph_only(monkeypatch)  # which tensors the graph reads and whether it compiles again is dynamo's doing
+    eager, compiled = twins(double_dqn=True)
+    update = compiled.updates.current
+    before = [parameter.detach().clone() for parameter in compiled.policy.parameters()]
+    update.compile_in_background(compiled.replay_buffer.sample(32))
+    update.finish_background()  # waits for the thread
+    assert update.failure == ""
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    for parameter, kept in zip(compiled.policy.parameters(), before, strict=True):
+        torch.testing.assert_close(parameter, kept, rtol=0, atol=0)  # the compile ran on copies
+    assert not compiled.policy.optimizer.state  # and Adam's state is not created behind the optimizer's back
+    step_both(eager, compiled, steps=2)
+    assert_same_training_state(eager, compiled)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs  # the model's own tensors: no new compile
+
+
+def hold_background_compile(monkeypatch) -> threading.Event:
+    """Make background compiles wait for the returned event before they compile."""
+    release, compile_on_copies = threading.Event(), CompiledUpdate._compile_on_copies
+
+    def held(self, *args):
+        release.wait()
+        compile_on_copies(self, *args)
+
+    monkeypatch.setattr(CompiledUpdate, "_compile_on_copies", held)
+    return release
+
+
+@pytest.mark.slow
+def test_training_goes_on_eagerly_until_the_background_compile_is_ready(monkeypatch):
+    graph_only(monkeypatch)
+    release = hold_background_compile(monkeypatch)
+    model = small_dqn(COMPILED, board_size=6, transitions=96, compile_in_background=True)
+    threads = torch.get_num_threads()
+    try:
+        for _ in range(3):
+            model.train(gradient_steps=2, batch_size=32)
+        assert type(model.updates.current) is UpdateStep and model._n_updates == 6
+        in_effect = model.optimizations_in_effect().compile
+        assert not in_effect.active
+        assert in_effect.reason == "compiling in the background since gradient step 0 (6 trained)"
+        torch.set_num_threads(threads + 1)  # the threads callback moved on while it compiled
+        release.set()
+        model.updates.pending.finish_background()
+        model.train(gradient_steps=2, batch_size=32)
+        assert isinstance(model.updates.current, CompiledUpdate) and model.updates.current.calls == 2
+        assert torch.get_num_threads() == threads  # back to the count the graph was compiled for
+        assert model.optimizations_in_effect().compile.active and model.compile_state.active
+        assert model._n_updates == 8
+    finally:
+        release.set()
+        torch.set_num_threads(threads)
+
+
+def test_a_background_compile_that_fails_leaves_training_eager_with_the_reason(monkeypatch, caplog):
+    def failing_compile(function, **options):
+        def compiled(*args):
+            raise RuntimeError("no compiler here")
+
+        return compiled
+
+    monkeypatch.setattr(torch, "compile", failing_compile)
+    release = hold_background_compile(monkeypatch)
+    model = small_dqn(COMPILED, board_size=5, compile_in_background=True)
+    model.train(gradient_steps=1, batch_size=32)  # starts the compile
+    release.set()
+    model.updates.pending.finish_background()
+    model.train(gradient_steps=1, batch_size=32)  # finds it failed
+    assert type(model.updates.current) is UpdateStep and model.updates.pending is None
+    compile_decision = model.active_optimizations.compile
+    assert not compile_decision.active and compile_decision.reason == "compile failed: RuntimeError: no compiler here"
+    assert "training eagerly" in caplog.text
+    model.train(gradient_steps=1, batch_size=32)
+    assert model._n_updates == 3 and model.updates.pending is None  # and it is not tried again
 
 
 def test_only_plain_adam_and_float_observations_are_compiled_whole():

@@ -139,7 +139,9 @@ def test_every_field_declares_its_role_and_the_sorts_follow_from_it():
         "stall_growth",
         "long_starts",
     ]
-    assert panels[RUN] == ["episodes", "timesteps", "time_limit_minutes", "compile_after", "checkpoint_every"] + [
+    assert panels[RUN] == ["episodes", "timesteps", "time_limit_minutes", "compile_after"] + [
+        "compile_in_background",
+        "checkpoint_every",
         "select_every",
         "select_episodes",
         "save_replay_buffer",

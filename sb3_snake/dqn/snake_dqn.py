@@ -89,6 +89,11 @@ class SnakeDQN(TensorRollouts, DQN):
         a long while on a small CPU, so a deferred compile keeps the first minutes learning and
         still speeds up the rest of a run. What is compiled, and when, is the model's
         :class:`~sb3_snake.dqn.update.compile.CompileState` (``model.compile_state``).
+    :param compile_in_background: where the whole update is compiled (a CPU), compile it in a
+        thread on copies of the model's tensors while training goes on eagerly, and switch to it
+        when it is ready: training never stops for the compile (``sb3-snake train`` does so). The
+        switch falls at a gradient step that depends on the clock, so a seeded run repeats
+        exactly only without it; benchmarks that time compiled steps leave it off.
     :param early_steps: for this many env steps (all envs together), train
         ``early_update_fraction`` of the scheduled gradient steps: a replay ratio for the first
         minutes of a run. Early on the replay buffer is small and the policy changes fast, so
@@ -130,6 +135,7 @@ class SnakeDQN(TensorRollouts, DQN):
         double_dqn: bool = False,
         symmetry_augmentation: bool = False,
         compile_after: int = 0,
+        compile_in_background: bool = False,
         early_steps: int = 0,
         early_update_fraction: float = 1.0,
         food_shaping: float = 0.0,
@@ -147,6 +153,7 @@ class SnakeDQN(TensorRollouts, DQN):
         #: update of many gradient steps cannot outlast either (None: never asked).
         self.update_interrupt: Callable[[], bool] | None = None
         self.compile_after = compile_after
+        self.compile_in_background = compile_in_background
         self.double_dqn = double_dqn
         self.symmetry_augmentation = symmetry_augmentation
         self._augmentation: SymmetryAugmentation | None = None
@@ -168,7 +175,7 @@ class SnakeDQN(TensorRollouts, DQN):
             super()._setup_model()
         self.active_optimizations = apply_optimizations(self, self.optimizations)
         self._setup_augmentation()
-        self.updates = UpdateChoice(self, self.compile_after)
+        self.updates = UpdateChoice(self, self.compile_after, self.compile_in_background)
 
     def _setup_augmentation(self) -> None:
         self._augmentation = None

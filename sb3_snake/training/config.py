@@ -182,6 +182,11 @@ class TrainConfig:
         "With torch.compile on: gradient steps trained eagerly before compiling (0: compile at once).",
         RUN_OPTION,
     )
+    compile_in_background: bool = option(
+        True,
+        "With torch.compile on: compile in a thread while training goes on eagerly (off: training waits for it).",
+        RUN_OPTION,
+    )
     checkpoint_every: int | None = option(None, "Episodes between atomic checkpoints (checkpoint.zip).", RUN_OPTION)
     select_every: int | None = option(
         None, "Env steps between greedy evaluations that keep best_model.zip.", RUN_OPTION
@@ -375,6 +380,7 @@ class TrainConfig:
             "seed": self.seed,
             "verbose": self.verbose,
             "compile_after": self.compile_after,
+            "compile_in_background": self.compile_in_background,
             **self.schedule_kwargs(),
             "policy_kwargs": self.policy_kwargs(),
         }

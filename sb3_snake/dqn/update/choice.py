@@ -5,7 +5,9 @@ Three ways run the same :class:`~sb3_snake.dqn.update.step.UpdateStep`:
 - **captured** (:class:`~sb3_snake.dqn.update.captured.CapturedUpdate`): when the CUDA graph is
   active (CUDA, a replay buffer on the device) and no VecNormalize changes the samples;
 - **compiled** (:class:`~sb3_snake.dqn.update.compiled.CompiledUpdate`): when the whole update
-  is compiled (a CPU, once the :class:`~sb3_snake.dqn.update.compile.CompileState` compiled);
+  is compiled (a CPU, once the :class:`~sb3_snake.dqn.update.compile.CompileState` compiled).
+  A background compile is started here when it is due, with a batch of the replay buffer, and
+  the eager step runs on until the compiled one is ready (:meth:`UpdateChoice._adopt`);
 - **eager**: otherwise (with the networks compiled in place where the compile says so).
 
 :meth:`UpdateChoice._choose` is the only place that picks one; it picks again only when what it
@@ -44,21 +46,28 @@ class UpdateChoice:
 
     :param model: a :class:`~sb3_snake.SnakeDQN`.
     :param compile_after: gradient steps trained eagerly before an active compile.
+    :param compile_in_background: compile the whole update in a thread while training goes on.
     """
 
-    def __init__(self, model: DQN, compile_after: int):
+    def __init__(self, model: DQN, compile_after: int, compile_in_background: bool = False):
         self.model = model
         active = model.active_optimizations
-        self.compile = CompileState.for_model(model, active.compile, compile_after, active.settings.compile_mode)
+        self.compile = CompileState.for_model(
+            model, active.compile, compile_after, active.settings.compile_mode, compile_in_background
+        )
         self._record("compile", self.compile.planned)
         self.current: UpdateStep | None = None
-        self._compile_if_due()
+        self.pending: CompiledUpdate | None = None  #: the update compiling in the background, if one is
+        if not self.compile.in_background:  # a background compile needs a batch: the first run starts it
+            self._compile_if_due()
         self.current = self._choose(model.batch_size)
 
     def run(self, gradient_steps: int, batch_size: int) -> torch.Tensor:
-        """``gradient_steps`` updates of ``batch_size``, compiling first when the compile is due;
-        their mean loss, on the device and not read."""
-        self._compile_if_due()
+        """``gradient_steps`` updates of ``batch_size``, compiling first when the compile is due
+        (or starting to, in the background); their mean loss, on the device and not read."""
+        self._compile_if_due(batch_size)
+        if self.pending is not None and not self.pending.compiling:
+            self._adopt(self.pending)
         step = self.current if self.current is not None and self.current.fits(batch_size) else None
         step = step or self._choose(batch_size)
         mean_loss = step.run(gradient_steps, batch_size)
@@ -83,8 +92,18 @@ class UpdateChoice:
             self.current = UpdateStep(model)
         return self.current
 
-    def _compile_if_due(self) -> None:
+    def _compile_if_due(self, batch_size: int | None = None) -> None:
         if not self.compile.due(self.model._n_updates):
+            return
+        if self.compile.in_background:
+            model = self.model
+            self.pending = CompiledUpdate(model, model.active_optimizations)
+            data = model.replay_buffer.sample(batch_size, env=model._vec_normalize_env)
+            if model._augmentation is not None:
+                data = model._augmentation(data)
+            self.pending.compile_in_background(data)
+            self.compile.compiling_since = model._n_updates
+            logger.info("compiling the whole update in the background from gradient step %d", model._n_updates)
             return
         failure = self.compile.compile_now(self.model)
         self.current = None  # chosen again: the compiled update, or a graph of the compiled networks
@@ -92,6 +111,21 @@ class UpdateChoice:
             self._turn_off("compile", "torch.compile", failure)
         else:
             self._record("compile", self.compile.planned)
+
+    def _adopt(self, compiled: CompiledUpdate) -> None:
+        """A background compile ended: its update runs from now on, in the thread count it was
+        compiled for, or, when it failed, the compile is off."""
+        compiled.finish_background()
+        self.pending, self.compile.compiling_since = None, None
+        if compiled.failure:
+            self._turn_off("compile", "torch.compile", compiled.failure)
+            return
+        if torch.get_num_threads() != compiled.threads:
+            logger.info("threads: back to %d, the count the update was compiled for", compiled.threads)
+            torch.set_num_threads(compiled.threads)
+        self.compile.compiled = True
+        self.current = compiled
+        self._record("compile", self.compile.planned)
 
     def _turn_off(self, decision: str, label: str, failure: str) -> None:
         """The one fallback: ``decision`` off with ``failure`` as its reason; eager updates from now on."""

@@ -10,6 +10,10 @@
 - **when**: after ``compile_after`` gradient steps trained eagerly (0: when the model is built).
   A cold compile stalls training for a long while on a small CPU, so a deferred compile keeps
   the first minutes of a run learning and still speeds up the rest;
+- **in the background or not**: with ``background``, the whole update compiles in a thread on
+  copies of the model's tensors while training goes on eagerly, and takes over when it is ready
+  (:meth:`~sb3_snake.dqn.update.compiled.CompiledUpdate.compile_in_background`): training never
+  stops for the compile. Without it, the first compiled call compiles, and training waits;
 - **how it went**: compiled, or failed with the error as the reason (training goes on eagerly).
 
 It alone says so in words (:attr:`CompileState.planned`, :meth:`CompileState.in_effect`): the
@@ -101,21 +105,32 @@ class CompileState:
     :param whole_update: :func:`decide_compiled_update` for the model: the whole update, or the networks.
     :param after: gradient steps trained eagerly before compiling (0: compile at once).
     :param mode: the ``torch.compile`` mode.
+    :param background: compile the whole update in a thread while training goes on eagerly
+        (the networks, compiled in place where the whole update is not, compile at once).
     """
 
     requested: Decision
     whole_update: Decision
     after: int = 0
     mode: str = "default"
+    background: bool = False
     compiled: bool = False  #: compiled (or, for the whole update, handed to the update that compiles it)
     failure: str = ""  #: why compiling failed, if it did
+    compiling_since: int | None = None  #: the gradient step a background compile started at, while it runs
 
     @classmethod
-    def for_model(cls, model: DQN, requested: Decision, compile_after: int, mode: str) -> CompileState:
+    def for_model(
+        cls, model: DQN, requested: Decision, compile_after: int, mode: str, background: bool = False
+    ) -> CompileState:
         """The state of a model just built: a compile deferred by ``compile_after`` gradient steps
         counts from the model's own (a loaded model defers what is left, or compiles at once)."""
         whole = decide_compiled_update(model.device.type, unsupported_reason(model))
-        return cls(requested, whole, compile_after if compile_after > model._n_updates else 0, mode)
+        return cls(requested, whole, compile_after if compile_after > model._n_updates else 0, mode, background)
+
+    @property
+    def in_background(self) -> bool:
+        """Whether the compile, when due, runs in a background thread (the whole update only)."""
+        return self.background and self.whole_update.active
 
     @property
     def active(self) -> bool:
@@ -130,7 +145,8 @@ class CompileState:
 
     def due(self, n_updates: int) -> bool:
         """Whether to compile now, with ``n_updates`` gradient steps trained."""
-        return self.requested.active and not self.compiled and not self.failure and n_updates >= self.after
+        waiting = not self.compiled and not self.failure and self.compiling_since is None
+        return self.requested.active and waiting and n_updates >= self.after
 
     @property
     def planned(self) -> Decision:
@@ -140,12 +156,17 @@ class CompileState:
         if self.failure:
             return Decision(True, False, self.failure)
         when = f"after the first {self.after:,} gradient steps" if self.after else ""
+        how = "in the background while training goes on" if self.in_background else ""
         what = self.whole_update.reason if self.whole_update.active else ""
-        return Decision(True, True, ": ".join(part for part in (when, what) if part))
+        return Decision(True, True, ": ".join(part for part in (", ".join(p for p in (when, how) if p), what) if part))
 
     def in_effect(self, n_updates: int) -> Decision:
-        """:attr:`planned`, except that a compile still waiting for its gradient step is not in
-        effect yet (a run's summary and the threads callback ask this)."""
+        """:attr:`planned`, except that a compile still waiting for its gradient step, or still
+        compiling in the background, is not in effect yet (a run's summary and the threads
+        callback ask this)."""
+        if self.compiling_since is not None and not self.compiled and not self.failure:
+            since = f"compiling in the background since gradient step {self.compiling_since:,}"
+            return Decision(True, False, f"{since} ({n_updates:,} trained)")
         if self.requested.active and not self.compiled and not self.failure:
             reason = f"deferred to gradient step {self.after:,}, not reached ({n_updates:,} trained)"
             return Decision(True, False, reason)

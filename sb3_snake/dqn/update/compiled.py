@@ -23,6 +23,10 @@ little. This module compiles the update itself, ``torch.compile(fullgraph=True)`
   backward pass and runs the optimizer as a graph of its own, and measured slower than this
   one graph on a CPU at batch 128, with fused and with capturable Adam alike (foreach Adam did
   not trace at all); the eager step was slower still.
+- **A pure function of its tensors**: both networks' parameters and Adam's state are arguments,
+  and the networks run through ``functional_call``. The graph therefore depends on their shapes
+  and dtypes only, never on which tensors they are, which lets it be compiled on copies while
+  training goes on (below) and then run on the model's own tensors with no new compile.
 - **The forward context** of the optimization layer around the call: the SDPA kernel
   restriction, and bf16 autocast when active, under which the graph is traced (autocast
   entered inside a ``grad_and_value`` failed to trace on torch 2.13). Everything outside the
@@ -34,12 +38,27 @@ other than plain Adam, parameter groups other than one, observations that SB3 wo
 beyond ``float()``; those compile the networks instead. A compile that fails (at the first
 call, which compiles) sets :attr:`~UpdateStep.failure`, and the call's steps run eagerly.
 
+**Compiling in the background** (:meth:`CompiledUpdate.compile_in_background`). A cold compile of
+this graph takes tens of seconds on a small CPU, and a first call that compiles stops training
+for all of them. Instead, a thread makes that first call on *copies* of the parameters and
+Adam's state, with one real sampled batch, while the caller goes on training eagerly; the model's
+own tensors are not touched until the compile is done (:attr:`CompiledUpdate.compiling`), and
+the next call of the compiled function finds the graph ready under the same guards. The thread
+competes with training for the GIL and the cores, so eager steps run slower meanwhile, but they
+never stop. What the thread cannot share with training is held fixed for it: the SDPA kernel
+choice, process-wide flags that the eager forward passes set and restore, is held by the
+caller from the start to the end of the compile; autocast and grad mode are per thread; and the
+thread count the graph is compiled for is recorded (:attr:`CompiledUpdate.threads`), for the
+caller to keep (a graph compiled for one count compiles again for another).
+
 On CUDA the gradient step is captured as a CUDA graph instead (:mod:`sb3_snake.dqn.update.captured`),
 which removes the launch overhead this removes on the CPU.
 """
 
 from __future__ import annotations
 
+import threading
+from contextlib import ExitStack
 from typing import TYPE_CHECKING
 
 import torch
@@ -87,15 +106,20 @@ class CompiledUpdate(UpdateStep):
         self.sdpa_backends = active.sdpa_backends
         self.device_type, self.bf16 = model.device.type, active.bf16.active
         self.online, self.target = _QValues(model.q_net), _QValues(model.q_net_target)
-        named = list(self.online.named_parameters())
-        self.names = [name for name, _ in named]
-        self.parameters = [parameter for _, parameter in named]
+        self.names = [name for name, _ in self.online.named_parameters()]
+        self.parameters = [parameter for _, parameter in self.online.named_parameters()]
+        self.target_names = [name for name, _ in self.target.named_parameters()]
+        self.target_parameters = [parameter for _, parameter in self.target.named_parameters()]
         self.buffers = dict(self.online.named_buffers())
+        self.target_buffers = dict(self.target.named_buffers())
         self.optimizer = model.policy.optimizer
         self.group = self.optimizer.param_groups[0]
         self.learning_rate = torch.zeros((), device=model.device)
         self.state: tuple[list[torch.Tensor], ...] = ()  #: Adam's exp_avg, exp_avg_sq and step, per parameter
-        self.calls = 0  #: updates run compiled (the first one compiles)
+        self.calls = 0  #: updates run compiled (the first one compiles, unless the background did)
+        self.threads = 0  #: torch's thread count the background compile compiled for (0: none started)
+        self._background: threading.Thread | None = None
+        self._held = ExitStack()  #: the SDPA kernel choice, held for the background compile
         self.function = torch.compile(self._update, fullgraph=True, dynamic=False, mode=active.settings.compile_mode)
 
     def update(self, data: ReplayBufferSamples) -> torch.Tensor:
@@ -113,11 +137,50 @@ class CompiledUpdate(UpdateStep):
         return loss
 
     def compiled_update(self, data: ReplayBufferSamples) -> torch.Tensor:
-        """One call of the compiled function, in the forward context, on Adam's state tensors."""
+        """One call of the compiled function, in the forward context, on the model's parameters
+        and Adam's state tensors."""
         self.learning_rate.fill_(self.group["lr"])
         self.state = self.state or self._adam_state()
+        tensors = (self.parameters, self.target_parameters, *self.state)
         with sdpa_kernel(self.sdpa_backends), torch.autocast(self.device_type, torch.bfloat16, enabled=self.bf16):
-            return self.function(data, self.learning_rate, *self.state)
+            return self.function(data, self.learning_rate, *tensors)
+
+    def compile_in_background(self, data: ReplayBufferSamples) -> None:
+        """Start compiling in a thread, by one call on copies of the parameters and of Adam's
+        state with the batch ``data`` (see the module docstring); the caller trains on meanwhile
+        and asks :attr:`compiling`, then :meth:`finish_background`, before calling :meth:`update`."""
+        copies = (
+            [_copy(parameter) for parameter in self.parameters],
+            [_copy(parameter) for parameter in self.target_parameters],
+            *self._fresh_adam_state(),
+        )
+        learning_rate = torch.full((), self.group["lr"], device=self.learning_rate.device)
+        self.threads = torch.get_num_threads()
+        self._held.enter_context(sdpa_kernel(self.sdpa_backends))
+        self._background = threading.Thread(
+            target=self._compile_on_copies, args=(data, learning_rate, copies), name="sb3-snake-compile", daemon=True
+        )
+        self._background.start()
+
+    @property
+    def compiling(self) -> bool:
+        """Whether a background compile is still running."""
+        return self._background is not None and self._background.is_alive()
+
+    def finish_background(self) -> None:
+        """After a background compile: wait for its thread and release what it held. Its
+        failure, if it failed, is :attr:`~UpdateStep.failure`."""
+        if self._background is not None:
+            self._background.join()
+            self._background = None
+        self._held.close()
+
+    def _compile_on_copies(self, data: ReplayBufferSamples, learning_rate: torch.Tensor, copies: tuple) -> None:
+        try:
+            with torch.autocast(self.device_type, torch.bfloat16, enabled=self.bf16):
+                self.function(data, learning_rate, *copies)
+        except Exception as error:  # noqa: BLE001 - reported as the reason compile is off
+            self.failure = compile_failure(error)
 
     def reload(self) -> bool:
         self.state = ()  # loading gives the optimizer new state tensors: read them again
@@ -134,24 +197,49 @@ class CompiledUpdate(UpdateStep):
         names = ("exp_avg", "exp_avg_sq", "step")
         return tuple([self.optimizer.state[parameter][name] for parameter in self.parameters] for name in names)
 
-    def _loss(self, parameters: list[torch.Tensor], data: ReplayBufferSamples) -> torch.Tensor:
+    def _fresh_adam_state(self) -> tuple[list[torch.Tensor], ...]:
+        """Copies of Adam's state tensors of every parameter, or new ones as ``torch.optim.Adam``
+        creates them where it has none yet; the optimizer's own state is left as it is."""
+        names = ("exp_avg", "exp_avg_sq", "step")
+        copies: tuple[list[torch.Tensor], ...] = ([], [], [])
+        for parameter in self.parameters:
+            state = self.optimizer.state.get(parameter) or {
+                "step": torch.zeros((), dtype=torch.float32, device=parameter.device),
+                "exp_avg": torch.zeros_like(parameter, memory_format=torch.preserve_format),
+                "exp_avg_sq": torch.zeros_like(parameter, memory_format=torch.preserve_format),
+            }
+            for kept, name in zip(copies, names, strict=True):
+                kept.append(state[name].clone())
+        return copies
+
+    def _loss(
+        self, parameters: list[torch.Tensor], target_parameters: list[torch.Tensor], data: ReplayBufferSamples
+    ) -> torch.Tensor:
         model = self.model
-        online = self.online if model.double_dqn else None
-        target_q_values = td_targets(data, self.target, online, model.gamma, model.food_shaping)
         weights = {**dict(zip(self.names, parameters, strict=True)), **self.buffers}
-        current_q_values = functional_call(self.online, weights, (data.observations,))
-        return F.smooth_l1_loss(current_q_values.gather(1, data.actions.long()), target_q_values)
+        target_weights = {**dict(zip(self.target_names, target_parameters, strict=True)), **self.target_buffers}
+
+        def online(observations: torch.Tensor) -> torch.Tensor:
+            return functional_call(self.online, weights, (observations,))
+
+        def target(observations: torch.Tensor) -> torch.Tensor:
+            return functional_call(self.target, target_weights, (observations,))
+
+        target_q_values = td_targets(data, target, online if model.double_dqn else None, model.gamma, model.food_shaping)
+        return F.smooth_l1_loss(online(data.observations).gather(1, data.actions.long()), target_q_values)
 
     def _update(
         self,
         data: ReplayBufferSamples,
         learning_rate: torch.Tensor,
+        parameters: list[torch.Tensor],
+        target_parameters: list[torch.Tensor],
         exp_avgs: list[torch.Tensor],
         exp_avg_sqs: list[torch.Tensor],
         steps: list[torch.Tensor],
     ) -> torch.Tensor:
-        parameters = self.parameters
-        gradients, loss = grad_and_value(self._loss)([p.detach() for p in parameters], data)
+        detached = [parameter.detach() for parameter in parameters]
+        gradients, loss = grad_and_value(self._loss)(detached, target_parameters, data)
         norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(gradients)))
         gradients = torch._foreach_mul(gradients, (self.model.max_grad_norm / (norm + 1e-6)).clamp(max=1.0))
         beta1, beta2 = self.group["betas"]
@@ -168,3 +256,9 @@ class CompiledUpdate(UpdateStep):
             torch._foreach_mul_(updates, -step_size)
             torch._foreach_add_(parameters, updates)
         return loss.detach()
+
+
+def _copy(parameter: torch.Tensor) -> torch.Tensor:
+    """A copy of a parameter that the compiled graph's guards cannot tell from it."""
+    copy = parameter.detach().clone()
+    return torch.nn.Parameter(copy, requires_grad=parameter.requires_grad) if isinstance(parameter, nn.Parameter) else copy

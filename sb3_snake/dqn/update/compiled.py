@@ -225,7 +225,8 @@ class CompiledUpdate(UpdateStep):
         def target(observations: torch.Tensor) -> torch.Tensor:
             return functional_call(self.target, target_weights, (observations,))
 
-        target_q_values = td_targets(data, target, online if model.double_dqn else None, model.gamma, model.food_shaping)
+        chooser = online if model.double_dqn else None
+        target_q_values = td_targets(data, target, chooser, model.gamma, model.food_shaping)
         return F.smooth_l1_loss(online(data.observations).gather(1, data.actions.long()), target_q_values)
 
     def _update(
@@ -261,4 +262,6 @@ class CompiledUpdate(UpdateStep):
 def _copy(parameter: torch.Tensor) -> torch.Tensor:
     """A copy of a parameter that the compiled graph's guards cannot tell from it."""
     copy = parameter.detach().clone()
-    return torch.nn.Parameter(copy, requires_grad=parameter.requires_grad) if isinstance(parameter, nn.Parameter) else copy
+    if isinstance(parameter, nn.Parameter):
+        return nn.Parameter(copy, requires_grad=parameter.requires_grad)
+    return copy

@@ -150,26 +150,29 @@ def hold_background_compile(monkeypatch) -> threading.Event:
 def test_training_goes_on_eagerly_until_the_background_compile_is_ready(monkeypatch):
     graph_only(monkeypatch)
     release = hold_background_compile(monkeypatch)
-    model = small_dqn(COMPILED, board_size=6, transitions=96, compile_in_background=True)
-    threads = torch.get_num_threads()
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
     try:
+        model = small_dqn(COMPILED, board_size=6, transitions=96, compile_in_background=True)
         for _ in range(3):
             model.train(gradient_steps=2, batch_size=32)
         assert type(model.updates.current) is UpdateStep and model._n_updates == 6
         in_effect = model.optimizations_in_effect().compile
         assert not in_effect.active
         assert in_effect.reason == "compiling in the background since gradient step 0 (6 trained)"
-        torch.set_num_threads(threads + 1)  # the threads callback moved on while it compiled
-        release.set()
+        assert torch.get_num_threads() == 1  # training left a core to the compile
+        release.set()  # the compile starts only now, long after training took 1 thread
         model.updates.pending.finish_background()
+        graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
         model.train(gradient_steps=2, batch_size=32)
         assert isinstance(model.updates.current, CompiledUpdate) and model.updates.current.calls == 2
-        assert torch.get_num_threads() == threads  # back to the count the graph was compiled for
+        assert torch.get_num_threads() == 2  # back to the count the graph was compiled for
+        assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs  # so it is not compiled again
         assert model.optimizations_in_effect().compile.active and model.compile_state.active
         assert model._n_updates == 8
     finally:
         release.set()
-        torch.set_num_threads(threads)
+        torch.set_num_threads(before)
 
 
 def test_a_background_compile_that_fails_leaves_training_eager_with_the_reason(monkeypatch, caplog):

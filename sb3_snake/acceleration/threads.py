@@ -163,8 +163,11 @@ class AdaptiveThreads(BaseCallback):
     the count it found when training ends. It starts measuring once learning has started (env
     steps of random play before ``learning_starts`` cost no gradient steps and would say nothing
     about them), and keeps the count it has once the networks are compiled: torch.compile guards
-    on the thread count, and a change compiles them again (seen with torch 2.13 on the CPU);
-    ``notify`` gets a line each time the choice changes."""
+    on the thread count, and a change compiles them again (seen with torch 2.13 on the CPU).
+    While the update compiles in the background it neither measures nor sets a count: the
+    compile sets them (:class:`~sb3_snake.dqn.update.choice.UpdateChoice`), and rates measured
+    beside a busy compiler would say nothing of training. ``notify`` gets a line each time the
+    choice changes."""
 
     def __init__(
         self,
@@ -187,6 +190,8 @@ class AdaptiveThreads(BaseCallback):
     def _on_step(self) -> bool:
         if self.tuner.stopped is not None:
             return True
+        if self._compiling():
+            return True  # the compile sets the counts until it ends; rates measured meanwhile would be its
         if self._compiled():
             # torch.compile guards on the thread count: another count would compile the networks again.
             self.tuner.stop(self.clock(), "the networks were compiled for this count")
@@ -211,6 +216,11 @@ class AdaptiveThreads(BaseCallback):
         """Whether the model's compile state (``SnakeDQN.compile_state``) says something is compiled now."""
         state = getattr(self.model, "compile_state", None)
         return state is not None and state.active
+
+    def _compiling(self) -> bool:
+        """Whether the model's update is compiling in the background (``CompileState.compiling_since``)."""
+        state = getattr(self.model, "compile_state", None)
+        return state is not None and state.compiling_since is not None
 
     def _apply(self, count: int | None) -> None:
         if count is not None:

@@ -103,6 +103,9 @@ class UpdateChoice:
                 data = model._augmentation(data)
             self.pending.compile_in_background(data)
             self.compile.compiling_since = model._n_updates
+            # Training leaves one of its threads to the compile: on a small CPU, intra-op threads
+            # on every core beside a busy compiler collapse. Back to the graph's count in _adopt.
+            torch.set_num_threads(max(1, self.pending.threads - 1))
             logger.info("compiling the whole update in the background from gradient step %d", model._n_updates)
             return
         failure = self.compile.compile_now(self.model)

@@ -48,8 +48,11 @@ competes with training for the GIL and the cores, so eager steps run slower mean
 never stop. What the thread cannot share with training is held fixed for it: the SDPA kernel
 choice, process-wide flags that the eager forward passes set and restore, is held by the
 caller from the start to the end of the compile; autocast and grad mode are per thread; and the
-thread count the graph is compiled for is recorded (:attr:`CompiledUpdate.threads`), for the
-caller to keep (a graph compiled for one count compiles again for another).
+thread count the graph is compiled for (:attr:`CompiledUpdate.threads`, the count when the
+compile starts) is the compiling thread's own. Torch's intra-op count is per thread under
+OpenMP (a thread takes the process's count when it first computes), so training may use fewer
+threads while the compile runs, leaving it a core, and go back to this count when the compiled
+update takes over: dynamo guards on the count, and another would compile the graph again.
 
 On CUDA the gradient step is captured as a CUDA graph instead (:mod:`sb3_snake.dqn.update.captured`),
 which removes the launch overhead this removes on the CPU.
@@ -176,6 +179,10 @@ class CompiledUpdate(UpdateStep):
         self._held.close()
 
     def _compile_on_copies(self, data: ReplayBufferSamples, learning_rate: torch.Tensor, copies: tuple) -> None:
+        # This thread's own count, whatever training sets meanwhile. Asking first makes torch take
+        # the process's count for this thread now (once per thread), not later over this one.
+        torch.get_num_threads()
+        torch.set_num_threads(self.threads)
         try:
             with torch.autocast(self.device_type, torch.bfloat16, enabled=self.bf16):
                 self.function(data, learning_rate, *copies)

@@ -197,6 +197,26 @@ def test_a_background_compile_that_fails_leaves_training_eager_with_the_reason(m
     assert model._n_updates == 3 and model.updates.pending is None  # and it is not tried again
 
 
+def test_inductors_plain_symbolic_trace_is_made_before_a_background_compile(monkeypatch):
+    loop_body = pytest.importorskip("torch._inductor.loop_body")
+    traced_in = []
+    real = torch.fx.symbolic_trace
+
+    def recording(*args, **kwargs):
+        traced_in.append(threading.current_thread().name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch.fx, "symbolic_trace", recording)
+    loop_body.InterpreterShim._dummy_gm.cache_clear()
+    graph_only(monkeypatch)  # what the thread compiles does not matter here
+    model = small_dqn(COMPILED, board_size=5)
+    release = hold_background_compile(monkeypatch)  # the thread does nothing until released
+    model.updates.current.compile_in_background(model.replay_buffer.sample(32))
+    assert traced_in == [threading.current_thread().name]  # traced here, before the thread runs
+    release.set()
+    model.updates.current.finish_background()
+
+
 def test_only_plain_adam_and_float_observations_are_compiled_whole():
     model = small_dqn(EAGER, board_size=5)
     assert unsupported_reason(model) == ""

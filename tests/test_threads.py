@@ -185,6 +185,22 @@ def test_the_callback_keeps_the_count_once_the_networks_are_compiled(monkeypatch
     callback.on_training_end()
 
 
+def test_the_callback_neither_measures_nor_sets_a_count_while_the_update_compiles(monkeypatch):
+    model, callback, lines = callback_on_a_model(learning_starts=0)
+    model.num_timesteps = 10
+    callback.on_step()
+    assert callback.tuner.current == 3 and callback.tuner.probing
+    compiling = CompileState(Decision(True, True), Decision(True, True), background=True, compiling_since=0)
+    monkeypatch.setattr(model.updates, "compile", compiling)
+    torch.set_num_threads(1)  # as the compile sets it: one core left to the compiler
+    for _ in range(20):
+        model.num_timesteps += 5
+        callback.on_step()
+    assert torch.get_num_threads() == 1 and callback.tuner.probing and not callback.tuner.probes
+    assert lines == []
+    callback.on_training_end()
+
+
 def test_a_run_with_auto_threads_records_what_it_measured(tmp_path, monkeypatch):
     monkeypatch.setattr("sb3_snake.common.system.cpu_cores", lambda: 2)
     before = torch.get_num_threads()

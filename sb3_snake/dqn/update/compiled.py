@@ -53,6 +53,12 @@ compile starts) is the compiling thread's own. Torch's intra-op count is per thr
 OpenMP (a thread takes the process's count when it first computes), so training may use fewer
 threads while the compile runs, leaving it a core, and go back to this count when the compiled
 update takes over: dynamo guards on the count, and another would compile the graph again.
+One hazard is process-wide and not a flag: an FX symbolic trace patches ``nn.Module.__call__``
+for as long as it runs, and a module called from another thread meanwhile is routed into the
+tracer (a training run failed so, "module is not installed as a submodule"). The compile's own
+traces (``make_fx``) pass foreign calls through unchanged; the one plain symbolic trace inductor
+makes, of a dummy graph it then caches, is made here before the thread starts
+(:func:`_trace_inductor_dummy_graph`).
 
 On CUDA the gradient step is captured as a CUDA graph instead (:mod:`sb3_snake.dqn.update.captured`),
 which removes the launch overhead this removes on the CPU.
@@ -159,6 +165,7 @@ class CompiledUpdate(UpdateStep):
         )
         learning_rate = torch.full((), self.group["lr"], device=self.learning_rate.device)
         self.threads = torch.get_num_threads()
+        _trace_inductor_dummy_graph()
         self._held.enter_context(sdpa_kernel(self.sdpa_backends))
         self._background = threading.Thread(
             target=self._compile_on_copies, args=(data, learning_rate, copies), name="sb3-snake-compile", daemon=True
@@ -272,3 +279,16 @@ def _copy(parameter: torch.Tensor) -> torch.Tensor:
     if isinstance(parameter, nn.Parameter):
         return nn.Parameter(copy, requires_grad=parameter.requires_grad)
     return copy
+
+
+def _trace_inductor_dummy_graph() -> None:
+    """Make inductor's one plain FX symbolic trace (a dummy graph for its loop bodies, traced on
+    first use and cached for the process) in this thread, before a compile in another thread
+    would make it while this one calls modules (see the module docstring). A torch without it
+    has nothing to make."""
+    try:
+        from torch._inductor.loop_body import InterpreterShim
+
+        InterpreterShim._dummy_gm()
+    except (ImportError, AttributeError):
+        pass

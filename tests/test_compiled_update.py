@@ -2,6 +2,7 @@
 optimizer's own state, and refused where it would differ."""
 
 import functools
+import sys
 import threading
 
 import pytest
@@ -10,7 +11,7 @@ import torch
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.common.system import cpu_has_native_bf16
 from sb3_snake.dqn.update.compile import unsupported_reason
-from sb3_snake.dqn.update.compiled import CompiledUpdate
+from sb3_snake.dqn.update.compiled import SWITCH_INTERVAL, CompiledUpdate
 from sb3_snake.dqn.update.step import UpdateStep
 from tests.conftest import small_dqn
 
@@ -150,7 +151,7 @@ def hold_background_compile(monkeypatch) -> threading.Event:
 def test_training_goes_on_eagerly_until_the_background_compile_is_ready(monkeypatch):
     graph_only(monkeypatch)
     release = hold_background_compile(monkeypatch)
-    before = torch.get_num_threads()
+    before, switch_interval = torch.get_num_threads(), sys.getswitchinterval()
     torch.set_num_threads(2)
     try:
         model = small_dqn(COMPILED, board_size=6, transitions=96, compile_in_background=True)
@@ -161,12 +162,14 @@ def test_training_goes_on_eagerly_until_the_background_compile_is_ready(monkeypa
         assert not in_effect.active
         assert in_effect.reason == "compiling in the background since gradient step 0 (6 trained)"
         assert torch.get_num_threads() == 1  # training left a core to the compile
+        assert sys.getswitchinterval() == pytest.approx(SWITCH_INTERVAL)  # and asks for the GIL back sooner
         release.set()  # the compile starts only now, long after training took 1 thread
         model.updates.pending.finish_background()
         graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
         model.train(gradient_steps=2, batch_size=32)
         assert isinstance(model.updates.current, CompiledUpdate) and model.updates.current.calls == 2
         assert torch.get_num_threads() == 2  # back to the count the graph was compiled for
+        assert sys.getswitchinterval() == pytest.approx(switch_interval)
         assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs  # so it is not compiled again
         assert model.optimizations_in_effect().compile.active and model.compile_state.active
         assert model._n_updates == 8

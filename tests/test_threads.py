@@ -193,11 +193,16 @@ def test_the_callback_neither_measures_nor_sets_a_count_while_the_update_compile
     compiling = CompileState(Decision(True, True), Decision(True, True), background=True, compiling_since=0)
     monkeypatch.setattr(model.updates, "compile", compiling)
     torch.set_num_threads(1)  # as the compile sets it: one core left to the compiler
+    measured = callback.tuner.as_dict()
     for _ in range(20):
         model.num_timesteps += 5
         callback.on_step()
-    assert torch.get_num_threads() == 1 and callback.tuner.probing and not callback.tuner.probes
+    assert torch.get_num_threads() == 1 and callback.tuner.as_dict() == measured
     assert lines == []
+    torch.set_num_threads(3)  # the compile failed: training is back at its count
+    monkeypatch.setattr(model.updates, "compile", CompileState(Decision(True, False), Decision(True, True)))
+    callback.on_step()
+    assert len(callback.tuner.probes) == 2 and callback.tuner.probing  # a fresh probe, not the stale window
     callback.on_training_end()
 
 

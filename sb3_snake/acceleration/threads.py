@@ -119,6 +119,11 @@ class ThreadTuner:
             self._window_start = (now, steps)
         return None
 
+    def restart(self, now: float, steps: int) -> None:
+        """Drop the window under way (its seconds went to something else than training) and
+        probe afresh from now."""
+        self._begin_probe(now, steps)
+
     def stop(self, now: float, why: str) -> None:
         """Keep the current count from now on (a probe under way ends where it is)."""
         started = bool(self.probes)
@@ -182,6 +187,7 @@ class AdaptiveThreads(BaseCallback):
         self.clock = clock
         self._started = False
         self._chosen: int | None = None
+        self._paused = False  # held still for a background compile
         self._before = torch.get_num_threads()
 
     def _on_training_start(self) -> None:
@@ -191,7 +197,12 @@ class AdaptiveThreads(BaseCallback):
         if self.tuner.stopped is not None:
             return True
         if self._compiling():
+            self._paused = True
             return True  # the compile sets the counts until it ends; rates measured meanwhile would be its
+        if self._paused and not self._compiled():  # the compile failed: measure afresh
+            self._paused = False
+            if self._started:
+                self.tuner.restart(self.clock(), self.num_timesteps)
         if self._compiled():
             # torch.compile guards on the thread count: another count would compile the networks again.
             self.tuner.stop(self.clock(), "the networks were compiled for this count")

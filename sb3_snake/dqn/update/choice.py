@@ -116,16 +116,17 @@ class UpdateChoice:
             self._record("compile", self.compile.planned)
 
     def _adopt(self, compiled: CompiledUpdate) -> None:
-        """A background compile ended: its update runs from now on, in the thread count it was
-        compiled for, or, when it failed, the compile is off."""
+        """A background compile ended: training goes back to the thread count it had (the one the
+        graph was compiled for), and the compiled update runs from now on or, when the compile
+        failed, the compile is off."""
         compiled.finish_background()
         self.pending, self.compile.compiling_since = None, None
+        if torch.get_num_threads() != compiled.threads:
+            logger.info("threads: back to %d, the count the compile started at", compiled.threads)
+            torch.set_num_threads(compiled.threads)
         if compiled.failure:
             self._turn_off("compile", "torch.compile", compiled.failure)
             return
-        if torch.get_num_threads() != compiled.threads:
-            logger.info("threads: back to %d, the count the update was compiled for", compiled.threads)
-            torch.set_num_threads(compiled.threads)
         self.compile.compiled = True
         self.current = compiled
         self._record("compile", self.compile.planned)

@@ -53,12 +53,16 @@ compile starts) is the compiling thread's own. Torch's intra-op count is per thr
 OpenMP (a thread takes the process's count when it first computes), so training may use fewer
 threads while the compile runs, leaving it a core, and go back to this count when the compiled
 update takes over: dynamo guards on the count, and another would compile the graph again.
-One hazard is process-wide and not a flag: an FX symbolic trace patches ``nn.Module.__call__``
-for as long as it runs, and a module called from another thread meanwhile is routed into the
-tracer (a training run failed so, "module is not installed as a submodule"). The compile's own
-traces (``make_fx``) pass foreign calls through unchanged; the one plain symbolic trace inductor
-makes, of a dummy graph it then caches, is made here before the thread starts
-(:func:`_trace_inductor_dummy_graph`).
+The GIL is the other thing they share: a thread that wants it waits for the switch interval
+(5 ms by default) while the other runs Python, and an eager step asks for it back after each of its
+many small operators, so beside the compiler's tracing one step could take seconds. While the
+compile runs the interval is :data:`SWITCH_INTERVAL` (restored after), which keeps every eager
+step short at the price of a slightly longer compile. One hazard is process-wide and not a flag:
+an FX symbolic trace patches ``nn.Module.__call__`` for as long as it runs, and a module called
+from another thread meanwhile is routed into the tracer (a training run failed so, "module is
+not installed as a submodule"). The compile's own traces (``make_fx``) pass foreign calls
+through unchanged; the one plain symbolic trace inductor makes, of a dummy graph it then caches,
+is made here before the thread starts (:func:`_trace_inductor_dummy_graph`).
 
 On CUDA the gradient step is captured as a CUDA graph instead (:mod:`sb3_snake.dqn.update.captured`),
 which removes the launch overhead this removes on the CPU.
@@ -66,6 +70,7 @@ which removes the launch overhead this removes on the CPU.
 
 from __future__ import annotations
 
+import sys
 import threading
 from contextlib import ExitStack
 from typing import TYPE_CHECKING
@@ -85,6 +90,10 @@ if TYPE_CHECKING:
     from stable_baselines3 import DQN
 
     from sb3_snake.acceleration.optimizations import ActiveOptimizations
+
+
+#: Seconds between the GIL's hand-overs while a background compile runs (Python's default: 0.005).
+SWITCH_INTERVAL = 0.0001
 
 
 class _QValues(nn.Module):
@@ -128,7 +137,8 @@ class CompiledUpdate(UpdateStep):
         self.calls = 0  #: updates run compiled (the first one compiles, unless the background did)
         self.threads = 0  #: torch's thread count the background compile compiled for (0: none started)
         self._background: threading.Thread | None = None
-        self._held = ExitStack()  #: the SDPA kernel choice, held for the background compile
+        #: What a background compile holds until it ends: the SDPA kernel choice and the GIL's switch interval.
+        self._held = ExitStack()
         self.function = torch.compile(self._update, fullgraph=True, dynamic=False, mode=active.settings.compile_mode)
 
     def update(self, data: ReplayBufferSamples) -> torch.Tensor:
@@ -167,6 +177,8 @@ class CompiledUpdate(UpdateStep):
         self.threads = torch.get_num_threads()
         _trace_inductor_dummy_graph()
         self._held.enter_context(sdpa_kernel(self.sdpa_backends))
+        self._held.callback(sys.setswitchinterval, sys.getswitchinterval())
+        sys.setswitchinterval(SWITCH_INTERVAL)
         self._background = threading.Thread(
             target=self._compile_on_copies, args=(data, learning_rate, copies), name="sb3-snake-compile", daemon=True
         )

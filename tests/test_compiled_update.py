@@ -10,6 +10,7 @@ import torch
 
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.common.system import cpu_has_native_bf16
+from sb3_snake.dqn.update import compiled
 from sb3_snake.dqn.update.compile import unsupported_reason
 from sb3_snake.dqn.update.compiled import SWITCH_INTERVAL, CompiledUpdate
 from sb3_snake.dqn.update.step import UpdateStep
@@ -147,14 +148,20 @@ def hold_background_compile(monkeypatch) -> threading.Event:
     return release
 
 
+#: Compiled, with the thread count the run's to choose (adaptive) on a 2-core CPU.
+ADAPTIVE = OptimizationSettings(use_bf16=False, use_flash_attention=False, use_torch_compile=True, num_threads="auto")
+
+
 @pytest.mark.slow
 def test_training_goes_on_eagerly_until_the_background_compile_is_ready(monkeypatch):
     graph_only(monkeypatch)
+    monkeypatch.setattr("sb3_snake.common.system.cpu_cores", lambda: 2)
     release = hold_background_compile(monkeypatch)
     before, switch_interval = torch.get_num_threads(), sys.getswitchinterval()
     torch.set_num_threads(2)
     try:
-        model = small_dqn(COMPILED, board_size=6, transitions=96, compile_in_background=True)
+        model = small_dqn(ADAPTIVE, board_size=6, transitions=96, compile_in_background=True)
+        assert model.active_optimizations.adaptive_threads == (2, 1)
         for _ in range(3):
             model.train(gradient_steps=2, batch_size=32)
         assert type(model.updates.current) is UpdateStep and model._n_updates == 6
@@ -175,6 +182,47 @@ def test_training_goes_on_eagerly_until_the_background_compile_is_ready(monkeypa
         assert model._n_updates == 8
     finally:
         release.set()
+        torch.set_num_threads(before)
+
+
+def test_training_that_stops_mid_compile_abandons_it_and_compiles_again_after_it(monkeypatch):
+    graph_only(monkeypatch)
+    monkeypatch.setattr("sb3_snake.common.system.cpu_cores", lambda: 2)
+    release = hold_background_compile(monkeypatch)
+    before, switch_interval = torch.get_num_threads(), sys.getswitchinterval()
+    torch.set_num_threads(2)
+    try:
+        model = small_dqn(ADAPTIVE, board_size=6, transitions=96, compile_in_background=True, train_freq=8)
+        model.learn(16)  # training ends while the compile is held
+        abandoned = model.updates.pending
+        assert abandoned is None and model.compile_state.compiling_since is None
+        assert sys.getswitchinterval() == pytest.approx(switch_interval) and torch.get_num_threads() == 2
+        assert not model.optimizations_in_effect().compile.active
+        model.train(gradient_steps=1, batch_size=32)
+        assert model.updates.pending is None  # the abandoned compile still runs: none starts beside it
+        release.set()
+        while compiled.background_compile_running():
+            threading.Event().wait(0.01)
+        model.train(gradient_steps=1, batch_size=32)  # starts the compile again (the hold is released)
+        model.updates.pending.finish_background()
+        model.train(gradient_steps=1, batch_size=32)
+        assert isinstance(model.updates.current, CompiledUpdate) and model.compile_state.active
+    finally:
+        release.set()
+        torch.set_num_threads(before)
+
+
+def test_an_explicit_thread_count_is_left_alone_while_compiling(monkeypatch):
+    release = hold_background_compile(monkeypatch)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        model = small_dqn(COMPILED, board_size=5, compile_in_background=True)  # --threads 1: the user's
+        model.train(gradient_steps=1, batch_size=32)
+        assert model.updates.pending is not None and torch.get_num_threads() == 2
+    finally:
+        release.set()
+        model.updates.close()
         torch.set_num_threads(before)
 
 

@@ -40,6 +40,15 @@ def test_resume_continues_with_the_replay_buffer(tmp_path):
     assert second["resumed_from"].endswith("model.zip")
 
 
+@pytest.mark.parametrize("trusted", [False, True])
+def test_a_resumed_run_compiles_as_its_config_says(tmp_path, trusted):
+    train(tiny_config(episodes=2), FAST, tmp_path / "a")
+    config = tiny_config(compile_after=123, compile_in_background=True)
+    model = build_model(config, FAST, resume=tmp_path / "a" / "model.zip", trusted=trusted)
+    assert (model.compile_after, model.compile_in_background) == (123, True)
+    assert model.compile_state.background and model.compile_state.after == 123
+
+
 def test_resume_applies_the_given_hyperparameters(tmp_path):
     """What --resume is given is what the model trains with, read back from the saved model."""
     train(tiny_config(episodes=4, learning_rate=5e-4, gamma=0.99), FAST, tmp_path / "a")

@@ -88,6 +88,25 @@ def test_replayed_batch_is_transformed_consistently():
     assert drawn.observations.shape == observations.shape
 
 
+def test_the_drawn_symmetries_do_not_follow_torchs_global_generator():
+    """A compile in a background thread saves torch's global generator before tracing and puts
+    it back after (dynamo does); draws from it meanwhile would come again. The augmentation's
+    come from its own generator, seeded from the global one."""
+    torch.manual_seed(0)
+    augmentation = SymmetryAugmentation(BOARD)
+    torch.manual_seed(0)
+    again = SymmetryAugmentation(BOARD)
+    observations = torch.rand(64, 5, BOARD, BOARD)
+    samples = ReplayBufferSamples(
+        observations, torch.zeros(64, 1, dtype=torch.long), observations, *torch.zeros(2, 64, 1)
+    )
+    state = torch.get_rng_state()
+    first = augmentation(samples).observations
+    torch.set_rng_state(state)  # as a compile in another thread would
+    assert not torch.equal(augmentation(samples).observations, first)  # new draws, not the same ones again
+    assert torch.equal(again(samples).observations, first)  # and still decided by the seed
+
+
 def test_egocentric_augmentation_draws_only_the_mirror_and_swaps_the_turns():
     """Seen from the snake, the board's one symmetry is the mirror image: a replayed transition
     is itself or its mirror image with left and right swapped, which is a game of the same rules

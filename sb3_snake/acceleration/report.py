@@ -33,6 +33,7 @@ def capability_report(
     measure_auto: bool = False,
     compile_after: int = 0,
     batch_size: tuple[int | str, str] = (DEFAULT_BATCH_SIZE, "default"),
+    compile_in_background: bool = False,
 ) -> dict[str, Any]:
     """What the machine supports and what will be active with ``settings`` on ``device``.
 
@@ -42,6 +43,8 @@ def capability_report(
         values stand in and the report says so.
     :param compile_after: gradient steps trained eagerly before compiling, as the run will
         (``sb3-snake train``'s ``--compile-after``), so an active compile says when it starts.
+    :param compile_in_background: whether the run compiles in a background thread (``sb3-snake
+        train``'s ``--compile-in-background``), so an active compile says so.
     :param batch_size: the run's batch size (a size, or ``auto``) and where it came from, as
         :func:`sb3_snake.training.options.load_config` reads it; reported beside the settings.
     """
@@ -70,7 +73,9 @@ def capability_report(
     active = ActiveOptimizations.decide(resolved, target)
     # What a model trained with these settings would compile, and when, in its own words;
     # sb3-snake train's models (Adam, board observations) are ones the whole update compiles for.
-    compiles = CompileState(active.compile, decide_compiled_update(target.type, ""), compile_after)
+    compiles = CompileState(
+        active.compile, decide_compiled_update(target.type, ""), compile_after, background=compile_in_background
+    )
     active = replace(active, compile=compiles.planned)
     return {
         "torch": torch.__version__,

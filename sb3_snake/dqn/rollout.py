@@ -102,6 +102,6 @@ class TensorRollouts:
         """SB3's DQN action choice on tensors: random before ``learning_starts``; afterwards one
         exploration draw per vector step (as ``DQN.predict``), else the greedy action of every game."""
         if self.num_timesteps < learning_starts or np.random.rand() < self.exploration_rate:
-            return torch.randint(4, (num_envs,), device=obs.device)
+            return torch.randint(int(self.action_space.n), (num_envs,), device=obs.device)
         with torch.no_grad():
             return self.q_net(obs.to(self.device)).argmax(dim=1).to(obs.device)

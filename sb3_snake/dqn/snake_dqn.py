@@ -253,6 +253,15 @@ class SnakeDQN(TensorRollouts, DQN):
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
         self.logger.record("train/loss", loss)
 
+    def learn(self, *args: Any, **kwargs: Any) -> SnakeDQN:
+        """SB3's ``learn``; when it ends, a compile still running in the background is abandoned
+        and what it held released (:meth:`~sb3_snake.dqn.update.choice.UpdateChoice.close`)."""
+        try:
+            return super().learn(*args, **kwargs)
+        finally:
+            if self.updates is not None:
+                self.updates.close()
+
     def optimizations_in_effect(self) -> ActiveOptimizations:
         """``active_optimizations`` as they stand now: a compile still waiting for its gradient
         step is reported not active, with the step it waits for (a run's summary uses this)."""

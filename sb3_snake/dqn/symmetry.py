@@ -63,6 +63,11 @@ class SymmetryAugmentation:
     """
 
     def __init__(self, board_size: int, device: torch.device | str = "cpu", egocentric: bool = False):
+        # Draws from a generator of its own, seeded from torch's (so SB3's seed still decides
+        # them): a compile in a background thread saves and restores torch's global generator
+        # around its tracing (dynamo does), which would replay draws made meanwhile.
+        self.generator = torch.Generator(device=device)
+        self.generator.manual_seed(int(torch.randint(2**62, ()).item()))
         self.cells = cell_permutations(board_size).to(device)
         if egocentric:
             # Egocentric boards all show the snake moving up, so the one symmetry that keeps
@@ -84,7 +89,9 @@ class SymmetryAugmentation:
     def __call__(self, samples: ReplayBufferSamples, symmetries: torch.Tensor | None = None) -> ReplayBufferSamples:
         """``samples`` with transition ``i`` under symmetry ``symmetries[i]`` (default: uniform draws)."""
         if symmetries is None:
-            draws = torch.randint(len(self.symmetries), (len(samples.actions),), device=samples.actions.device)
+            draws = torch.randint(
+                len(self.symmetries), (len(samples.actions),), device=samples.actions.device, generator=self.generator
+            )
             symmetries = self.symmetries[draws]
         actions = self.actions[symmetries.unsqueeze(1), samples.actions.long()].to(samples.actions.dtype)
         return samples._replace(

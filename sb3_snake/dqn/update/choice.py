@@ -28,7 +28,7 @@ import torch
 from sb3_snake.acceleration.optimizations import Decision
 from sb3_snake.dqn.update.captured import CapturedUpdate
 from sb3_snake.dqn.update.compile import CompileState
-from sb3_snake.dqn.update.compiled import CompiledUpdate
+from sb3_snake.dqn.update.compiled import CompiledUpdate, background_compile_running
 from sb3_snake.dqn.update.step import UpdateStep
 
 if TYPE_CHECKING:
@@ -58,6 +58,7 @@ class UpdateChoice:
         self._record("compile", self.compile.planned)
         self.current: UpdateStep | None = None
         self.pending: CompiledUpdate | None = None  #: the update compiling in the background, if one is
+        self._lowered_to: int | None = None  # the thread count training took while it compiles
         if not self.compile.in_background:  # a background compile needs a batch: the first run starts it
             self._compile_if_due()
         self.current = self._choose(model.batch_size)
@@ -96,6 +97,8 @@ class UpdateChoice:
         if not self.compile.due(self.model._n_updates):
             return
         if self.compile.in_background:
+            if background_compile_running():
+                return  # one compile at a time: an earlier, abandoned one fills the cache for this one
             model = self.model
             self.pending = CompiledUpdate(model, model.active_optimizations)
             data = model.replay_buffer.sample(batch_size, env=model._vec_normalize_env)
@@ -103,9 +106,13 @@ class UpdateChoice:
                 data = model._augmentation(data)
             self.pending.compile_in_background(data)
             self.compile.compiling_since = model._n_updates
-            # Training leaves one of its threads to the compile: on a small CPU, intra-op threads
-            # on every core beside a busy compiler collapse. Back to the graph's count in _adopt.
-            torch.set_num_threads(max(1, self.pending.threads - 1))
+            # Training leaves one of its threads to the compile where the count is the run's to
+            # choose (adaptive, as --threads auto on a CPU; an explicit count is the user's):
+            # on a small CPU, intra-op threads on every core beside a busy compiler collapse.
+            # Back to the graph's count in _adopt or close.
+            if model.active_optimizations.adaptive_threads and self.pending.threads > 1:
+                self._lowered_to = self.pending.threads - 1
+                torch.set_num_threads(self._lowered_to)
             logger.info("compiling the whole update in the background from gradient step %d", model._n_updates)
             return
         failure = self.compile.compile_now(self.model)
@@ -120,7 +127,7 @@ class UpdateChoice:
         graph was compiled for), and the compiled update runs from now on or, when the compile
         failed, the compile is off."""
         compiled.finish_background()
-        self.pending, self.compile.compiling_since = None, None
+        self.pending, self.compile.compiling_since, self._lowered_to = None, None, None
         if torch.get_num_threads() != compiled.threads:
             logger.info("threads: back to %d, the count the compile started at", compiled.threads)
             torch.set_num_threads(compiled.threads)
@@ -130,6 +137,21 @@ class UpdateChoice:
         self.compile.compiled = True
         self.current = compiled
         self._record("compile", self.compile.planned)
+
+    def close(self) -> None:
+        """Training stopped (``SnakeDQN.learn`` returned or raised): a compile still running in
+        the background is abandoned, left to finish on its own with its result unused, and what
+        it held is released now, the thread count training lowered for it too. Training that
+        resumes compiles again once that thread is done, warm from the cache it filled; waiting
+        for it here would keep the caller waiting for tens of seconds after training."""
+        if self.pending is None:
+            return
+        pending, lowered = self.pending, self._lowered_to
+        self.pending, self.compile.compiling_since, self._lowered_to = None, None, None
+        pending.abandon()
+        if lowered is not None and torch.get_num_threads() == lowered:  # not restored by a callback since
+            torch.set_num_threads(pending.threads)
+        logger.info("training stopped while the update compiled in the background: that compile is abandoned")
 
     def _turn_off(self, decision: str, label: str, failure: str) -> None:
         """The one fallback: ``decision`` off with ``failure`` as its reason; eager updates from now on."""

@@ -95,6 +95,16 @@ if TYPE_CHECKING:
 #: Seconds between the GIL's hand-overs while a background compile runs (Python's default: 0.005).
 SWITCH_INTERVAL = 0.0001
 
+_running: set[threading.Thread] = set()  # background compiles still running, abandoned ones included
+_running_lock = threading.Lock()
+
+
+def background_compile_running() -> bool:
+    """Whether a background compile of this process is still running (one abandoned by a model
+    whose training ended included): a new one waits for it, and then finds its work in the cache."""
+    with _running_lock:
+        return any(thread.is_alive() for thread in _running)
+
 
 class _QValues(nn.Module):
     """A Q-network's forward pass without its context and SB3's preprocessing (observations
@@ -182,6 +192,8 @@ class CompiledUpdate(UpdateStep):
         self._background = threading.Thread(
             target=self._compile_on_copies, args=(data, learning_rate, copies), name="sb3-snake-compile", daemon=True
         )
+        with _running_lock:
+            _running.add(self._background)
         self._background.start()
 
     @property
@@ -197,6 +209,12 @@ class CompiledUpdate(UpdateStep):
             self._background = None
         self._held.close()
 
+    def abandon(self) -> None:
+        """Leave a background compile to finish on its own, unused, and release what it held
+        now (training has stopped; see :meth:`~sb3_snake.dqn.update.choice.UpdateChoice.close`)."""
+        self._background = None
+        self._held.close()
+
     def _compile_on_copies(self, data: ReplayBufferSamples, learning_rate: torch.Tensor, copies: tuple) -> None:
         # This thread's own count, whatever training sets meanwhile. Asking first makes torch take
         # the process's count for this thread now (once per thread), not later over this one.
@@ -207,6 +225,9 @@ class CompiledUpdate(UpdateStep):
                 self.function(data, learning_rate, *copies)
         except Exception as error:  # noqa: BLE001 - reported as the reason compile is off
             self.failure = compile_failure(error)
+        finally:
+            with _running_lock:
+                _running.discard(threading.current_thread())
 
     def reload(self) -> bool:
         self.state = ()  # loading gives the optimizer new state tensors: read them again

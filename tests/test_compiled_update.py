@@ -20,6 +20,15 @@ EAGER = OptimizationSettings(use_bf16=False, use_flash_attention=False, use_torc
 COMPILED = OptimizationSettings(use_bf16=False, use_flash_attention=False, use_torch_compile=True, num_threads=1)
 
 
+@pytest.fixture(autouse=True)
+def no_compile_left_running():
+    """Each test waits for the background compiles it started, abandoned ones too: one left
+    running would hold dynamo's compile lock, and make the next test's compile wait for it."""
+    yield
+    while compiled.background_compile_running():
+        threading.Event().wait(0.01)
+
+
 def twins(eager_settings=EAGER, compiled_settings=COMPILED, **options):
     """An eager model and a compiled one with the same weights and the same replay buffer."""
     eager = small_dqn(eager_settings, board_size=6, transitions=96, **options)
@@ -136,13 +145,15 @@ def test_a_background_compile_leaves_the_model_alone_and_its_graph_serves_the_mo
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs  # the model's own tensors: no new compile
 
 
-def hold_background_compile(monkeypatch) -> threading.Event:
-    """Make background compiles wait for the returned event before they compile."""
+def hold_background_compile(monkeypatch, then_compile: bool = True) -> threading.Event:
+    """Make background compiles wait for the returned event before they compile (or, with
+    ``then_compile`` False, end without compiling, for tests of what comes before)."""
     release, compile_on_copies = threading.Event(), CompiledUpdate._compile_on_copies
 
     def held(self, *args):
         release.wait()
-        compile_on_copies(self, *args)
+        if then_compile:
+            compile_on_copies(self, *args)
 
     monkeypatch.setattr(CompiledUpdate, "_compile_on_copies", held)
     return release
@@ -213,7 +224,7 @@ def test_training_that_stops_mid_compile_abandons_it_and_compiles_again_after_it
 
 
 def test_an_explicit_thread_count_is_left_alone_while_compiling(monkeypatch):
-    release = hold_background_compile(monkeypatch)
+    release = hold_background_compile(monkeypatch, then_compile=False)
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
@@ -259,9 +270,8 @@ def test_inductors_plain_symbolic_trace_is_made_before_a_background_compile(monk
 
     monkeypatch.setattr(torch.fx, "symbolic_trace", recording)
     loop_body.InterpreterShim._dummy_gm.cache_clear()
-    graph_only(monkeypatch)  # what the thread compiles does not matter here
     model = small_dqn(COMPILED, board_size=5)
-    release = hold_background_compile(monkeypatch)  # the thread does nothing until released
+    release = hold_background_compile(monkeypatch, then_compile=False)  # the thread does nothing
     model.updates.current.compile_in_background(model.replay_buffer.sample(32))
     assert traced_in == [threading.current_thread().name]  # traced here, before the thread runs
     release.set()

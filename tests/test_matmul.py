@@ -63,3 +63,19 @@ def test_matmul_peak_is_the_fastest_product_not_the_median(monkeypatch):
     clock = iter([10.0, 10.5, 20.0, 20.25, 30.0, 31.0])  # a start and a stop per timed product
     monkeypatch.setattr(timing, "time", SimpleNamespace(perf_counter=lambda: next(clock)))
     assert matmul_peak("cpu", torch.float32, size=64, repeats=3) == pytest.approx(2 * 64**3 / 0.25 / 1e9)
+
+
+def test_without_native_bf16_the_bf16_peak_is_a_smaller_product(monkeypatch):
+    """Emulated bf16 is a slow path, not a peak: its product is kept small (a 2048 one took
+    over half a minute on a 2-core CPU without native bf16)."""
+    from sb3_snake.benchmark import matmul
+
+    sizes = {}
+    monkeypatch.setattr(matmul, "matmul_peak", lambda device, dtype, size: sizes.setdefault(dtype, size) or 1.0)
+    monkeypatch.setattr(matmul, "native_bf16", lambda device: False)
+    matmul.matmul_peaks("cpu")
+    assert sizes == {torch.float32: None, torch.bfloat16: matmul.EMULATED_BF16_PEAK_SIZE}
+    sizes.clear()
+    monkeypatch.setattr(matmul, "native_bf16", lambda device: True)
+    matmul.matmul_peaks("cpu")
+    assert sizes == {torch.float32: None, torch.bfloat16: None}  # the default size, as for fp32

@@ -1,5 +1,5 @@
-"""sb3-snake tune: workers sharing a journal file, SQLite and a real PostgreSQL; pruning, failures,
-the report, and hyperparameter files."""
+"""sb3-snake tune: workers sharing a journal file and a real PostgreSQL (SQLite takes the
+journal's file lock), pruning, failures, the report, and hyperparameter files."""
 
 import json
 import os
@@ -286,12 +286,6 @@ def test_two_workers_share_one_journal_file(tmp_path):
     completed = run_two_workers(str(journal), tmp_path)
     backend = optuna.storages.journal.JournalFileBackend(str(journal))
     assert_shared_study(optuna.storages.JournalStorage(backend), completed)
-
-
-@pytest.mark.slow
-def test_two_workers_share_one_sqlite_database(tmp_path):
-    url = f"sqlite:///{tmp_path / 'study.db'}"
-    assert_shared_study(url, run_two_workers(url, tmp_path))
 
 
 def _free_port() -> int:

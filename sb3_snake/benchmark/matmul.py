@@ -32,12 +32,17 @@ from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
 from sb3_snake.acceleration.autotune import filled_model
 from sb3_snake.acceleration.settings import OptimizationSettings
+from sb3_snake.common.system import native_bf16
 from sb3_snake.common.timing import device_sync, time_runs
 from sb3_snake.training.run import TrainConfig
 
 #: Side of the square matrices whose product measures the matmul peak, per device type: on a GPU
 #: a 2048 product takes tens of microseconds, too close to the cost of timing it.
 PEAK_MATRIX_SIZE = {"cpu": 2048, "cuda": 8192}
+#: The bf16 product's size on a CPU without native bf16, where bf16 is emulated: there it is a
+#: slow path, not a peak, and a 2048 product took over half a minute (about three and a half
+#: minutes for :func:`matmul_peaks`' six, on a 2-core AVX2-only CPU).
+EMULATED_BF16_PEAK_SIZE = 512
 
 
 def matmul_peak(
@@ -58,8 +63,12 @@ def matmul_peak(
 
 
 def matmul_peaks(device: str = "cpu", size: int | None = None) -> dict[str, float]:
-    """:func:`matmul_peak` in fp32 and bf16, GFLOP/s."""
-    return {"fp32": matmul_peak(device, torch.float32, size), "bf16": matmul_peak(device, torch.bfloat16, size)}
+    """:func:`matmul_peak` in fp32 and bf16, GFLOP/s; bf16 of :data:`EMULATED_BF16_PEAK_SIZE`
+    where the device has no native bf16 (and no size is given)."""
+    bf16_size = size
+    if size is None and not native_bf16(device):
+        bf16_size = EMULATED_BF16_PEAK_SIZE
+    return {"fp32": matmul_peak(device, torch.float32, size), "bf16": matmul_peak(device, torch.bfloat16, bf16_size)}
 
 
 def count_flops_per_sample(device: str = "cpu", batch_size: int = 256, board_size: int = 10) -> float:

@@ -97,23 +97,8 @@ class UpdateChoice:
         if not self.compile.due(self.model._n_updates):
             return
         if self.compile.in_background:
-            if background_compile_running():
-                return  # one compile at a time: an earlier, abandoned one fills the cache for this one
-            model = self.model
-            self.pending = CompiledUpdate(model, model.active_optimizations)
-            data = model.replay_buffer.sample(batch_size, env=model._vec_normalize_env)
-            if model._augmentation is not None:
-                data = model._augmentation(data)
-            self.pending.compile_in_background(data)
-            self.compile.compiling_since = model._n_updates
-            # Training leaves one of its threads to the compile where the count is the run's to
-            # choose (adaptive, as --threads auto on a CPU; an explicit count is the user's):
-            # on a small CPU, intra-op threads on every core beside a busy compiler collapse.
-            # Back to the graph's count in _adopt or close.
-            if model.active_optimizations.adaptive_threads and self.pending.threads > 1:
-                self._lowered_to = self.pending.threads - 1
-                torch.set_num_threads(self._lowered_to)
-            logger.info("compiling the whole update in the background from gradient step %d", model._n_updates)
+            if not background_compile_running():  # one at a time: an abandoned one fills the cache for this one
+                self._start_background_compile(batch_size)
             return
         failure = self.compile.compile_now(self.model)
         self.current = None  # chosen again: the compiled update, or a graph of the compiled networks
@@ -121,6 +106,25 @@ class UpdateChoice:
             self._turn_off("compile", "torch.compile", failure)
         else:
             self._record("compile", self.compile.planned)
+
+    def _start_background_compile(self, batch_size: int) -> None:
+        """Compile in a thread with a sampled (and augmented) batch of ``batch_size``; the eager
+        step runs on meanwhile."""
+        model = self.model
+        self.pending = CompiledUpdate(model, model.active_optimizations)
+        data = model.replay_buffer.sample(batch_size, env=model._vec_normalize_env)
+        if model._augmentation is not None:
+            data = model._augmentation(data)
+        self.pending.compile_in_background(data)
+        self.compile.compiling_since = model._n_updates
+        # Training leaves one of its threads to the compile where the count is the run's to
+        # choose (adaptive, as --threads auto on a CPU; an explicit count is the user's): on a
+        # small CPU, intra-op threads on every core beside a busy compiler collapse. Back to the
+        # graph's count in _adopt or close.
+        if model.active_optimizations.adaptive_threads and self.pending.threads > 1:
+            self._lowered_to = self.pending.threads - 1
+            torch.set_num_threads(self._lowered_to)
+        logger.info("compiling the whole update in the background from gradient step %d", model._n_updates)
 
     def _adopt(self, compiled: CompiledUpdate) -> None:
         """A background compile ended: training goes back to the thread count it had (the one the

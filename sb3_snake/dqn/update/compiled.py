@@ -134,10 +134,8 @@ class CompiledUpdate(UpdateStep):
         self.sdpa_backends = active.sdpa_backends
         self.device_type, self.bf16 = model.device.type, active.bf16.active
         self.online, self.target = _QValues(model.q_net), _QValues(model.q_net_target)
-        self.names = [name for name, _ in self.online.named_parameters()]
-        self.parameters = [parameter for _, parameter in self.online.named_parameters()]
-        self.target_names = [name for name, _ in self.target.named_parameters()]
-        self.target_parameters = [parameter for _, parameter in self.target.named_parameters()]
+        self.names, self.parameters = _named_parameters(self.online)
+        self.target_names, self.target_parameters = _named_parameters(self.target)
         self.buffers = dict(self.online.named_buffers())
         self.target_buffers = dict(self.target.named_buffers())
         self.optimizer = model.policy.optimizer
@@ -236,28 +234,16 @@ class CompiledUpdate(UpdateStep):
     def _adam_state(self) -> tuple[list[torch.Tensor], ...]:
         """Adam's state tensors of every parameter, created as ``torch.optim.Adam`` creates them."""
         for parameter in self.parameters:
-            state = self.optimizer.state[parameter]
-            if not state:
-                state["step"] = torch.zeros((), dtype=torch.float32, device=parameter.device)
-                state["exp_avg"] = torch.zeros_like(parameter, memory_format=torch.preserve_format)
-                state["exp_avg_sq"] = torch.zeros_like(parameter, memory_format=torch.preserve_format)
-        names = ("exp_avg", "exp_avg_sq", "step")
-        return tuple([self.optimizer.state[parameter][name] for parameter in self.parameters] for name in names)
+            if not self.optimizer.state[parameter]:
+                self.optimizer.state[parameter].update(_new_adam_state(parameter))
+        states = [self.optimizer.state[parameter] for parameter in self.parameters]
+        return tuple([state[name] for state in states] for name in ADAM_STATE)
 
     def _fresh_adam_state(self) -> tuple[list[torch.Tensor], ...]:
         """Copies of Adam's state tensors of every parameter, or new ones as ``torch.optim.Adam``
         creates them where it has none yet; the optimizer's own state is left as it is."""
-        names = ("exp_avg", "exp_avg_sq", "step")
-        copies: tuple[list[torch.Tensor], ...] = ([], [], [])
-        for parameter in self.parameters:
-            state = self.optimizer.state.get(parameter) or {
-                "step": torch.zeros((), dtype=torch.float32, device=parameter.device),
-                "exp_avg": torch.zeros_like(parameter, memory_format=torch.preserve_format),
-                "exp_avg_sq": torch.zeros_like(parameter, memory_format=torch.preserve_format),
-            }
-            for kept, name in zip(copies, names, strict=True):
-                kept.append(state[name].clone())
-        return copies
+        states = [self.optimizer.state.get(parameter) or _new_adam_state(parameter) for parameter in self.parameters]
+        return tuple([state[name].clone() for state in states] for name in ADAM_STATE)
 
     def _loss(
         self, parameters: list[torch.Tensor], target_parameters: list[torch.Tensor], data: ReplayBufferSamples
@@ -304,6 +290,25 @@ class CompiledUpdate(UpdateStep):
             torch._foreach_mul_(updates, -step_size)
             torch._foreach_add_(parameters, updates)
         return loss.detach()
+
+
+#: Adam's state per parameter, in the order the compiled update takes it.
+ADAM_STATE = ("exp_avg", "exp_avg_sq", "step")
+
+
+def _new_adam_state(parameter: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Adam's state of a parameter that has taken no step, as ``torch.optim.Adam`` creates it."""
+    return {
+        "step": torch.zeros((), dtype=torch.float32, device=parameter.device),
+        "exp_avg": torch.zeros_like(parameter, memory_format=torch.preserve_format),
+        "exp_avg_sq": torch.zeros_like(parameter, memory_format=torch.preserve_format),
+    }
+
+
+def _named_parameters(module: nn.Module) -> tuple[list[str], list[torch.Tensor]]:
+    """``module``'s parameter names and parameters, in the same order."""
+    named = list(module.named_parameters())
+    return [name for name, _ in named], [parameter for _, parameter in named]
 
 
 def _copy(parameter: torch.Tensor) -> torch.Tensor:

@@ -20,13 +20,30 @@ EAGER = OptimizationSettings(use_bf16=False, use_flash_attention=False, use_torc
 COMPILED = OptimizationSettings(use_bf16=False, use_flash_attention=False, use_torch_compile=True, num_threads=1)
 
 
+_holds: list[threading.Event] = []  # the events of hold_background_compile, released after each test
+
+
 @pytest.fixture(autouse=True)
 def no_compile_left_running():
-    """Each test waits for the background compiles it started, abandoned ones too: one left
-    running would hold dynamo's compile lock, and make the next test's compile wait for it."""
+    """Each test releases the compiles it held and waits for the background compiles it
+    started, abandoned ones too: one left running would hold dynamo's compile lock, and make the
+    next test's compile wait for it."""
     yield
+    while _holds:
+        _holds.pop().set()
     while compiled.background_compile_running():
         threading.Event().wait(0.01)
+
+
+@pytest.fixture
+def two_threads(monkeypatch):
+    """Two threads on what reads as a 2-core CPU (``ADAPTIVE`` settings adapt between 2 and 1); the
+    test's count is put back after."""
+    monkeypatch.setattr("sb3_snake.common.system.cpu_cores", lambda: 2)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
 
 
 def twins(eager_settings=EAGER, compiled_settings=COMPILED, **options):
@@ -149,6 +166,7 @@ def hold_background_compile(monkeypatch, then_compile: bool = True) -> threading
     """Make background compiles wait for the returned event before they compile (or, with
     ``then_compile`` False, end without compiling, for tests of what comes before)."""
     release, compile_on_copies = threading.Event(), CompiledUpdate._compile_on_copies
+    _holds.append(release)
 
     def held(self, *args):
         release.wait()
@@ -164,77 +182,59 @@ ADAPTIVE = OptimizationSettings(use_bf16=False, use_flash_attention=False, use_t
 
 
 @pytest.mark.slow
-def test_training_goes_on_eagerly_until_the_background_compile_is_ready(monkeypatch):
+def test_training_goes_on_eagerly_until_the_background_compile_is_ready(monkeypatch, two_threads):
     graph_only(monkeypatch)
-    monkeypatch.setattr("sb3_snake.common.system.cpu_cores", lambda: 2)
     release = hold_background_compile(monkeypatch)
-    before, switch_interval = torch.get_num_threads(), sys.getswitchinterval()
-    torch.set_num_threads(2)
-    try:
-        model = small_dqn(ADAPTIVE, board_size=6, transitions=96, compile_in_background=True)
-        assert model.active_optimizations.adaptive_threads == (2, 1)
-        for _ in range(3):
-            model.train(gradient_steps=2, batch_size=32)
-        assert type(model.updates.current) is UpdateStep and model._n_updates == 6
-        in_effect = model.optimizations_in_effect().compile
-        assert not in_effect.active
-        assert in_effect.reason == "compiling in the background since gradient step 0 (6 trained)"
-        assert torch.get_num_threads() == 1  # training left a core to the compile
-        assert sys.getswitchinterval() == pytest.approx(SWITCH_INTERVAL)  # and asks for the GIL back sooner
-        release.set()  # the compile starts only now, long after training took 1 thread
-        model.updates.pending.finish_background()
-        graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    switch_interval = sys.getswitchinterval()
+    model = small_dqn(ADAPTIVE, board_size=6, transitions=96, compile_in_background=True)
+    assert model.active_optimizations.adaptive_threads == (2, 1)
+    for _ in range(3):
         model.train(gradient_steps=2, batch_size=32)
-        assert isinstance(model.updates.current, CompiledUpdate) and model.updates.current.calls == 2
-        assert torch.get_num_threads() == 2  # back to the count the graph was compiled for
-        assert sys.getswitchinterval() == pytest.approx(switch_interval)
-        assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs  # so it is not compiled again
-        assert model.optimizations_in_effect().compile.active and model.compile_state.active
-        assert model._n_updates == 8
-    finally:
-        release.set()
-        torch.set_num_threads(before)
+    assert type(model.updates.current) is UpdateStep and model._n_updates == 6
+    in_effect = model.optimizations_in_effect().compile
+    assert not in_effect.active
+    assert in_effect.reason == "compiling in the background since gradient step 0 (6 trained)"
+    assert torch.get_num_threads() == 1  # training left a core to the compile
+    assert sys.getswitchinterval() == pytest.approx(SWITCH_INTERVAL)  # and asks for the GIL back sooner
+    release.set()  # the compile starts only now, long after training took 1 thread
+    model.updates.pending.finish_background()
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    model.train(gradient_steps=2, batch_size=32)
+    assert isinstance(model.updates.current, CompiledUpdate) and model.updates.current.calls == 2
+    assert torch.get_num_threads() == 2  # back to the count the graph was compiled for
+    assert sys.getswitchinterval() == pytest.approx(switch_interval)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs  # so it is not compiled again
+    assert model.optimizations_in_effect().compile.active and model.compile_state.active
+    assert model._n_updates == 8
 
 
-def test_training_that_stops_mid_compile_abandons_it_and_compiles_again_after_it(monkeypatch):
+def test_training_that_stops_mid_compile_abandons_it_and_compiles_again_after_it(monkeypatch, two_threads):
     graph_only(monkeypatch)
-    monkeypatch.setattr("sb3_snake.common.system.cpu_cores", lambda: 2)
     release = hold_background_compile(monkeypatch)
-    before, switch_interval = torch.get_num_threads(), sys.getswitchinterval()
-    torch.set_num_threads(2)
-    try:
-        model = small_dqn(ADAPTIVE, board_size=6, transitions=96, compile_in_background=True, train_freq=8)
-        model.learn(16)  # training ends while the compile is held
-        abandoned = model.updates.pending
-        assert abandoned is None and model.compile_state.compiling_since is None
-        assert sys.getswitchinterval() == pytest.approx(switch_interval) and torch.get_num_threads() == 2
-        assert not model.optimizations_in_effect().compile.active
-        model.train(gradient_steps=1, batch_size=32)
-        assert model.updates.pending is None  # the abandoned compile still runs: none starts beside it
-        release.set()
-        while compiled.background_compile_running():
-            threading.Event().wait(0.01)
-        model.train(gradient_steps=1, batch_size=32)  # starts the compile again (the hold is released)
-        model.updates.pending.finish_background()
-        model.train(gradient_steps=1, batch_size=32)
-        assert isinstance(model.updates.current, CompiledUpdate) and model.compile_state.active
-    finally:
-        release.set()
-        torch.set_num_threads(before)
+    switch_interval = sys.getswitchinterval()
+    model = small_dqn(ADAPTIVE, board_size=6, transitions=96, compile_in_background=True, train_freq=8)
+    model.learn(16)  # training ends while the compile is held
+    abandoned = model.updates.pending
+    assert abandoned is None and model.compile_state.compiling_since is None
+    assert sys.getswitchinterval() == pytest.approx(switch_interval) and torch.get_num_threads() == 2
+    assert not model.optimizations_in_effect().compile.active
+    model.train(gradient_steps=1, batch_size=32)
+    assert model.updates.pending is None  # the abandoned compile still runs: none starts beside it
+    release.set()
+    while compiled.background_compile_running():
+        threading.Event().wait(0.01)
+    model.train(gradient_steps=1, batch_size=32)  # starts the compile again (the hold is released)
+    model.updates.pending.finish_background()
+    model.train(gradient_steps=1, batch_size=32)
+    assert isinstance(model.updates.current, CompiledUpdate) and model.compile_state.active
 
 
-def test_an_explicit_thread_count_is_left_alone_while_compiling(monkeypatch):
-    release = hold_background_compile(monkeypatch, then_compile=False)
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        model = small_dqn(COMPILED, board_size=5, compile_in_background=True)  # --threads 1: the user's
-        model.train(gradient_steps=1, batch_size=32)
-        assert model.updates.pending is not None and torch.get_num_threads() == 2
-    finally:
-        release.set()
-        model.updates.close()
-        torch.set_num_threads(before)
+def test_an_explicit_thread_count_is_left_alone_while_compiling(monkeypatch, two_threads):
+    hold_background_compile(monkeypatch, then_compile=False)
+    model = small_dqn(COMPILED, board_size=5, compile_in_background=True)  # --threads 1: the user's
+    model.train(gradient_steps=1, batch_size=32)
+    assert model.updates.pending is not None and torch.get_num_threads() == 2
+    model.updates.close()
 
 
 def test_a_background_compile_that_fails_leaves_training_eager_with_the_reason(monkeypatch, caplog):

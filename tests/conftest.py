@@ -172,7 +172,9 @@ def small_dqn(
 
 
 def fixed_batch(model, monkeypatch):
-    """One sampled batch of 32, which ``model``'s replay buffer then returns for every sample."""
+    """One sampled batch of 32, which ``model``'s replay buffer then returns for every sample: for
+    models that sample a batch a step (eager or captured updates, not a CPU-compiled one, which
+    samples all of a call's batches at once)."""
     batch = model.replay_buffer.sample(32)
     monkeypatch.setattr(model.replay_buffer, "sample", lambda *args, **kwargs: batch)
     return batch

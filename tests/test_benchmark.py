@@ -226,7 +226,7 @@ def test_a_combination_whose_optimization_was_inactive_is_not_chosen():
 
 
 def test_a_real_measurement_records_peak_memory_and_what_was_active():
-    result = measure_gradient_step("flash", 32, gradient_steps=1, repeats=2, warmup_steps=1, buffer_size=256, seconds=0)
+    result = measure_gradient_step("flash", 32, gradient_steps=1, repeats=2, warmup_calls=1, buffer_size=256, seconds=0)
     assert result.samples_per_second > 0 and result.peak_memory_mib > 0
     assert result.active["flash_attention"] is True and result.active["torch_compile"] is False
     assert result.steps_per_repeat == 1  # no calibration asked for: one call of one step a run

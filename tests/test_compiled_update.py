@@ -7,12 +7,13 @@ import threading
 
 import pytest
 import torch
+from stable_baselines3.common.type_aliases import ReplayBufferSamples
 
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.common.system import cpu_has_native_bf16
 from sb3_snake.dqn.update import compiled
 from sb3_snake.dqn.update.compile import unsupported_reason
-from sb3_snake.dqn.update.compiled import SWITCH_INTERVAL, CompiledUpdate
+from sb3_snake.dqn.update.compiled import SWITCH_INTERVAL, CompiledUpdate, steps_per_call_for
 from sb3_snake.dqn.update.step import UpdateStep
 from tests.conftest import small_dqn
 
@@ -79,10 +80,17 @@ def assert_same_training_state(eager, compiled):
         torch.testing.assert_close(state_b["step"], state_a["step"], msg=f"{name} step")
 
 
-def step_both(eager, compiled, steps=3, rtol=1e-4):
-    for _ in range(steps):
-        batch = eager.replay_buffer.sample(32)
-        torch.testing.assert_close(compiled.updates.current(batch), eager.updates.current(batch), rtol=rtol, atol=1e-7)
+def step_both(eager, compiled, steps=3, rtol=1e-4, per_call=1):
+    """``steps`` updates of both models on the same batches: the eager one a batch at a time,
+    the compiled one ``per_call`` batches to a call of its graph."""
+    for _ in range(steps // per_call):
+        data = eager.replay_buffer.sample(per_call * 32)
+        batches = [
+            ReplayBufferSamples(*(f if f is None else f[k * 32 : (k + 1) * 32] for f in data)) for k in range(per_call)
+        ]
+        eager_loss = torch.stack([eager.updates.current(batch) for batch in batches]).mean()
+        compiled_loss = compiled.updates.current.update(data, per_call)
+        torch.testing.assert_close(compiled_loss, eager_loss, rtol=rtol, atol=1e-7)
 
 
 def graph_only(monkeypatch) -> None:
@@ -95,19 +103,19 @@ def graph_only(monkeypatch) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("options", "kernels"),
+    ("options", "kernels", "per_call"),
     [
-        ({}, "inductor"),
-        ({"double_dqn": True, "n_steps": 3, "policy_kwargs": {"dueling": True}, "food_shaping": 0.5}, "graph only"),
+        ({}, "inductor", 2),
+        ({"double_dqn": True, "n_steps": 3, "policy_kwargs": {"dueling": True}, "food_shaping": 0.5}, "graph only", 3),
     ],
     ids=["dqn", "double-dueling-3step-shaped"],
 )
-def test_compiled_updates_train_as_the_eager_ones(options, kernels, monkeypatch):
+def test_compiled_updates_train_as_the_eager_ones(options, kernels, per_call, monkeypatch):
     if kernels == "graph only":  # the options change the graph's content; inductor's kernels are tested above
         graph_only(monkeypatch)
     eager, compiled = twins(**options)
-    step_both(eager, compiled)
-    assert compiled.updates.current.calls == 3
+    step_both(eager, compiled, steps=6, per_call=per_call)  # each step reads what the one before wrote
+    assert compiled.updates.current.calls == 6 // per_call
     assert_same_training_state(eager, compiled)
     assert all(p.grad is None for p in compiled.q_net.parameters())  # gradients stay inside the graph
 
@@ -162,6 +170,44 @@ def test_a_background_compile_leaves_the_model_alone_and_its_graph_serves_the_mo
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs  # the model's own tensors: no new compile
 
 
+def serve_rows(model, data) -> None:
+    """Make ``model``'s replay buffer return the rows of ``data`` in order, as many as each
+    sample asks for: twins then train on the same batches however they draw them."""
+    served = 0
+
+    def sample(batch_size, env=None):
+        nonlocal served
+        rows = slice(served, served + batch_size)
+        served += batch_size
+        return ReplayBufferSamples(*(field if field is None else field[rows] for field in data))
+
+    model.replay_buffer.sample = sample
+
+
+@pytest.mark.slow
+def test_the_first_call_fixes_the_steps_of_a_graph_and_other_counts_train_as_eagerly(monkeypatch):
+    graph_only(monkeypatch)  # how many graphs are compiled is dynamo's doing
+    eager, compiled = twins()
+    data = eager.replay_buffer.sample(10 * 32)
+    for model in (eager, compiled):
+        serve_rows(model, data)
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    for gradient_steps in (4, 6):  # one call of 4 steps; then one of 4 and two eager steps
+        for model in (eager, compiled):
+            model.train(gradient_steps=gradient_steps, batch_size=32)
+        loss = compiled.logger.name_to_value["train/loss"]
+        assert loss == pytest.approx(eager.logger.name_to_value["train/loss"], rel=1e-4)
+    update = compiled.updates.current
+    assert update.steps_per_call == 4 and update.calls == 2 and compiled._n_updates == 10
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs + 1  # nothing compiled again
+    assert_same_training_state(eager, compiled)  # Adam's step counts included: 10
+    assert all(parameter.grad is None for parameter in compiled.q_net.parameters())  # not kept by the eager steps
+
+
+def test_a_graph_holds_the_most_steps_that_divide_the_first_count():
+    assert [steps_per_call_for(n) for n in (1, 2, 3, 4, 5, 6, 8, 9, 12)] == [1, 2, 3, 4, 1, 3, 4, 3, 4]
+
+
 def hold_background_compile(monkeypatch, then_compile: bool = True) -> threading.Event:
     """Make background compiles wait for the returned event before they compile (or, with
     ``then_compile`` False, end without compiling, for tests of what comes before)."""
@@ -200,7 +246,7 @@ def test_training_goes_on_eagerly_until_the_background_compile_is_ready(monkeypa
     model.updates.pending.finish_background()
     graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
     model.train(gradient_steps=2, batch_size=32)
-    assert isinstance(model.updates.current, CompiledUpdate) and model.updates.current.calls == 2
+    assert isinstance(model.updates.current, CompiledUpdate) and model.updates.current.calls == 1  # of 2 steps
     assert torch.get_num_threads() == 2  # back to the count the graph was compiled for
     assert sys.getswitchinterval() == pytest.approx(switch_interval)
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs  # so it is not compiled again

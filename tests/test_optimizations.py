@@ -99,7 +99,7 @@ def fake_compile(monkeypatch, compiled_at=None):
 
     monkeypatch.setattr(CompileState, "compile_now", record)
     monkeypatch.setattr("sb3_snake.dqn.update.compile.compile_networks", lambda model, mode: "")
-    monkeypatch.setattr(CompiledUpdate, "compiled_update", UpdateStep.update)
+    monkeypatch.setattr(CompiledUpdate, "compiled_update", CompiledUpdate._eager)
 
 
 def test_a_deferred_compile_trains_eagerly_first_then_compiles_once(monkeypatch):
@@ -169,7 +169,7 @@ def test_the_compile_state_describes_itself():
 
 
 def test_a_whole_update_whose_compile_fails_is_reported_off_and_training_goes_on(monkeypatch, caplog):
-    def fail(self, data):
+    def fail(self, data, steps):
         raise RuntimeError("no C++ compiler\nmore detail")
 
     monkeypatch.setattr(CompiledUpdate, "compiled_update", fail)
@@ -232,7 +232,7 @@ def test_compile_compiles_graphs_only_when_on():
     assert compiled.active_optimizations.compile.active
     compiled.train(gradient_steps=2, batch_size=32)
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == before + 1  # one graph: the whole update
-    assert compiled.updates.current.calls == 2
+    assert compiled.updates.current.calls == 1 and compiled.updates.current.steps_per_call == 2
     # The networks are as they were: the state_dict keys are those of the plain network.
     assert compiled.q_net.state_dict().keys() == model.q_net.state_dict().keys()
 

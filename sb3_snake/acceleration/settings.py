@@ -104,8 +104,8 @@ class OptimizationSettings:
         "USE_TORCH_COMPILE",
         "--compile/--no-compile",
         SWITCH_OR_AUTO,
-        "torch.compile: on a CPU the whole gradient step as one graph (forward, backward, clipping, Adam), "
-        "on CUDA the two Q-networks.",
+        "torch.compile: on a CPU the whole gradient step as one graph (forward, backward, clipping, Adam; "
+        "up to 4 steps to a call), on CUDA the two Q-networks.",
         unmeasured=False,
     )
     use_flash_attention: bool | str = setting(

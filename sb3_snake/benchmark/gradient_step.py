@@ -5,11 +5,12 @@ The policy measured is the one ``sb3-snake train`` builds with its defaults
 
 The replay buffer is filled with real transitions from ``BatchedSnakeVecEnv`` under random
 actions; then, per configuration, a fresh model is built (and compiled, when asked), warmed up
-with a few gradient steps that are not timed, and timed over ``repeats`` runs through
-``SnakeDQN.train``, each of as many calls of ``gradient_steps`` steps as last about
-``seconds`` (calibrated first, :func:`~sb3_snake.common.timing.time_runs`). The figure is
-the median run, with the slowest and fastest runs beside it, and the peak memory of the configuration
-(``torch.cuda.max_memory_allocated`` on GPU, peak RSS on CPU).
+with an untimed call of ``gradient_steps`` steps (the first compiled call fixes how many steps
+each holds: :attr:`~sb3_snake.dqn.update.compiled.CompiledUpdate.steps_per_call`), and timed
+over ``repeats`` runs through ``SnakeDQN.train``, each of as many calls of ``gradient_steps``
+steps as last about ``seconds`` (calibrated first, :func:`~sb3_snake.common.timing.time_runs`).
+The figure is the median run, with the slowest and fastest runs beside it, and the peak memory
+of the configuration (``torch.cuda.max_memory_allocated`` on GPU, peak RSS on CPU).
 
 A batch size that runs out of memory is halved until it fits; the result records the batch
 size asked for and each size that failed.
@@ -97,7 +98,7 @@ def measure_gradient_step(
     device: str = "cpu",
     gradient_steps: int = 4,
     repeats: int = 5,
-    warmup_steps: int = 2,
+    warmup_calls: int = 1,
     board_size: int = 10,
     buffer_size: int = 16384,
     seconds: float = 0.5,
@@ -119,7 +120,8 @@ def measure_gradient_step(
     model = filled_model(
         settings, device, board_size, max(buffer_size, batch_size), TrainConfig().policy_kwargs(), batch_size=batch_size
     )
-    model.train(gradient_steps=warmup_steps, batch_size=batch_size)
+    for _ in range(warmup_calls):  # as timed: the first compiled call fixes the steps each call holds
+        model.train(gradient_steps=gradient_steps, batch_size=batch_size)
     sync = device_sync(device)
     durations, calls = time_runs(
         lambda: model.train(gradient_steps=gradient_steps, batch_size=batch_size), sync, seconds, repeats

@@ -6,6 +6,9 @@ CUDA graph's capture included); every measurement then times one slice of gradie
 the one timing harness (:func:`sb3_snake.common.timing.time_for`: whole steps until the slice's
 seconds have passed). The model is kept for the candidate's later slices, so
 :data:`~sb3_snake.acceleration.autotune.search.ROUNDS` slices in turn cost one warm-up each.
+Steps are timed one to a call, warm-up included, so a compiled candidate runs a graph of one
+step (:attr:`~sb3_snake.dqn.update.compiled.CompiledUpdate.steps_per_call`): the same measure
+for every batch size, which leaves out what a graph of several steps saves.
 """
 
 from __future__ import annotations
@@ -109,6 +112,7 @@ class GradientStepMeter:
             countdown=self.countdown,
             batch_size=candidate.batch_size,
         )
-        model.train(gradient_steps=WARMUP_STEPS + 1, batch_size=candidate.batch_size)
+        for _ in range(WARMUP_STEPS + 1):  # calls of one step, as timed (a compiled call holds as many)
+            model.train(gradient_steps=1, batch_size=candidate.batch_size)
         self.models[candidate] = model
         return model

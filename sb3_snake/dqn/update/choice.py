@@ -6,7 +6,7 @@ Three ways run the same :class:`~sb3_snake.dqn.update.step.UpdateStep`:
   active (CUDA, a replay buffer on the device) and no VecNormalize changes the samples;
 - **compiled** (:class:`~sb3_snake.dqn.update.compiled.CompiledUpdate`): when the whole update
   is compiled (a CPU, once the :class:`~sb3_snake.dqn.update.compile.CompileState` compiled).
-  A background compile is started here when it is due, with a batch of the replay buffer, and
+  A background compile is started here when it is due, with batches of the replay buffer, and
   the eager step runs on until the compiled one is ready (:meth:`UpdateChoice._adopt`);
 - **eager**: otherwise (with the networks compiled in place where the compile says so).
 
@@ -28,7 +28,7 @@ import torch
 from sb3_snake.acceleration.optimizations import Decision
 from sb3_snake.dqn.update.captured import CapturedUpdate
 from sb3_snake.dqn.update.compile import CompileState
-from sb3_snake.dqn.update.compiled import CompiledUpdate, background_compile_running
+from sb3_snake.dqn.update.compiled import CompiledUpdate, background_compile_running, steps_per_call_for
 from sb3_snake.dqn.update.step import UpdateStep
 
 if TYPE_CHECKING:
@@ -59,14 +59,14 @@ class UpdateChoice:
         self.current: UpdateStep | None = None
         self.pending: CompiledUpdate | None = None  #: the update compiling in the background, if one is
         self._lowered_to: int | None = None  # the thread count training took while it compiles
-        if not self.compile.in_background:  # a background compile needs a batch: the first run starts it
+        if not self.compile.in_background:  # a background compile needs batches: the first run starts it
             self._compile_if_due()
         self.current = self._choose(model.batch_size)
 
     def run(self, gradient_steps: int, batch_size: int) -> torch.Tensor:
         """``gradient_steps`` updates of ``batch_size``, compiling first when the compile is due
         (or starting to, in the background); their mean loss, on the device and not read."""
-        self._compile_if_due(batch_size)
+        self._compile_if_due(batch_size, gradient_steps)
         if self.pending is not None and not self.pending.compiling:
             self._adopt(self.pending)
         step = self.current if self.current is not None and self.current.fits(batch_size) else None
@@ -93,12 +93,12 @@ class UpdateChoice:
             self.current = UpdateStep(model)
         return self.current
 
-    def _compile_if_due(self, batch_size: int | None = None) -> None:
+    def _compile_if_due(self, batch_size: int | None = None, gradient_steps: int = 1) -> None:
         if not self.compile.due(self.model._n_updates):
             return
         if self.compile.in_background:
             if not background_compile_running():  # one at a time: an abandoned one fills the cache for this one
-                self._start_background_compile(batch_size)
+                self._start_background_compile(batch_size, gradient_steps)
             return
         failure = self.compile.compile_now(self.model)
         self.current = None  # chosen again: the compiled update, or a graph of the compiled networks
@@ -107,15 +107,13 @@ class UpdateChoice:
         else:
             self._record("compile", self.compile.planned)
 
-    def _start_background_compile(self, batch_size: int) -> None:
-        """Compile in a thread with a sampled (and augmented) batch of ``batch_size``; the eager
-        step runs on meanwhile."""
+    def _start_background_compile(self, batch_size: int, gradient_steps: int) -> None:
+        """Compile in a thread with sampled (and augmented) batches of ``batch_size``, as many as
+        a compiled call of ``gradient_steps`` steps takes; the eager step runs on meanwhile."""
         model = self.model
         self.pending = CompiledUpdate(model, model.active_optimizations)
-        data = model.replay_buffer.sample(batch_size, env=model._vec_normalize_env)
-        if model._augmentation is not None:
-            data = model._augmentation(data)
-        self.pending.compile_in_background(data)
+        steps = steps_per_call_for(gradient_steps)
+        self.pending.compile_in_background(self.pending.sample(steps, batch_size), steps)
         self.compile.compiling_since = model._n_updates
         # Training leaves one of its threads to the compile where the count is the run's to
         # choose (adaptive, as --threads auto on a CPU; an explicit count is the user's): on a

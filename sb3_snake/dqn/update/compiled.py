@@ -41,7 +41,7 @@ call, which compiles) sets :attr:`~UpdateStep.failure`, and the call's steps run
 **Compiling in the background** (:meth:`CompiledUpdate.compile_in_background`). A cold compile of
 this graph takes tens of seconds on a small CPU, and a first call that compiles stops training
 for all of them. Instead, a thread makes that first call on *copies* of the parameters and
-Adam's state, with one real sampled batch, while the caller goes on training eagerly; the model's
+Adam's state, with real sampled batches, while the caller goes on training eagerly; the model's
 own tensors are not touched until the compile is done (:attr:`CompiledUpdate.compiling`), and
 the next call of the compiled function finds the graph ready under the same guards. The thread
 competes with training for the GIL and the cores, so eager steps run slower meanwhile, but they
@@ -63,6 +63,23 @@ from another thread meanwhile is routed into the tracer (a training run failed s
 not installed as a submodule"). The compile's own traces (``make_fx``) pass foreign calls
 through unchanged; the one plain symbolic trace inductor makes, of a dummy graph it then caches,
 is made here before the thread starts (:func:`_trace_inductor_dummy_graph`).
+
+**Several gradient steps per call** (:attr:`CompiledUpdate.steps_per_call`). Each call of a
+compiled function pays for its guards and inductor's Python wrapper before any kernel runs, and
+each eagerly sampled and augmented batch pays for dispatch; at a small batch that is a large
+share of a step. :meth:`CompiledUpdate.run` therefore samples the batches of several steps at
+once (one draw of ``steps * batch_size`` rows: independent uniform draws either way), augments
+them at once, and runs them as one graph in which the steps follow each other, each reading the
+parameters and Adam's state the one before wrote; the target network is the same for all of
+them, as it is for the steps of one eager ``train`` call. How many steps a graph holds is fixed
+by its first call, at most :data:`MAX_STEPS_PER_CALL` (the graph, and its compile, grow with
+it), as the largest count up to that which divides the first call's (:func:`steps_per_call_for`),
+and read from the batches' shapes inside the graph. A later call of ``n`` steps makes
+``n // steps_per_call`` compiled calls, and the rest of a count that is not a multiple runs
+eagerly rather than compile a second graph. ``sb3-snake train``'s counts are multiples: a fixed
+number of steps per update (four at its defaults), half as many in its early phase, in which
+a compile that falls there (``--compile-after 0``) fixes the smaller count. Because a call's
+batches are drawn at once, a seeded run that compiles draws other batches than one that does not.
 
 On CUDA the gradient step is captured as a CUDA graph instead (:mod:`sb3_snake.dqn.update.captured`),
 which removes the launch overhead this removes on the CPU.
@@ -94,6 +111,8 @@ if TYPE_CHECKING:
 
 #: Seconds between the GIL's hand-overs while a background compile runs (Python's default: 0.005).
 SWITCH_INTERVAL = 0.0001
+#: The most gradient steps one compiled call runs (see the module docstring).
+MAX_STEPS_PER_CALL = 4
 
 _running: set[threading.Thread] = set()  # background compiles still running, abandoned ones included
 _running_lock = threading.Lock()
@@ -120,7 +139,7 @@ class _QValues(nn.Module):
 
 
 class CompiledUpdate(UpdateStep):
-    """The gradient steps of ``model`` (a :class:`~sb3_snake.SnakeDQN`), one compiled call each.
+    """The gradient steps of ``model`` (a :class:`~sb3_snake.SnakeDQN`), several to a compiled call.
 
     :param model: the model; its update must be supported (:func:`~sb3_snake.dqn.update.compile.unsupported_reason`).
     :param active: the optimizations in effect (compile mode, bf16, SDPA kernels).
@@ -142,40 +161,58 @@ class CompiledUpdate(UpdateStep):
         self.group = self.optimizer.param_groups[0]
         self.learning_rate = torch.zeros((), device=model.device)
         self.state: tuple[list[torch.Tensor], ...] = ()  #: Adam's exp_avg, exp_avg_sq and step, per parameter
-        self.calls = 0  #: updates run compiled (the first one compiles, unless the background did)
+        self.calls = 0  #: calls of the compiled function (the first one compiles, unless the background did)
+        #: Gradient steps per compiled call, fixed by the first (0: none yet).
+        self.steps_per_call = 0
         self.threads = 0  #: torch's thread count the background compile compiled for (0: none started)
         self._background: threading.Thread | None = None
         #: What a background compile holds until it ends: the SDPA kernel choice and the GIL's switch interval.
         self._held = ExitStack()
-        self.function = torch.compile(self._update, fullgraph=True, dynamic=False, mode=active.settings.compile_mode)
+        self.function = torch.compile(self._updates, fullgraph=True, dynamic=False, mode=active.settings.compile_mode)
 
-    def update(self, data: ReplayBufferSamples) -> torch.Tensor:
-        """The compiled update; eagerly once its first call (the compile) failed."""
+    def run(self, gradient_steps: int, batch_size: int) -> torch.Tensor:
+        """``gradient_steps`` updates, :attr:`steps_per_call` to a compiled call, each call's
+        batches sampled and augmented at once; the rest of the count eagerly (see the module
+        docstring). Their mean loss, not read."""
         if self.failure:
-            return super().update(data)
+            return super().run(gradient_steps, batch_size)
+        per_call = self.steps_per_call = self.steps_per_call or steps_per_call_for(gradient_steps)
+        calls, rest = divmod(gradient_steps, per_call)
+        total = sum(self.update(self.sample(per_call, batch_size), per_call) * per_call for _ in range(calls))
+        if rest:  # eagerly, rather than compile a second graph for them
+            total = total + self._eager(self.sample(rest, batch_size), rest) * rest
+        return total / gradient_steps
+
+    def update(self, data: ReplayBufferSamples, steps: int = 1) -> torch.Tensor:
+        """``steps`` compiled updates whose batches lie one after another in ``data``; their mean
+        loss. Eagerly once the first call (the compile) failed."""
+        if self.failure:
+            return self._eager(data, steps)
         try:
-            loss = self.compiled_update(data)
+            loss = self.compiled_update(data, steps)
         except Exception as error:  # noqa: BLE001 - reported as the reason compile is off
             if self.calls:  # it compiled and ran before: not a compile failure
                 raise
             self.failure = compile_failure(error)
-            return super().update(data)
+            return self._eager(data, steps)
         self.calls += 1
         return loss
 
-    def compiled_update(self, data: ReplayBufferSamples) -> torch.Tensor:
-        """One call of the compiled function, in the forward context, on the model's parameters
-        and Adam's state tensors."""
+    def compiled_update(self, data: ReplayBufferSamples, steps: int = 1) -> torch.Tensor:
+        """One call of the compiled function on ``steps`` batches, in the forward context, on the
+        model's parameters and Adam's state tensors."""
         self.learning_rate.fill_(self.group["lr"])
         self.state = self.state or self._adam_state()
         tensors = (self.parameters, self.target_parameters, *self.state)
         with sdpa_kernel(self.sdpa_backends), torch.autocast(self.device_type, torch.bfloat16, enabled=self.bf16):
-            return self.function(data, self.learning_rate, *tensors)
+            return self.function(_split(data, steps), self.learning_rate, *tensors)
 
-    def compile_in_background(self, data: ReplayBufferSamples) -> None:
+    def compile_in_background(self, data: ReplayBufferSamples, steps: int = 1) -> None:
         """Start compiling in a thread, by one call on copies of the parameters and of Adam's
-        state with the batch ``data`` (see the module docstring); the caller trains on meanwhile
-        and asks :attr:`compiling`, then :meth:`finish_background`, before calling :meth:`update`."""
+        state with the ``steps`` batches of ``data`` (see the module docstring), which fixes
+        :attr:`steps_per_call`; the caller trains on meanwhile and asks :attr:`compiling`, then
+        :meth:`finish_background`, before calling :meth:`run`."""
+        self.steps_per_call = steps
         copies = (
             [_copy(parameter) for parameter in self.parameters],
             [_copy(parameter) for parameter in self.target_parameters],
@@ -188,7 +225,10 @@ class CompiledUpdate(UpdateStep):
         self._held.callback(sys.setswitchinterval, sys.getswitchinterval())
         sys.setswitchinterval(SWITCH_INTERVAL)
         self._background = threading.Thread(
-            target=self._compile_on_copies, args=(data, learning_rate, copies), name="sb3-snake-compile", daemon=True
+            target=self._compile_on_copies,
+            args=(_split(data, steps), learning_rate, copies),
+            name="sb3-snake-compile",
+            daemon=True,
         )
         with _running_lock:
             _running.add(self._background)
@@ -245,6 +285,20 @@ class CompiledUpdate(UpdateStep):
         states = [self.optimizer.state.get(parameter) or _new_adam_state(parameter) for parameter in self.parameters]
         return tuple([state[name].clone() for state in states] for name in ADAM_STATE)
 
+    def _eager(self, data: ReplayBufferSamples, steps: int) -> torch.Tensor:
+        """The eager updates of the ``steps`` batches of ``data``, one after another; their mean loss."""
+        batches = _split(data, steps)
+        loss = torch.stack([super(CompiledUpdate, self).update(_batch(batches, k)) for k in range(steps)]).mean()
+        self.optimizer.zero_grad(set_to_none=True)  # the compiled steps keep their gradients inside the graph
+        return loss
+
+    def sample(self, steps: int, batch_size: int) -> ReplayBufferSamples:
+        """The batches of ``steps`` updates, drawn from the replay buffer at once and augmented
+        when the model augments."""
+        model = self.model
+        data = model.replay_buffer.sample(steps * batch_size, env=model._vec_normalize_env)
+        return data if model._augmentation is None else model._augmentation(data)
+
     def _loss(
         self, parameters: list[torch.Tensor], target_parameters: list[torch.Tensor], data: ReplayBufferSamples
     ) -> torch.Tensor:
@@ -261,6 +315,14 @@ class CompiledUpdate(UpdateStep):
         chooser = online if model.double_dqn else None
         target_q_values = td_targets(data, target, chooser, model.gamma, model.food_shaping)
         return F.smooth_l1_loss(online(data.observations).gather(1, data.actions.long()), target_q_values)
+
+    def _updates(
+        self, batches: ReplayBufferSamples, learning_rate: torch.Tensor, *tensors: list[torch.Tensor]
+    ) -> torch.Tensor:
+        """The compiled function: one update per batch of ``batches`` (each field shaped
+        ``(steps, batch_size, ...)``), in order; their mean loss."""
+        steps = batches.observations.shape[0]
+        return torch.stack([self._update(_batch(batches, k), learning_rate, *tensors) for k in range(steps)]).mean()
 
     def _update(
         self,
@@ -303,6 +365,23 @@ def _new_adam_state(parameter: torch.Tensor) -> dict[str, torch.Tensor]:
         "exp_avg": torch.zeros_like(parameter, memory_format=torch.preserve_format),
         "exp_avg_sq": torch.zeros_like(parameter, memory_format=torch.preserve_format),
     }
+
+
+def steps_per_call_for(gradient_steps: int) -> int:
+    """The gradient steps a compiled call holds when the first call asks for ``gradient_steps``:
+    the largest count up to :data:`MAX_STEPS_PER_CALL` that divides it, so that calls of the same
+    count run compiled whole."""
+    return max(steps for steps in range(1, MAX_STEPS_PER_CALL + 1) if gradient_steps % steps == 0)
+
+
+def _split(data: ReplayBufferSamples, steps: int) -> ReplayBufferSamples:
+    """``data`` (``steps`` batches one after another) with each field shaped ``(steps, batch_size, ...)``."""
+    return ReplayBufferSamples(*(None if field is None else field.unflatten(0, (steps, -1)) for field in data))
+
+
+def _batch(batches: ReplayBufferSamples, k: int) -> ReplayBufferSamples:
+    """The ``k``-th batch of :func:`_split`'s ``batches``."""
+    return ReplayBufferSamples(*(None if field is None else field[k] for field in batches))
 
 
 def _named_parameters(module: nn.Module) -> tuple[list[str], list[torch.Tensor]]:

@@ -5,6 +5,7 @@ One module per command group (``train``: train, eval, play, plot; ``benchmark``;
 Importing a group registers its commands, in the order ``--help`` lists them.
 """
 
+import faulthandler
 from importlib import import_module
 
 from sb3_snake.cli.common import app
@@ -16,4 +17,7 @@ __all__ = ["app", "main"]
 
 
 def main() -> None:
+    # A crash in native code (a segfault in a kernel or a compiler thread) then prints every
+    # thread's Python stack on stderr, instead of ending the process with nothing said.
+    faulthandler.enable()
     app()

@@ -5,6 +5,7 @@ running, trained with checkpoints on that clock, its result written back as JSON
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import json
 import multiprocessing
 import os
@@ -82,6 +83,7 @@ def _environment(**values: str | None) -> Iterator[None]:
 
 
 def _run_and_write(spec: dict[str, Any], start: float, result_path: str) -> None:
+    faulthandler.enable()  # a native crash prints every thread's stack (the parent names the log)
     try:
         result = run_system(RunSpec(**spec), Stopwatch(start))
     except KeyboardInterrupt:

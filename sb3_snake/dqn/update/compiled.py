@@ -292,13 +292,6 @@ class CompiledUpdate(UpdateStep):
         self.optimizer.zero_grad(set_to_none=True)  # the compiled steps keep their gradients inside the graph
         return loss
 
-    def sample(self, steps: int, batch_size: int) -> ReplayBufferSamples:
-        """The batches of ``steps`` updates, drawn from the replay buffer at once and augmented
-        when the model augments."""
-        model = self.model
-        data = model.replay_buffer.sample(steps * batch_size, env=model._vec_normalize_env)
-        return data if model._augmentation is None else model._augmentation(data)
-
     def _loss(
         self, parameters: list[torch.Tensor], target_parameters: list[torch.Tensor], data: ReplayBufferSamples
     ) -> torch.Tensor:

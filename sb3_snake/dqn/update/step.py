@@ -46,9 +46,18 @@ class UpdateStep:
 
     def __call__(self, data: ReplayBufferSamples) -> torch.Tensor:
         """One update from one sampled batch (augmented when the model augments); the loss, detached."""
-        if self.model._augmentation is not None:
-            data = self.model._augmentation(data)
-        return self.update(data)
+        return self.update(self._augmented(data))
+
+    def sample(self, steps: int, batch_size: int) -> ReplayBufferSamples:
+        """The batches of ``steps`` updates, one after another, drawn from the replay buffer at
+        once (independent uniform draws, as ``steps`` draws would be) and augmented when the
+        model augments."""
+        model = self.model
+        return self._augmented(model.replay_buffer.sample(steps * batch_size, env=model._vec_normalize_env))
+
+    def _augmented(self, data: ReplayBufferSamples) -> ReplayBufferSamples:
+        augmentation = self.model._augmentation
+        return data if augmentation is None else augmentation(data)
 
     def update(self, data: ReplayBufferSamples) -> torch.Tensor:
         """TD targets, the Huber loss, backward, clipping and the optimizer's step, eagerly."""
@@ -65,8 +74,7 @@ class UpdateStep:
 
     def run(self, gradient_steps: int, batch_size: int) -> torch.Tensor:
         """``gradient_steps`` updates on batches from the replay buffer; their mean loss, not read."""
-        buffer, env = self.model.replay_buffer, self.model._vec_normalize_env
-        return torch.stack([self(buffer.sample(batch_size, env=env)) for _ in range(gradient_steps)]).mean()
+        return torch.stack([self.update(self.sample(1, batch_size)) for _ in range(gradient_steps)]).mean()
 
     def fits(self, batch_size: int) -> bool:
         """Whether this object runs updates of ``batch_size`` (a captured graph holds one size)."""

@@ -13,6 +13,7 @@ from sb3_snake.benchmark.learning import (
     SCORE_AT_SECONDS,
     SCORE_THRESHOLDS,
     LearningPlan,
+    RunFailed,
     RunSpec,
     Stopwatch,
     WallClockCheckpoints,
@@ -287,6 +288,30 @@ def test_without_the_baseline_there_is_no_calibration_and_a_warm_cache_is_the_us
     assert report["runs"][0]["compile_cache"] == "warm" and report["plain_sb3_total_timesteps"] is None
 
 
+def test_a_run_that_fails_is_listed_and_the_others_are_kept(tmp_path):
+    plan = LearningPlan(minutes=1.0, every_seconds=20.0, seeds=(0, 1, 2), systems=("sb3_snake",))
+    crash = "the sb3_snake run of seed 1 failed (exit code -11: SIGSEGV); its output is in x/train.log"
+    lines = []
+
+    def run(spec, cache_dir):
+        if spec.seed == 1:
+            raise RunFailed(crash)
+        checkpoint = {"seconds": 60.0, "env_steps": 5, "path": "a.zip"}
+        return {"system": spec.system, "seed": spec.seed, "env_steps": 5, "checkpoints": [checkpoint]}
+
+    def evaluate_run(run, episodes):
+        return [{"seconds": 60.0, "minutes": 1.0, "mean_score": 10.0 + run["seed"]}]
+
+    report = run_learning_benchmark(plan, tmp_path, progress=lines.append, run=run, evaluate_run=evaluate_run)
+    assert [run["seed"] for run in report["runs"]] == [0, 2]  # seed 2 still ran, and seed 0 was kept
+    assert report["failed_runs"] == [{"system": "sb3_snake", "seed": 1, "error": crash, "compile_cache": "cold"}]
+    assert report["summary"]["sb3_snake"]["seeds"] == [0, 2]
+    assert report["summary"]["sb3_snake"]["final_mean_score"] == {"median": 11.0, "min": 10.0, "max": 12.0}
+    assert f"sb3_snake seed 1: {crash}; the other runs go on" in lines
+    assert format_summary(report).endswith(f"failed, not in the figures above: {crash}")
+    json.dumps(report)
+
+
 # --- real runs on a tiny budget -----------------------------------------------------------------
 
 
@@ -328,6 +353,13 @@ def test_a_run_in_its_own_process_with_a_cold_cache(tmp_path):
     assert result["checkpoints"][-1]["env_steps"] == 200  # total_timesteps ended it, with a last checkpoint
     # The clock started before the process did: its start and imports are counted.
     assert 0 < result["startup_seconds"] <= result["checkpoints"][0]["seconds"]
+
+
+@pytest.mark.slow
+def test_a_run_whose_process_fails_says_how_and_where_its_output_is(tmp_path):
+    spec = RunSpec("no_such_system", 0, 30.0, 10.0, 6, str(tmp_path / "run"))
+    with pytest.raises(RunFailed, match=r"the no_such_system run of seed 0 failed \(exit code 1\); its output is in"):
+        run_in_process(spec, None)
 
 
 def test_the_seed_range_is_refused_before_any_run_starts(tmp_path, monkeypatch):

@@ -146,6 +146,39 @@ def test_benchmark_learning_writes_json_and_picture_from_its_plan(tmp_path, monk
     assert "30s (30s-30s) 1/1" in result.output
 
 
+def test_benchmark_learning_keeps_the_runs_that_finished_and_exits_1_for_one_that_failed(tmp_path, monkeypatch):
+    from sb3_snake.benchmark import learning
+
+    monkeypatch.chdir(tmp_path)
+    crash = "the sb3_snake run of seed 1 failed (exit code -11: SIGSEGV); its output is in x/train.log"
+    finished: list[int] = [0]
+
+    def fake_benchmark(plan, work_dir, progress):
+        curve = [{"seconds": 30.0, "minutes": 0.5, "mean_score": 12.0}]
+        runs = [{"system": "sb3_snake", "seed": seed, "curve": curve, "env_steps": 10} for seed in finished]
+        failed = [{"system": "sb3_snake", "seed": 1, "error": crash, "compile_cache": "cold"}]
+        return {
+            "system": {"cpu": "test", "cpu_cores": 2, "torch": "x"},
+            "plan": {"episodes": 5},
+            "runs": runs,
+            "failed_runs": failed,
+            "summary": learning.summarize(runs),
+        }
+
+    monkeypatch.setattr(learning, "run_learning_benchmark", fake_benchmark)
+    arguments = ["benchmark-learning", "--quick", "--seeds", "2", "--no-baseline", "--no-ppo", "--output", "out"]
+    result = runner.invoke(app, arguments)
+    assert result.exit_code == 1
+    assert sorted(path.suffix for path in (tmp_path / "out").iterdir()) == [".json", ".png"]  # seed 0 is kept
+    assert f"failed, not in the figures above: {crash}" in result.output
+    assert "error: 1 of 2 runs failed" in result.output
+    finished.clear()  # and when every run fails, nothing is written
+    result = runner.invoke(app, [*arguments[:-1], "out2"])
+    assert result.exit_code == 1
+    assert not (tmp_path / "out2").exists() or not any((tmp_path / "out2").iterdir())
+    assert result.output.strip().endswith(f"error: every run failed, no results written; the first: {crash}")
+
+
 def test_benchmark_grad_rejects_an_unknown_combination_in_one_line():
     result = runner.invoke(app, ["benchmark-grad", "--combinations", "turbo"])
     assert result.exit_code == 2

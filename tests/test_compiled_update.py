@@ -283,6 +283,30 @@ def test_an_explicit_thread_count_is_left_alone_while_compiling(monkeypatch, two
     model.updates.close()
 
 
+def test_the_compiling_thread_sets_its_thread_count_before_training_lowers_its_own(monkeypatch, two_threads):
+    """Setting a count resets process-wide state too, so the two threads never set one at once."""
+    hold_background_compile(monkeypatch, then_compile=False)
+    model = small_dqn(ADAPTIVE, board_size=5, compile_in_background=True)
+    calls, real = [], torch.set_num_threads
+
+    def slow_set(count):  # a slow reset, which the other thread's call must not overlap
+        calls.append(("start", threading.current_thread().name, count))
+        threading.Event().wait(0.05)
+        real(count)
+        calls.append(("end", threading.current_thread().name, count))
+
+    monkeypatch.setattr(torch, "set_num_threads", slow_set)
+    model.train(gradient_steps=1, batch_size=32)  # starts the compile
+    training = threading.current_thread().name
+    assert calls == [
+        ("start", "sb3-snake-compile", 2),
+        ("end", "sb3-snake-compile", 2),
+        ("start", training, 1),
+        ("end", training, 1),
+    ]
+    model.updates.close()
+
+
 def test_a_background_compile_that_fails_leaves_training_eager_with_the_reason(monkeypatch, caplog):
     def failing_compile(function, **options):
         def compiled(*args):

@@ -235,7 +235,8 @@ def benchmark_learning(
     Each run trains in a fresh process for the budget (imports and compilation counted),
     saving a checkpoint every few seconds off the clock; every checkpoint then plays greedy
     games. Writes learning_<UTC>.json and .png into --output; checkpoints go under
-    runs/benchmark-learning/.
+    runs/benchmark-learning/. A run that fails is named and left out, the others kept, and
+    the command exits 1.
     """
     from sb3_snake.benchmark.learning import (
         SYSTEMS,
@@ -271,10 +272,17 @@ def benchmark_learning(
         except KeyboardInterrupt:
             typer.echo(f"stopped: no results written; the runs so far are in {work_dir}", err=True)
             raise typer.Exit(signal_exit_code(received)) from None
+    failed = report.get("failed_runs", [])
+    if not report["runs"]:
+        typer.echo(f"error: every run failed, no results written; the first: {failed[0]['error']}", err=True)
+        raise typer.Exit(1)
     typer.echo(format_summary(report))
     path = save_results("learning", report, output)
     picture = plot_learning_benchmark(report, path.with_suffix(".png"))
     typer.echo(f"Saved {path} and {picture}")
+    if failed:
+        typer.echo(f"error: {len(failed)} of {runs} runs failed (listed above and in the JSON's failed_runs)", err=True)
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -43,6 +43,7 @@ from sb3_snake.benchmark.learning.plan import (
 )
 from sb3_snake.benchmark.learning.runs import (
     CALIBRATION_SECONDS,
+    RunFailed,
     RunSpec,
     calibrate_plain_sb3,
     run_in_process,
@@ -67,6 +68,7 @@ __all__ = [
     "SCORE_THRESHOLDS",
     "SYSTEMS",
     "LearningPlan",
+    "RunFailed",
     "RunSpec",
     "Stopwatch",
     "WallClockCheckpoints",

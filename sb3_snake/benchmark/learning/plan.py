@@ -12,7 +12,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from sb3_snake.benchmark.learning.runs import CALIBRATION_SECONDS, RunSpec, calibrate_plain_sb3, run_in_process
+from sb3_snake.benchmark.learning.runs import (
+    CALIBRATION_SECONDS,
+    RunFailed,
+    RunSpec,
+    calibrate_plain_sb3,
+    run_in_process,
+)
 from sb3_snake.benchmark.learning.summary import SCORE_AT_SECONDS, SCORE_THRESHOLDS, score_at, summarize, time_to_score
 from sb3_snake.common.errors import UsageError
 from sb3_snake.common.system import system_info
@@ -129,8 +135,9 @@ def run_learning_benchmark(
     calibrate: Callable[[float, int], float] = calibrate_plain_sb3,
 ) -> dict[str, Any]:
     """Train every system and seed of ``plan`` (under ``work_dir``), evaluate the checkpoints,
-    and return the JSON-ready report. ``run``, ``evaluate_run`` and ``calibrate`` are the
-    measurements, injectable for tests."""
+    and return the JSON-ready report. A run whose process fails (:class:`RunFailed`) is listed
+    in the report's ``failed_runs`` and the others go on: one crash loses one run, not the
+    benchmark. ``run``, ``evaluate_run`` and ``calibrate`` are the measurements, injectable for tests."""
     evaluate_run = evaluate_run or _evaluate_with_plan_settings(plan)
     total_timesteps = None
     if "plain_sb3" in plan.systems:
@@ -139,7 +146,7 @@ def run_learning_benchmark(
         rate = calibrate(seconds, plan.board_size)
         total_timesteps = max(1, int(rate * plan.budget_seconds))
         progress(f"  {rate:,.0f} env steps/s: plain SB3 gets total_timesteps={total_timesteps:,}")
-    runs = []
+    runs, failed = [], []
     for seed in plan.seeds:
         for system in plan.systems:
             directory = work_dir / f"{system}-seed{seed}"
@@ -157,7 +164,12 @@ def run_learning_benchmark(
                 plan.hyperparameters if system == "sb3_snake" else {},
                 total_timesteps if system == "plain_sb3" else None,
             )
-            result = run(spec, cache_dir)
+            try:
+                result = run(spec, cache_dir)
+            except RunFailed as error:  # the runs done and to come still count
+                progress(f"{system} seed {seed}: {error}; the other runs go on")
+                failed.append({"system": system, "seed": seed, "error": str(error), "compile_cache": cache})
+                continue
             runs.append({**result, "compile_cache": cache})
     for entry in runs:
         progress(f"evaluating {len(entry['checkpoints'])} checkpoints of {entry['system']} seed {entry['seed']}...")
@@ -184,6 +196,7 @@ def run_learning_benchmark(
         },
         "plain_sb3_total_timesteps": total_timesteps,
         "runs": runs,
+        "failed_runs": failed,
         "summary": summarize(runs),
     }
 

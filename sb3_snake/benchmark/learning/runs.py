@@ -9,6 +9,7 @@ import faulthandler
 import json
 import multiprocessing
 import os
+import signal
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -32,6 +33,11 @@ class RunSpec:
     env_file: str | None = None
     hyperparameters: dict[str, Any] = field(default_factory=dict)
     total_timesteps: int | None = None  #: plain_sb3 only: what its exploration schedule spans
+
+
+class RunFailed(RuntimeError):
+    """A run's process ended without its result (an error, or a crash such as a segmentation
+    fault); the message says how it ended and where its output is."""
 
 
 def run_in_process(spec: RunSpec, cache_dir: str | None) -> dict[str, Any]:
@@ -60,8 +66,10 @@ def run_in_process(spec: RunSpec, cache_dir: str | None) -> dict[str, Any]:
             process.join()
         raise
     if process.exitcode != 0 or not result_path.is_file():
-        raise RuntimeError(
-            f"the {spec.system} run of seed {spec.seed} failed (exit code {process.exitcode}); "
+        code = process.exitcode
+        how = f"exit code {code}" + (f": {signal.Signals(-code).name}" if code is not None and code < 0 else "")
+        raise RunFailed(
+            f"the {spec.system} run of seed {spec.seed} failed ({how}); "
             f"its output is in {Path(spec.directory) / 'train.log'}"
         )
     return json.loads(result_path.read_text())

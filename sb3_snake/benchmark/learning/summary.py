@@ -183,4 +183,5 @@ def format_summary(report: dict[str, Any]) -> str:
         lines.append(
             "* checkpoints due by then but taken later, after a long step (such as a compile): " + "; ".join(late)
         )
+    lines.extend(f"failed, not in the figures above: {failure['error']}" for failure in report.get("failed_runs", []))
     return "\n".join(lines)

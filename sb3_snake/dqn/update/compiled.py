@@ -53,6 +53,9 @@ compile starts) is the compiling thread's own. Torch's intra-op count is per thr
 OpenMP (a thread takes the process's count when it first computes), so training may use fewer
 threads while the compile runs, leaving it a core, and go back to this count when the compiled
 update takes over: dynamo guards on the count, and another would compile the graph again.
+Setting a count also resets process-wide state (torch's oneDNN computation cache, the pthreadpool's
+size), so the two threads never set one at once: :meth:`~CompiledUpdate.compile_in_background`
+returns only once the thread has set its own, and training lowers its count after that.
 The GIL is the other thing they share: a thread that wants it waits for the switch interval
 (5 ms by default) while the other runs Python, and an eager step asks for it back after each of its
 many small operators, so beside the compiler's tracing one step could take seconds. While the
@@ -224,15 +227,20 @@ class CompiledUpdate(UpdateStep):
         self._held.enter_context(sdpa_kernel(self.sdpa_backends))
         self._held.callback(sys.setswitchinterval, sys.getswitchinterval())
         sys.setswitchinterval(SWITCH_INTERVAL)
+        counted = threading.Event()
         self._background = threading.Thread(
-            target=self._compile_on_copies,
-            args=(_split(data, steps), learning_rate, copies),
+            target=self._background_compile,
+            args=(counted, _split(data, steps), learning_rate, copies),
             name="sb3-snake-compile",
             daemon=True,
         )
         with _running_lock:
             _running.add(self._background)
         self._background.start()
+        # Setting a thread count is not only per thread: it also resets process-wide pools and
+        # caches (oneDNN's, pthreadpool's). The caller may lower its own count next, so it
+        # waits until the thread has set its own, rather than both setting one at once.
+        counted.wait()
 
     @property
     def compiling(self) -> bool:
@@ -253,19 +261,26 @@ class CompiledUpdate(UpdateStep):
         self._background = None
         self._held.close()
 
+    def _background_compile(self, counted: threading.Event, *arguments: object) -> None:
+        """The compiling thread: its own thread count first (``counted`` says it is set), then the compile."""
+        try:
+            # This thread's own count, whatever training sets meanwhile. Asking first makes torch
+            # take the process's count for this thread now (once per thread), not later over this one.
+            torch.get_num_threads()
+            torch.set_num_threads(self.threads)
+            counted.set()
+            self._compile_on_copies(*arguments)
+        finally:
+            counted.set()
+            with _running_lock:
+                _running.discard(threading.current_thread())
+
     def _compile_on_copies(self, data: ReplayBufferSamples, learning_rate: torch.Tensor, copies: tuple) -> None:
-        # This thread's own count, whatever training sets meanwhile. Asking first makes torch take
-        # the process's count for this thread now (once per thread), not later over this one.
-        torch.get_num_threads()
-        torch.set_num_threads(self.threads)
         try:
             with torch.autocast(self.device_type, torch.bfloat16, enabled=self.bf16):
                 self.function(data, learning_rate, *copies)
         except Exception as error:  # noqa: BLE001 - reported as the reason compile is off
             self.failure = compile_failure(error)
-        finally:
-            with _running_lock:
-                _running.discard(threading.current_thread())
 
     def reload(self) -> bool:
         self.state = ()  # loading gives the optimizer new state tensors: read them again

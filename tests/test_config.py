@@ -186,7 +186,7 @@ def test_the_network_folds_the_head_view_switch_into_its_size():
     assert TrainConfig().network() == {
         "board_size": 10,
         "countdown": False,
-        "egocentric": False,
+        "egocentric": True,
         "dueling": False,
         "head_view_dim": 64,
         "embed_dim": 32,

@@ -92,7 +92,8 @@ def test_the_learning_rate_half_life_is_passed_on_and_kept_on_resume(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("name", "default", "before"), [("food_shaping", 1.0, 0.0), ("learning_rate_half_life", 200_000, 0)]
+    ("name", "default", "before"),
+    [("food_shaping", 1.0, 0.0), ("learning_rate_half_life", 800_000, 0), ("symmetry_augmentation", True, False)],
 )
 def test_resume_of_a_model_saved_before_an_option_trains_as_it_did(tmp_path, name, default, before):
     """Metadata without ``name`` (sb3-snake before the option) means a model that trained without

@@ -131,19 +131,19 @@ class TrainConfig:
         False, "Observe a countdown channel: on each body cell, the moves until it is free.", BOARD
     )
     egocentric: bool = option(
-        False, "See the board turned to the snake's heading and act with 3 turns (left, straight, right).", BOARD
+        True, "See the board turned to the snake's heading and act with 3 turns (left, straight, right).", BOARD
     )
     stall_growth: int = option(
-        0, "Steps without food allowed per cell of the snake, beyond board_size ** 2 (0: Snake-v0's rule).", GAMES
+        4, "Steps without food allowed per cell of the snake, beyond board_size ** 2 (0: Snake-v0's rule).", GAMES
     )
     long_starts: float = option(
-        0.0,
+        0.2,
         "Share of training games that start with a long snake (50-85% of the board); evaluation starts short.",
         GAMES,
     )
     learning_rate: float = option(5e-4, "Adam step size.", LEARNING)
     learning_rate_half_life: int = option(
-        200_000, "Env steps after --early-steps in which the learning rate halves (0: constant).", LEARNING
+        800_000, "Env steps after --early-steps in which the learning rate halves (0: constant).", LEARNING
     )
     buffer_size: int = option(100_000, "Replay capacity (transitions).", LEARNING)
     learning_starts: int = option(1_000, "Env steps of random play before learning.", LEARNING)
@@ -173,7 +173,9 @@ class TrainConfig:
         0, "Transformer blocks of the extractor (0: token embedding and attention pooling).", EXTRACTOR
     )
     n_steps: int = option(1, "n-step returns (SB3's NStepReplayBuffer).", REPLAY_SHAPE)
-    symmetry_augmentation: bool = option(False, "Replay each transition under a random board symmetry.", LEARNING)
+    symmetry_augmentation: bool = option(
+        True, "Replay each transition under a random symmetry of the game (egocentric: its mirror image).", LEARNING
+    )
     food_shaping: float = option(
         1.0, "Potential-based reward shaping towards the food, its scale (0: off; scores are unchanged).", LEARNING
     )

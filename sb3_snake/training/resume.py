@@ -52,6 +52,7 @@ def resume_config(path: Path, trusted: bool = False, **changes: Any) -> TrainCon
         replay_ratio=replay_ratio,
         early_steps=saved.get("early_steps", 0),
         food_shaping=saved.get("food_shaping", 0.0),  # models saved before shaping trained without it
+        symmetry_augmentation=saved.get("symmetry_augmentation", False),  # as food_shaping
         early_replay_ratio=saved.get("early_update_fraction", 1.0) * replay_ratio,
         learning_rate_half_life=saved.get("learning_rate_half_life", 0),  # older models trained at one rate
     )

@@ -312,6 +312,31 @@ def test_a_run_that_fails_is_listed_and_the_others_are_kept(tmp_path):
     json.dumps(report)
 
 
+def test_a_run_whose_checkpoints_fail_to_play_is_listed_and_the_others_are_kept(tmp_path):
+    plan = LearningPlan(minutes=1.0, every_seconds=20.0, seeds=(0, 1), systems=("sb3_snake",))
+
+    def run(spec, cache_dir):
+        checkpoint = {"seconds": 60.0, "env_steps": 5, "path": f"seed{spec.seed}.zip"}
+        return {"system": spec.system, "seed": spec.seed, "env_steps": 5, "checkpoints": [checkpoint]}
+
+    def evaluate_run(run, episodes):
+        if run["seed"] == 0:
+            raise ValueError("not a zip file")
+        return [{"seconds": 60.0, "minutes": 1.0, "mean_score": 12.0}]
+
+    report = run_learning_benchmark(plan, tmp_path, run=run, evaluate_run=evaluate_run)
+    assert [run["seed"] for run in report["runs"]] == [1]
+    assert report["failed_runs"] == [
+        {
+            "system": "sb3_snake",
+            "seed": 0,
+            "error": "playing the checkpoints of seed 0 failed: ValueError: not a zip file",
+            "compile_cache": "cold",
+        }
+    ]
+    assert report["summary"]["sb3_snake"]["seeds"] == [1]
+
+
 # --- real runs on a tiny budget -----------------------------------------------------------------
 
 

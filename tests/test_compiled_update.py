@@ -242,7 +242,7 @@ def test_training_goes_on_eagerly_until_the_background_compile_is_ready(monkeypa
     assert in_effect.reason == "compiling in the background since gradient step 0 (6 trained)"
     assert torch.get_num_threads() == 1  # training left a core to the compile
     assert sys.getswitchinterval() == pytest.approx(SWITCH_INTERVAL)  # and asks for the GIL back sooner
-    release.set()  # the compile starts only now, long after training took 1 thread
+    release.set()  # the compile (its thread count set, then training's lowered) starts only now
     model.updates.pending.finish_background()
     graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
     model.train(gradient_steps=2, batch_size=32)

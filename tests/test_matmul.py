@@ -7,7 +7,13 @@ import pytest
 import torch
 
 from sb3_snake.acceleration.settings import OptimizationSettings
-from sb3_snake.benchmark.matmul import count_flops_per_sample, matmul_ceiling, matmul_peak, step_products
+from sb3_snake.benchmark.matmul import (
+    count_flops_per_sample,
+    matmul_ceiling,
+    matmul_peak,
+    step_products,
+    train_step_model,
+)
 from sb3_snake.common import timing
 from sb3_snake.training.run import TrainConfig
 
@@ -52,6 +58,15 @@ def test_flops_are_counted_per_sample_and_cover_both_passes_and_the_backward():
     forward = counter.get_total_flops() / 16
     # online forward + target forward + backward (about twice a forward, less the input layer)
     assert 3.0 * forward < per_sample < 4.0 * forward
+
+
+def test_the_benchmarks_time_the_step_sb3_snake_train_trains_with():
+    eager = OptimizationSettings(use_bf16=False, use_flash_attention=False, use_torch_compile=False)
+    model = train_step_model(eager, "cpu", board_size=6, transitions=64, batch_size=16)
+    config = TrainConfig()
+    assert model.action_space.n == (3 if config.egocentric else 4)
+    assert model.symmetry_augmentation == config.symmetry_augmentation and model.batch_size == 16
+    assert model.policy_kwargs["features_extractor_kwargs"] == config.policy_kwargs()["features_extractor_kwargs"]
 
 
 def test_matmul_peak_is_a_rate():

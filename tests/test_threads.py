@@ -104,6 +104,22 @@ def test_a_stopped_tuner_keeps_its_count():
     assert sum(tuner.seconds_at.values()) == pytest.approx(4.5)
 
 
+def test_settling_ends_a_probe_at_the_count_chosen_before_it():
+    tuner = ThreadTuner((2, 1), window=1.0, hold=5.0)
+    machine = Machine(tuner, {2: 100, 1: 200})
+    machine.run(4.0)
+    assert tuner.current == 1 and not tuner.probing
+    assert tuner.settle(machine.now, int(machine.steps)) is None  # nothing under way: nothing changes
+    machine.run(6.5)  # past the hold: a second probe, in its window of 2 threads
+    assert tuner.probing and tuner.current == 2 and len(tuner.probes) == 2
+    assert tuner.settle(machine.now, int(machine.steps)) == 1
+    assert tuner.current == 1 and not tuner.probing and tuner.probes[-1].chose is None
+    assert sum(tuner.seconds_at.values()) == pytest.approx(machine.now)
+    first = ThreadTuner((2, 1), window=1.0)
+    Machine(first, {2: 100, 1: 200}).run(1.5)  # in the first probe, before any choice
+    assert first.current == 1 and first.settle(1.5, 150) == 2  # the first count, where none was chosen
+
+
 def test_the_tuner_needs_counts_to_choose_between():
     with pytest.raises(ValueError, match="two or more distinct"):
         ThreadTuner((2,))
@@ -203,6 +219,27 @@ def test_the_callback_neither_measures_nor_sets_a_count_while_the_update_compile
     monkeypatch.setattr(model.updates, "compile", CompileState(Decision(True, False), Decision(True, True)))
     callback.on_step()
     assert len(callback.tuner.probes) == 2 and callback.tuner.probing  # a fresh probe, not the stale window
+    callback.on_training_end()
+
+
+def test_a_compile_that_is_due_fixes_the_chosen_count_not_a_probes(monkeypatch):
+    model, callback, lines = callback_on_a_model(learning_starts=0)
+    model.num_timesteps = 10
+    callback.on_step()  # the first probe: 3 threads, then 1
+    for _ in range(3):
+        model.num_timesteps += 5
+        callback.on_step()
+    assert callback.tuner.probing and torch.get_num_threads() == 1  # a window of the other count
+    due = CompileState(Decision(True, True), Decision(True, True), background=True)
+    monkeypatch.setattr(model.updates, "compile", due)
+    assert model.compile_state.due(model._n_updates)
+    callback.on_step()
+    assert torch.get_num_threads() == 3 and callback.tuner.current == 3 and not callback.tuner.probing
+    measured = callback.tuner.as_dict()
+    for _ in range(10):  # until the compile starts, and while it runs, nothing is measured or set
+        model.num_timesteps += 5
+        callback.on_step()
+    assert callback.tuner.as_dict() == measured and torch.get_num_threads() == 3
     callback.on_training_end()
 
 

@@ -124,6 +124,18 @@ class ThreadTuner:
         probe afresh from now."""
         self._begin_probe(now, steps)
 
+    def settle(self, now: float, steps: int) -> int | None:
+        """End a probe under way (its window so far counted) at the count the last finished probe
+        chose, or the first count when none has; the count to switch to, if any. For a count
+        that is about to be fixed (a compile guards on it), which must be the chosen one, not
+        whichever a probe's window happens to be trying."""
+        if not self._plan:
+            return None
+        self.seconds_at[self.current] += now - self._window_start[0]
+        self._plan = []
+        chosen = next((probe.chose for probe in reversed(self.probes) if probe.chose is not None), self.counts[0])
+        return self._switch(chosen, now, steps)
+
     def stop(self, now: float, why: str) -> None:
         """Keep the current count from now on (a probe under way ends where it is)."""
         started = bool(self.probes)
@@ -169,9 +181,13 @@ class AdaptiveThreads(BaseCallback):
     steps of random play before ``learning_starts`` cost no gradient steps and would say nothing
     about them), and keeps the count it has once the networks are compiled: torch.compile guards
     on the thread count, and a change compiles them again (seen with torch 2.13 on the CPU).
-    While the update compiles in the background it neither measures nor sets a count: the
-    compile sets them (:class:`~sb3_snake.dqn.update.choice.UpdateChoice`), and rates measured
-    beside a busy compiler would say nothing of training. ``notify`` gets a line each time the
+    Once a compile is due it ends a probe under way at the count chosen before it
+    (:meth:`ThreadTuner.settle`), so the compile fixes that count rather than whichever one the
+    probe was trying (a run's compile once started inside a one-thread window and kept one
+    thread where two had been measured faster). While the update compiles in the background it
+    neither measures nor sets a count: the compile sets them
+    (:class:`~sb3_snake.dqn.update.choice.UpdateChoice`), and rates measured beside a busy
+    compiler would say nothing of training. ``notify`` gets a line each time the
     choice changes."""
 
     def __init__(
@@ -196,7 +212,11 @@ class AdaptiveThreads(BaseCallback):
     def _on_step(self) -> bool:
         if self.tuner.stopped is not None:
             return True
-        if self._compiling():
+        if self._compile_due() and not self._paused:
+            # The compile fixes the count it starts at: the chosen one, not a probe's window's.
+            self._apply(self.tuner.settle(self.clock(), self.num_timesteps))
+            self._paused = True
+        if self._compiling() or self._compile_due():
             self._paused = True
             return True  # the compile sets the counts until it ends; rates measured meanwhile would be its
         if self._paused and not self._compiled():  # the compile failed: measure afresh
@@ -227,6 +247,11 @@ class AdaptiveThreads(BaseCallback):
         """Whether the model's compile state (``SnakeDQN.compile_state``) says something is compiled now."""
         state = getattr(self.model, "compile_state", None)
         return state is not None and state.active
+
+    def _compile_due(self) -> bool:
+        """Whether the model's next update compiles, or starts compiling (``CompileState.due``)."""
+        state = getattr(self.model, "compile_state", None)
+        return state is not None and state.due(self.model._n_updates)
 
     def _compiling(self) -> bool:
         """Whether the model's update is compiling in the background (``CompileState.compiling_since``)."""

@@ -1,7 +1,8 @@
 """Samples/s of SnakeDQN's gradient step for each batch size and optimization combination.
 
-The policy measured is the one ``sb3-snake train`` builds with its defaults
-(``TrainConfig().policy_kwargs()``), so the figures are those of the step users train with.
+The step measured is the one ``sb3-snake train`` trains with at its defaults: its policy
+(``TrainConfig().policy_kwargs()``), view and augmentation
+(:func:`~sb3_snake.benchmark.matmul.train_step_model`).
 
 The replay buffer is filled with real transitions from ``BatchedSnakeVecEnv`` under random
 actions; then, per configuration, a fresh model is built (and compiled, when asked), warmed up
@@ -30,7 +31,7 @@ from typing import Any
 
 import torch
 
-from sb3_snake.acceleration.autotune import BATCH_TOLERANCE, filled_model, smallest_fast_enough
+from sb3_snake.acceleration.autotune import BATCH_TOLERANCE, smallest_fast_enough
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.benchmark.matmul import (
     PEAK_MATRIX_SIZE,
@@ -38,11 +39,11 @@ from sb3_snake.benchmark.matmul import (
     efficiency,
     matmul_ceiling,
     matmul_peaks,
+    train_step_model,
 )
 from sb3_snake.benchmark.results import peak_memory_mib, reset_peak_memory
 from sb3_snake.common.system import system_info
 from sb3_snake.common.timing import device_sync, time_runs
-from sb3_snake.training.config import TrainConfig
 
 DEFAULT_BATCH_SIZES = (256, 512, 1024, 2048, 4096, 8192)
 
@@ -117,9 +118,7 @@ def measure_gradient_step(
     if device == "cuda":
         torch.cuda.empty_cache()
     reset_peak_memory(device)
-    model = filled_model(
-        settings, device, board_size, max(buffer_size, batch_size), TrainConfig().policy_kwargs(), batch_size=batch_size
-    )
+    model = train_step_model(settings, device, board_size, max(buffer_size, batch_size), batch_size)
     for _ in range(warmup_calls):  # as timed: the first compiled call fixes the steps each call holds
         model.train(gradient_steps=gradient_steps, batch_size=batch_size)
     sync = device_sync(device)

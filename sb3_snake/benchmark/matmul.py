@@ -34,6 +34,7 @@ from sb3_snake.acceleration.autotune import filled_model
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.common.system import native_bf16
 from sb3_snake.common.timing import device_sync, time_runs
+from sb3_snake.dqn.snake_dqn import SnakeDQN
 from sb3_snake.training.run import TrainConfig
 
 #: Side of the square matrices whose product measures the matmul peak, per device type: on a GPU
@@ -71,13 +72,30 @@ def matmul_peaks(device: str = "cpu", size: int | None = None) -> dict[str, floa
     return {"fp32": matmul_peak(device, torch.float32, size), "bf16": matmul_peak(device, torch.bfloat16, bf16_size)}
 
 
+def train_step_model(
+    settings: OptimizationSettings, device: str, board_size: int, transitions: int, batch_size: int
+) -> SnakeDQN:
+    """A model whose gradient step is the one ``sb3-snake train`` trains with (its default
+    policy, view and augmentation; :func:`~sb3_snake.acceleration.autotune.filled_model`),
+    ``transitions`` of random play in its buffer."""
+    config = TrainConfig()
+    return filled_model(
+        settings,
+        device,
+        board_size,
+        transitions,
+        config.policy_kwargs(),
+        batch_size=batch_size,
+        egocentric=config.egocentric,
+        symmetry_augmentation=config.symmetry_augmentation,
+    )
+
+
 def count_flops_per_sample(device: str = "cpu", batch_size: int = 256, board_size: int = 10) -> float:
     """FLOPs of one gradient step of ``sb3-snake train``'s default policy per sample, counted by FlopCounterMode
     around ``SnakeDQN.train`` (online and target passes, backward, on the eager fp32 model)."""
     settings = OptimizationSettings(use_bf16=False, use_flash_attention=False, use_torch_compile=False)
-    model = filled_model(
-        settings, device, board_size, max(1024, batch_size), TrainConfig().policy_kwargs(), batch_size=batch_size
-    )
+    model = train_step_model(settings, device, board_size, max(1024, batch_size), batch_size)
     with FlopCounterMode(display=False) as counter:
         model.train(gradient_steps=1, batch_size=batch_size)
     return counter.get_total_flops() / batch_size
@@ -121,9 +139,7 @@ def step_products(
     and the target pass, under bf16 autocast when ``bf16``), each as a call on fresh tensors of
     the recorded shapes, strides and dtypes."""
     settings = OptimizationSettings(use_bf16=bf16, use_flash_attention=False, use_torch_compile=False)
-    model = filled_model(
-        settings, device, board_size, max(1024, batch_size), TrainConfig().policy_kwargs(), batch_size=batch_size
-    )
+    model = train_step_model(settings, device, board_size, max(1024, batch_size), batch_size)
     with _ProductRecorder() as recorder:
         model.train(gradient_steps=1, batch_size=batch_size)
     calls = []

@@ -131,7 +131,10 @@ class TrainConfig:
         False, "Observe a countdown channel: on each body cell, the moves until it is free.", BOARD
     )
     egocentric: bool = option(
-        True, "See the board turned to the snake's heading and act with 3 turns (left, straight, right).", BOARD
+        True,
+        "See the board turned to the snake's heading and act with 3 turns: left, straight, right "
+        "(off: the board as it is, 4 directions).",
+        BOARD,
     )
     stall_growth: int = option(
         4, "Steps without food allowed per cell of the snake, beyond board_size ** 2 (0: Snake-v0's rule).", GAMES
@@ -174,7 +177,9 @@ class TrainConfig:
     )
     n_steps: int = option(1, "n-step returns (SB3's NStepReplayBuffer).", REPLAY_SHAPE)
     symmetry_augmentation: bool = option(
-        True, "Replay each transition under a random symmetry of the game (egocentric: its mirror image).", LEARNING
+        True,
+        "Replay each transition under a random symmetry of the game (egocentric: its mirror image; off: as stored).",
+        LEARNING,
     )
     food_shaping: float = option(
         1.0, "Potential-based reward shaping towards the food, its scale (0: off; scores are unchanged).", LEARNING

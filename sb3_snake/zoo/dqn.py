@@ -3,9 +3,10 @@
 The values are ``sb3-snake train``'s defaults where plain SB3 DQN has them: 16 games, batch 128,
 learning rate 5e-4, a target copy every 1,000 env steps, epsilon from 1 to 0.02 over the first
 10,000 env steps, and 32 gradient samples per env step (``gradient_steps`` = 32 x 16 / 128 per
-vector step). What only ``SnakeDQN`` has (the device replay buffer, the compiled update, the early
-replay ratio, the learning-rate half-life, shaping towards the food) is not here: ``sb3-snake
-train`` is the way to those.
+vector step). What only ``SnakeDQN`` and ``sb3-snake train`` have (the device replay buffer, the
+compiled update, the early replay ratio, the learning-rate half-life, shaping towards the food,
+the mirror images, the long starts) is not here, nor is train's egocentric view and longer stall
+limit: this trains the whole-board ``Snake-v0``. ``sb3-snake train`` is the way to those.
 """
 
 from sb3_snake.training.config import TrainConfig

@@ -50,10 +50,16 @@ def filled_model(
     n_envs: int = 256,
     countdown: bool = False,
     batch_size: int = DEFAULT_BATCH_SIZE,
+    egocentric: bool = False,
+    symmetry_augmentation: bool = False,
 ) -> SnakeDQN:
     """A fresh SnakeDQN for timing gradient steps of ``batch_size``: ``transitions`` of random
-    play in its buffer, learning from the first step, no logging."""
-    env = BatchedSnakeVecEnv(n_envs, board_size=board_size, device=device, seed=0, countdown=countdown)
+    play in its buffer, learning from the first step, no logging. ``auto`` times the network's
+    step on the whole board without augmentation; the benchmarks pass ``sb3-snake train``'s
+    view and augmentation, to time the step it trains with."""
+    env = BatchedSnakeVecEnv(
+        n_envs, board_size=board_size, device=device, seed=0, countdown=countdown, egocentric=egocentric
+    )
     model = SnakeDQN(
         "AttentionPolicy",
         env,
@@ -64,6 +70,7 @@ def filled_model(
         learning_starts=0,
         device=device,
         seed=0,
+        symmetry_augmentation=symmetry_augmentation,
     )
     model.set_logger(Logger(folder=None, output_formats=[]))
     fill_replay_buffer(model, env, transitions)

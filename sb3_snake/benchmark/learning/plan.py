@@ -136,8 +136,9 @@ def run_learning_benchmark(
 ) -> dict[str, Any]:
     """Train every system and seed of ``plan`` (under ``work_dir``), evaluate the checkpoints,
     and return the JSON-ready report. A run whose process fails (:class:`RunFailed`) is listed
-    in the report's ``failed_runs`` and the others go on: one crash loses one run, not the
-    benchmark. ``run``, ``evaluate_run`` and ``calibrate`` are the measurements, injectable for tests."""
+    in the report's ``failed_runs`` and the others go on, as is one whose checkpoints fail to
+    play: one crash loses one run, not the benchmark. ``run``, ``evaluate_run`` and
+    ``calibrate`` are the measurements, injectable for tests."""
     evaluate_run = evaluate_run or _evaluate_with_plan_settings(plan)
     total_timesteps = None
     if "plain_sb3" in plan.systems:
@@ -171,9 +172,24 @@ def run_learning_benchmark(
                 failed.append({"system": system, "seed": seed, "error": str(error), "compile_cache": cache})
                 continue
             runs.append({**result, "compile_cache": cache})
+    evaluated = []
     for entry in runs:
         progress(f"evaluating {len(entry['checkpoints'])} checkpoints of {entry['system']} seed {entry['seed']}...")
-        entry["curve"] = evaluate_run(entry, plan.episodes)
+        try:
+            entry["curve"] = evaluate_run(entry, plan.episodes)
+        except Exception as error:  # noqa: BLE001 - one run's checkpoints, not the whole benchmark
+            message = f"playing the checkpoints of seed {entry['seed']} failed: {type(error).__name__}: {error}"
+            progress(f"{entry['system']} seed {entry['seed']}: {message}; the other runs go on")
+            failed.append(
+                {
+                    "system": entry["system"],
+                    "seed": entry["seed"],
+                    "error": message,
+                    "compile_cache": entry["compile_cache"],
+                }
+            )
+            continue
+        evaluated.append(entry)
         entry["seconds_to_score"] = {str(t): time_to_score(entry["curve"], t) for t in SCORE_THRESHOLDS}
         points = {str(t): score_at(entry["curve"], t) for t in SCORE_AT_SECONDS}
         entry["mean_score_at"] = {t: None if point is None else point["mean_score"] for t, point in points.items()}
@@ -195,9 +211,9 @@ def run_learning_benchmark(
             "sb3_snake.zoo.ppo's settings, torch's default threads",
         },
         "plain_sb3_total_timesteps": total_timesteps,
-        "runs": runs,
+        "runs": evaluated,
         "failed_runs": failed,
-        "summary": summarize(runs),
+        "summary": summarize(evaluated),
     }
 
 

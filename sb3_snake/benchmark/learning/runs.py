@@ -67,12 +67,20 @@ def run_in_process(spec: RunSpec, cache_dir: str | None) -> dict[str, Any]:
         raise
     if process.exitcode != 0 or not result_path.is_file():
         code = process.exitcode
-        how = f"exit code {code}" + (f": {signal.Signals(-code).name}" if code is not None and code < 0 else "")
+        how = f"exit code {code}" + (f": {_signal_name(-code)}" if code is not None and code < 0 else "")
         raise RunFailed(
             f"the {spec.system} run of seed {spec.seed} failed ({how}); "
             f"its output is in {Path(spec.directory) / 'train.log'}"
         )
     return json.loads(result_path.read_text())
+
+
+def _signal_name(number: int) -> str:
+    """``SIGSEGV`` for 11; the number itself for a signal the enum does not name (a real-time one)."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 @contextlib.contextmanager

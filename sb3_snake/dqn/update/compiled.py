@@ -55,7 +55,9 @@ threads while the compile runs, leaving it a core, and go back to this count whe
 update takes over: dynamo guards on the count, and another would compile the graph again.
 Setting a count also resets process-wide state (torch's oneDNN computation cache, the pthreadpool's
 size), so the two threads never set one at once: :meth:`~CompiledUpdate.compile_in_background`
-returns only once the thread has set its own, and training lowers its count after that.
+returns only once the thread has set its own, and training lowers its count after that. (That
+holds between one model's training and its compile; trials of ``sb3-snake tune --n-jobs`` that
+train in threads of one process set their counts independently.)
 The GIL is the other thing they share: a thread that wants it waits for the switch interval
 (5 ms by default) while the other runs Python, and an eager step asks for it back after each of its
 many small operators, so beside the compiler's tracing one step could take seconds. While the
@@ -214,7 +216,8 @@ class CompiledUpdate(UpdateStep):
         """Start compiling in a thread, by one call on copies of the parameters and of Adam's
         state with the ``steps`` batches of ``data`` (see the module docstring), which fixes
         :attr:`steps_per_call`; the caller trains on meanwhile and asks :attr:`compiling`, then
-        :meth:`finish_background`, before calling :meth:`run`."""
+        :meth:`finish_background`, before calling :meth:`run`. Returns once the thread has set its
+        thread count, so that the caller may then set its own."""
         self.steps_per_call = steps
         copies = (
             [_copy(parameter) for parameter in self.parameters],
@@ -262,12 +265,18 @@ class CompiledUpdate(UpdateStep):
         self._held.close()
 
     def _background_compile(self, counted: threading.Event, *arguments: object) -> None:
-        """The compiling thread: its own thread count first (``counted`` says it is set), then the compile."""
+        """The compiling thread: its own thread count first (``counted`` says it is set), then the
+        compile. A count it cannot set fails the compile, as a compile error does: the graph would
+        be compiled for another count."""
         try:
-            # This thread's own count, whatever training sets meanwhile. Asking first makes torch
-            # take the process's count for this thread now (once per thread), not later over this one.
-            torch.get_num_threads()
-            torch.set_num_threads(self.threads)
+            try:
+                # This thread's own count, whatever training sets meanwhile. Asking first makes torch
+                # take the process's count for this thread now (once per thread), not later over this one.
+                torch.get_num_threads()
+                torch.set_num_threads(self.threads)
+            except Exception as error:  # noqa: BLE001 - reported as the reason compile is off
+                self.failure = compile_failure(error)
+                return
             counted.set()
             self._compile_on_copies(*arguments)
         finally:

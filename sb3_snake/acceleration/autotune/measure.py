@@ -32,10 +32,12 @@ MEASURE_SECONDS = 0.6
 
 
 def fill_replay_buffer(model: SnakeDQN, env: BatchedSnakeVecEnv, transitions: int, seed: int = 0) -> None:
-    """Add at least ``transitions`` real transitions of uniformly random play to the model's buffer."""
+    """Add at least ``transitions`` real transitions of uniformly random play to the model's buffer
+    (over the env's own actions: four directions, or three turns in the egocentric view)."""
     obs, rng = env.reset(), np.random.default_rng(seed)
+    n_actions = int(env.action_space.n)
     while model.replay_buffer.size() * env.num_envs < transitions and not model.replay_buffer.full:
-        actions = rng.integers(4, size=env.num_envs)
+        actions = rng.integers(n_actions, size=env.num_envs)
         next_obs, rewards, dones, infos = env.step(actions)
         model.replay_buffer.add(obs, next_obs, actions, rewards, dones, infos)
         obs = next_obs

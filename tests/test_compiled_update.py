@@ -263,7 +263,10 @@ def test_training_that_stops_mid_compile_abandons_it_and_compiles_again_after_it
     abandoned = model.updates.pending
     assert abandoned is None and model.compile_state.compiling_since is None
     assert sys.getswitchinterval() == pytest.approx(switch_interval) and torch.get_num_threads() == 2
-    assert not model.optimizations_in_effect().compile.active
+    in_effect = model.optimizations_in_effect().compile
+    assert not in_effect.active
+    assert in_effect.reason.startswith("still compiling in the background (since gradient step ")
+    assert in_effect.reason.endswith(f"when training stopped ({model._n_updates:,} trained)")
     model.train(gradient_steps=1, batch_size=32)
     assert model.updates.pending is None  # the abandoned compile still runs: none starts beside it
     release.set()

@@ -114,7 +114,7 @@ class UpdateChoice:
         self.pending = CompiledUpdate(model, model.active_optimizations)
         steps = steps_per_call_for(gradient_steps)
         self.pending.compile_in_background(self.pending.sample(steps, batch_size), steps)
-        self.compile.compiling_since = model._n_updates
+        self.compile.compiling_since, self.compile.abandoned_since = model._n_updates, None
         # Training leaves one of its threads to the compile where the count is the run's to
         # choose (adaptive, as --threads auto on a CPU; an explicit count is the user's): on a
         # small CPU, intra-op threads on every core beside a busy compiler collapse. Back to the
@@ -149,6 +149,7 @@ class UpdateChoice:
         if self.pending is None:
             return
         pending, lowered = self.pending, self._lowered_to
+        self.compile.abandoned_since = self.compile.compiling_since
         self.pending, self.compile.compiling_since, self._lowered_to = None, None, None
         pending.abandon()
         if lowered is not None and torch.get_num_threads() == lowered:  # not restored by a callback since

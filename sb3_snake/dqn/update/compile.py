@@ -117,6 +117,7 @@ class CompileState:
     compiled: bool = False  #: compiled (or, for the whole update, handed to the update that compiles it)
     failure: str = ""  #: why compiling failed, if it did
     compiling_since: int | None = None  #: the gradient step a background compile started at, while it runs
+    abandoned_since: int | None = None  #: the same, for a background compile that training stopped before it ended
 
     @classmethod
     def for_model(
@@ -161,12 +162,15 @@ class CompileState:
         return Decision(True, True, ": ".join(part for part in (", ".join(p for p in (when, how) if p), what) if part))
 
     def in_effect(self, n_updates: int) -> Decision:
-        """:attr:`planned`, except that a compile still waiting for its gradient step, or still
-        compiling in the background, is not in effect yet (a run's summary and the threads
-        callback ask this)."""
+        """:attr:`planned`, except that a compile still waiting for its gradient step, still
+        compiling in the background, or abandoned when training stopped before it ended, is not
+        in effect (a run's summary and the threads callback ask this)."""
         if self.compiling_since is not None and not self.compiled and not self.failure:
             since = f"compiling in the background since gradient step {self.compiling_since:,}"
             return Decision(True, False, f"{since} ({n_updates:,} trained)")
+        if self.abandoned_since is not None and not self.compiled and not self.failure:
+            since = f"still compiling in the background (since gradient step {self.abandoned_since:,})"
+            return Decision(True, False, f"{since} when training stopped ({n_updates:,} trained)")
         if self.requested.active and not self.compiled and not self.failure:
             reason = f"deferred to gradient step {self.after:,}, not reached ({n_updates:,} trained)"
             return Decision(True, False, reason)

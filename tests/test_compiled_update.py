@@ -11,7 +11,7 @@ from stable_baselines3.common.type_aliases import ReplayBufferSamples
 
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.common.system import cpu_has_native_bf16
-from sb3_snake.dqn.update import compiled
+from sb3_snake.dqn.update import background
 from sb3_snake.dqn.update.compile import unsupported_reason
 from sb3_snake.dqn.update.compiled import SWITCH_INTERVAL, CompiledUpdate, steps_per_call_for
 from sb3_snake.dqn.update.step import UpdateStep
@@ -32,7 +32,7 @@ def no_compile_left_running():
     yield
     while _holds:
         _holds.pop().set()
-    while compiled.background_compile_running():
+    while background.background_compile_running():
         threading.Event().wait(0.01)
 
 
@@ -270,12 +270,47 @@ def test_training_that_stops_mid_compile_abandons_it_and_compiles_again_after_it
     model.train(gradient_steps=1, batch_size=32)
     assert model.updates.pending is None  # the abandoned compile still runs: none starts beside it
     release.set()
-    while compiled.background_compile_running():
+    while background.background_compile_running():
         threading.Event().wait(0.01)
     model.train(gradient_steps=1, batch_size=32)  # starts the compile again (the hold is released)
     model.updates.pending.finish_background()
     model.train(gradient_steps=1, batch_size=32)
     assert isinstance(model.updates.current, CompiledUpdate) and model.compile_state.active
+
+
+def test_eager_steps_beside_a_background_compile_keep_their_gradient_tensors(monkeypatch, two_threads):
+    """The compile reads the live parameters' gradients while it traces: eager steps meanwhile
+    zero them in place rather than have backward assign new ones (see ``update.background``)."""
+    hold_background_compile(monkeypatch)
+    model = small_dqn(ADAPTIVE, board_size=5, compile_in_background=True)
+    model.train(gradient_steps=1, batch_size=32)  # starts the compile (held), then one eager step
+    assert model.updates.pending is not None and background.background_compile_running()
+    gradients = [parameter.grad for parameter in model.q_net.parameters()]
+    assert all(gradient is not None for gradient in gradients)
+    model.train(gradient_steps=2, batch_size=32)
+    assert all(p.grad is g for p, g in zip(model.q_net.parameters(), gradients, strict=True))
+    assert any(gradient.abs().sum() > 0 for gradient in gradients)  # filled by the last backward
+    model.updates.close()
+
+
+def test_zero_grad_frees_the_gradients_unless_a_background_compile_runs():
+    parameter = torch.nn.Parameter(torch.ones(3))
+    optimizer = torch.optim.Adam([parameter])
+    parameter.sum().backward()
+    gradient = parameter.grad
+    release = threading.Event()
+    compiling = threading.Thread(target=release.wait)
+    compiling.start()
+    background.register(compiling)
+    try:
+        background.zero_grad(optimizer)
+        assert parameter.grad is gradient and not gradient.any()  # the same tensor, zeroed
+    finally:
+        release.set()
+        compiling.join()
+        background.unregister(compiling)
+    background.zero_grad(optimizer)
+    assert parameter.grad is None
 
 
 def test_an_explicit_thread_count_is_left_alone_while_compiling(monkeypatch, two_threads):

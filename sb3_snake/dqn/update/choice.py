@@ -26,9 +26,10 @@ from typing import TYPE_CHECKING
 import torch
 
 from sb3_snake.acceleration.optimizations import Decision
+from sb3_snake.dqn.update.background import background_compile_running
 from sb3_snake.dqn.update.captured import CapturedUpdate
 from sb3_snake.dqn.update.compile import CompileState
-from sb3_snake.dqn.update.compiled import CompiledUpdate, background_compile_running, steps_per_call_for
+from sb3_snake.dqn.update.compiled import CompiledUpdate, steps_per_call_for
 from sb3_snake.dqn.update.step import UpdateStep
 
 if TYPE_CHECKING:

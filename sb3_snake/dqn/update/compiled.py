@@ -105,6 +105,7 @@ from torch.func import functional_call, grad_and_value
 from torch.nn.attention import sdpa_kernel
 
 from sb3_snake.dqn.targets import td_targets
+from sb3_snake.dqn.update import background
 from sb3_snake.dqn.update.compile import compile_failure
 from sb3_snake.dqn.update.step import UpdateStep
 
@@ -118,16 +119,6 @@ if TYPE_CHECKING:
 SWITCH_INTERVAL = 0.0001
 #: The most gradient steps one compiled call runs (see the module docstring).
 MAX_STEPS_PER_CALL = 4
-
-_running: set[threading.Thread] = set()  # background compiles still running, abandoned ones included
-_running_lock = threading.Lock()
-
-
-def background_compile_running() -> bool:
-    """Whether a background compile of this process is still running (one abandoned by a model
-    whose training ended included): a new one waits for it, and then finds its work in the cache."""
-    with _running_lock:
-        return any(thread.is_alive() for thread in _running)
 
 
 class _QValues(nn.Module):
@@ -237,8 +228,7 @@ class CompiledUpdate(UpdateStep):
             name="sb3-snake-compile",
             daemon=True,
         )
-        with _running_lock:
-            _running.add(self._background)
+        background.register(self._background)
         self._background.start()
         # Setting a thread count is not only per thread: it also resets process-wide pools and
         # caches (oneDNN's, pthreadpool's). The caller may lower its own count next, so it
@@ -281,8 +271,7 @@ class CompiledUpdate(UpdateStep):
             self._compile_on_copies(*arguments)
         finally:
             counted.set()
-            with _running_lock:
-                _running.discard(threading.current_thread())
+            background.unregister(threading.current_thread())
 
     def _compile_on_copies(self, data: ReplayBufferSamples, learning_rate: torch.Tensor, copies: tuple) -> None:
         try:
@@ -313,7 +302,7 @@ class CompiledUpdate(UpdateStep):
         """The eager updates of the ``steps`` batches of ``data``, one after another; their mean loss."""
         batches = _split(data, steps)
         loss = torch.stack([super(CompiledUpdate, self).update(_batch(batches, k)) for k in range(steps)]).mean()
-        self.optimizer.zero_grad(set_to_none=True)  # the compiled steps keep their gradients inside the graph
+        background.zero_grad(self.optimizer)  # the compiled steps keep their gradients inside the graph
         return loss
 
     def _loss(

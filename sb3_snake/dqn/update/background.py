@@ -8,15 +8,14 @@ first, gradients included, to describe them as fake tensors. An eager step that 
 gradients to ``None`` (``zero_grad(set_to_none=True)``) has its backward pass assign new
 gradient tensors to the parameters from the autograd engine, which runs without the GIL, and its
 next ``zero_grad`` free them: a compile that reads ``.grad`` meanwhile can read a tensor being
-replaced, or keep one that is then freed. Two training processes died with a segmentation fault
-during a background compile (an AMD EPYC on 2026-11-25, an Intel Xeon on 2026-11-26); the
-second, the first with ``faulthandler`` on, had the compiling thread in dynamo's
-``describe_tensor`` of a gradient and the training thread in ``zero_grad``. The race was not
-reproduced on demand (50 traces beside eager steps that free their gradients ran without a
-crash), so it is the likely cause, not a proven one. While any background compile runs, eager
-steps therefore zero their gradients in place (:func:`zero_grad`): the same gradient tensors
-throughout, which backward fills in place and nothing frees. The registry counts abandoned
-compiles too, since they go on tracing the same modules.
+replaced, or keep one that is then freed. Training processes died with a segmentation fault
+during a background compile, and the one whose stacks ``faulthandler`` printed had the compiling
+thread in dynamo's ``describe_tensor`` of a gradient and the training thread in ``zero_grad``.
+The race was not reproduced on demand, so it is the likely cause, not a proven one (the
+benchmarks page has the crash and the attempt to reproduce it). While any background compile
+runs, eager steps therefore zero their gradients in place (:func:`zero_grad`): the same gradient
+tensors throughout, which backward fills in place and nothing frees. The registry counts
+abandoned compiles too, since they go on tracing the same modules.
 """
 
 from __future__ import annotations

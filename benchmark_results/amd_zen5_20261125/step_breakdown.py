@@ -12,16 +12,24 @@ Each figure is the median of 7 runs of about 0.5 s (one process; the parts are t
 each round, so a drift of the machine's speed falls on all of them).
 
     TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) python step_breakdown.py > step_breakdown.json
+    TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) python step_breakdown.py train-step > step_breakdown.json
+
+The first times the step on the whole board (four actions, no mirror images), as on the Zen 5 on
+2026-11-25; with ``train-step``, ``sb3-snake train``'s step (the egocentric view and its mirror
+images, as ``benchmark-grad`` times it since 954cf29), as on the Intel Xeon on 2026-11-26. The
+matrix products replayed alone are ``step_products``', which since 954cf29 are those of
+``sb3-snake train``'s step in both cases.
 """
 
 import json
 import statistics
+import sys
 
 import torch
 
 from sb3_snake.acceleration.autotune import filled_model
 from sb3_snake.acceleration.settings import OptimizationSettings
-from sb3_snake.benchmark.matmul import step_products
+from sb3_snake.benchmark.matmul import step_products, train_step_model
 from sb3_snake.common.system import system_info
 from sb3_snake.common.timing import time_runs
 from sb3_snake.dqn.update.compiled import _split
@@ -35,7 +43,10 @@ def main() -> None:
     settings = OptimizationSettings(
         use_bf16=False, use_flash_attention=False, use_torch_compile=True, num_threads=threads
     )
-    model = filled_model(settings, "cpu", 10, 16384, TrainConfig().policy_kwargs(), batch_size=BATCH)
+    if sys.argv[1:] == ["train-step"]:
+        model = train_step_model(settings, "cpu", 10, 16384, BATCH)
+    else:
+        model = filled_model(settings, "cpu", 10, 16384, TrainConfig().policy_kwargs(), batch_size=BATCH)
     model.train(gradient_steps=STEPS, batch_size=BATCH)  # compiles
     update = model.updates.current
     assert update.steps_per_call == STEPS

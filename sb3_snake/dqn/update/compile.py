@@ -165,16 +165,15 @@ class CompileState:
         """:attr:`planned`, except that a compile still waiting for its gradient step, still
         compiling in the background, or abandoned when training stopped before it ended, is not
         in effect (a run's summary and the threads callback ask this)."""
-        if self.compiling_since is not None and not self.compiled and not self.failure:
+        if self.compiled or self.failure or not self.requested.active:  # a background compile needs it active
+            return self.planned
+        if self.compiling_since is not None:
             since = f"compiling in the background since gradient step {self.compiling_since:,}"
             return Decision(True, False, f"{since} ({n_updates:,} trained)")
-        if self.abandoned_since is not None and not self.compiled and not self.failure:
+        if self.abandoned_since is not None:
             since = f"still compiling in the background (since gradient step {self.abandoned_since:,})"
             return Decision(True, False, f"{since} when training stopped ({n_updates:,} trained)")
-        if self.requested.active and not self.compiled and not self.failure:
-            reason = f"deferred to gradient step {self.after:,}, not reached ({n_updates:,} trained)"
-            return Decision(True, False, reason)
-        return self.planned
+        return Decision(True, False, f"deferred to gradient step {self.after:,}, not reached ({n_updates:,} trained)")
 
     def compile_now(self, model: DQN) -> str:
         """Compile as planned: the networks in place now, or nothing for the whole update, which

@@ -133,6 +133,46 @@ def no_other_load():
         yield real
 
 
+class InstantCompile:
+    """Stands in for :class:`~sb3_snake.dqn.update.child.CompileJob`: done at once, and what it
+    "compiled" is the update graph itself, run eagerly (see :func:`instant_compile`)."""
+
+    started: list[int] = []  #: the batch sizes of the compiles started, in order
+
+    def __init__(self, graph, arguments, options, compile_threads=1, timeout=None):
+        self.graph, self.threads = graph, torch.get_num_threads()
+        self.steps_per_call, self.batch_size = arguments[0].observations.shape[:2]
+        self.artifact, self.child = None, types.SimpleNamespace(pid=0, seconds=0.0)
+        InstantCompile.started.append(self.batch_size)
+
+    def poll(self):
+        return True
+
+    def wait(self, interrupted=None):
+        return True
+
+    def failure(self):
+        return ""
+
+    def result(self):
+        return {"cached": False}
+
+    def close(self):
+        pass
+
+
+@pytest.fixture
+def instant_compile(monkeypatch):
+    """Compiles finish at once and their graph runs eagerly (a real compile takes long; the
+    compile's own tests do one): for tests of when a compile starts and how training uses it."""
+    from sb3_snake.dqn.update.graph import UpdateGraph
+
+    monkeypatch.setattr("sb3_snake.dqn.update.choice.CompileJob", InstantCompile)
+    monkeypatch.setattr("sb3_snake.dqn.update.choice.load", lambda path: UpdateGraph.forward)
+    InstantCompile.started = []
+    return InstantCompile
+
+
 #: A small attention network, so that DQN tests run in moments.
 SMALL_POLICY = {"features_extractor_kwargs": {"embed_dim": 16, "num_heads": 2, "features_dim": 32}}
 

@@ -88,62 +88,61 @@ def test_without_bf16_everything_is_float32():
     assert set(dtypes.values()) == {torch.float32} and q_dtype == torch.float32
 
 
-def fake_compile(monkeypatch, compiled_at=None):
-    """Compiling records the gradient step it happens at and compiles nothing: the compiled
-    update runs the eager one (a real compile takes long; the slow tests do one)."""
-    compile_now = CompileState.compile_now
-
-    def record(self, model):
-        (compiled_at if compiled_at is not None else []).append(model._n_updates)
-        return compile_now(self, model)
-
-    monkeypatch.setattr(CompileState, "compile_now", record)
-    monkeypatch.setattr("sb3_snake.dqn.update.compile.compile_networks", lambda model, mode: "")
-    monkeypatch.setattr(CompiledUpdate, "compiled_update", CompiledUpdate._eager)
-
-
-def test_a_deferred_compile_trains_eagerly_first_then_compiles_once(monkeypatch):
-    compiled_at = []
-    fake_compile(monkeypatch, compiled_at)
+def test_a_deferred_compile_trains_eagerly_first_then_compiles_once(instant_compile):
     model = small_dqn(COMPILED, board_size=6, transitions=64, compile_after=3)
-    assert type(model.updates.current) is UpdateStep and model.q_net._compiled_call_impl is None
-    assert compiled_at == []
-    deferred = f"after the first 3 gradient steps: {WHOLE_UPDATE}"  # when, and what it will compile
+    assert type(model.updates.current) is UpdateStep and instant_compile.started == []
+    deferred = f"after the first 3 gradient steps, in a child process: {WHOLE_UPDATE}"  # when, where, what
     assert model.active_optimizations.compile == Decision(True, True, deferred)
     summary = summary_lines(model.active_optimizations)
-    assert any(f"enabled (after the first 3 gradient steps: {WHOLE_UPDATE})" in line for line in summary)
+    assert any(f"enabled ({deferred})" in line for line in summary)
     pending = model.optimizations_in_effect().compile
     assert pending == Decision(True, False, "deferred to gradient step 3, not reached (0 trained)")
     assert not model.compile_state.active
     for _ in range(5):
         model.train(gradient_steps=1, batch_size=32)
-    assert compiled_at == [3]
+    assert instant_compile.started == [32]
     assert isinstance(model.updates.current, CompiledUpdate) and model.updates.current.calls == 2
-    assert model.compile_state.active and model.optimizations_in_effect().compile == Decision(True, True, deferred)
+    in_effect = model.optimizations_in_effect().compile
+    assert model.compile_state.active and in_effect.active and in_effect.reason.startswith(deferred)
+    assert "compiled in a child process in 0 s, adopted at gradient step 3 in" in in_effect.reason
 
 
-def test_a_deferred_compile_of_a_model_whose_update_is_not_compiled_whole_says_only_when():
+def test_on_the_cpu_a_model_whose_update_is_not_compiled_whole_is_not_compiled(instant_compile):
     policy_kwargs = {"optimizer_class": torch.optim.SGD, "features_extractor_kwargs": {"embed_dim": 8}}
     model = small_dqn(COMPILED, board_size=6, transitions=64, compile_after=3, policy_kwargs=policy_kwargs)
-    assert model.active_optimizations.compile == Decision(True, True, "after the first 3 gradient steps")
+    off = Decision(True, False, "the whole update is compiled for Adam only, not SGD")
+    assert model.active_optimizations.compile == off
+    for _ in range(4):
+        model.train(gradient_steps=1, batch_size=32)
+    assert instant_compile.started == [] and model.optimizations_in_effect().compile == off
 
 
-def test_on_the_cpu_compile_compiles_the_whole_update_when_the_model_is_built():
+def test_on_the_cpu_compile_compiles_the_whole_update_at_the_first_update(instant_compile):
     model = small_dqn(COMPILED, board_size=6, transitions=64)
-    assert model.active_optimizations.compile == Decision(True, True, WHOLE_UPDATE)
+    assert model.active_optimizations.compile == Decision(True, True, f"in a child process: {WHOLE_UPDATE}")
+    assert type(model.updates.current) is UpdateStep and model.q_net._compiled_call_impl is None
+    model.train(gradient_steps=2, batch_size=32)
     assert isinstance(model.updates.current, CompiledUpdate) and model.q_net._compiled_call_impl is None
-    assert model.compile_state.active and model.optimizations_in_effect().compile == Decision(True, True, WHOLE_UPDATE)
+    assert model.updates.current.steps_per_call == 2 and model.updates.current.calls == 1
+    assert model.compile_state.active and model.optimizations_in_effect().compile.active
 
 
-def test_where_the_update_cannot_be_compiled_whole_the_networks_are(monkeypatch):
+def networks_compiled_here(monkeypatch):
+    """The device compiles the two networks rather than the whole update, as CUDA does."""
+    monkeypatch.setattr(
+        "sb3_snake.dqn.update.compile.decide_compiled_update", lambda device, reason: Decision(False, False)
+    )
+
+
+def test_where_the_networks_are_compiled_they_compile_once_in_place(monkeypatch, instant_compile):
     calls = []
     monkeypatch.setattr("sb3_snake.dqn.update.compile.compile_networks", lambda model, mode: calls.append(mode) or "")
-    monkeypatch.setattr("sb3_snake.dqn.update.compile.unsupported_reason", lambda model: "not Adam")
+    networks_compiled_here(monkeypatch)
     model = small_dqn(COMPILED, board_size=6, transitions=64)
     assert calls == ["default"] and model.active_optimizations.compile == Decision(True, True)
     assert type(model.updates.current) is UpdateStep
     model.train(gradient_steps=2, batch_size=32)
-    assert calls == ["default"]
+    assert calls == ["default"] and instant_compile.started == []
 
 
 def test_the_whole_update_is_compiled_on_the_cpu_only_and_for_what_it_supports():
@@ -153,31 +152,42 @@ def test_the_whole_update_is_compiled_on_the_cpu_only_and_for_what_it_supports()
 
 
 def test_the_compile_state_describes_itself():
-    """The one wording of the compile decision: off and why, what, when, pending, failed."""
+    """The one wording of the compile decision: off and why, what, when, where, pending, done, failed."""
     whole, networks = decide_compiled_update("cpu", ""), decide_compiled_update("cuda", "")
     assert CompileState(Decision(False, False), whole).planned == Decision(False, False)
     unavailable = Decision(True, False, "no torch.compile here")
     assert CompileState(unavailable, whole, after=5).in_effect(0) == unavailable
-    state = CompileState(Decision(True, True), whole, after=1_000)
-    assert state.planned == Decision(True, True, f"after the first 1,000 gradient steps: {WHOLE_UPDATE}")
+    state = CompileState(Decision(True, True), whole, after=1_000, background=True)
+    planned = f"after the first 1,000 gradient steps, in a child process while training goes on: {WHOLE_UPDATE}"
+    assert state.planned == Decision(True, True, planned)
     assert state.in_effect(10) == Decision(True, False, "deferred to gradient step 1,000, not reached (10 trained)")
     assert not state.due(999) and state.due(1_000) and not state.active
+    state.compiling_since, state.child_pid = 1_000, 42
+    compiling = "compiling in a child process (pid 42) since gradient step 1,000 (1,200 trained)"
+    assert state.in_effect(1_200) == Decision(True, False, compiling) and not state.due(1_200)
+    state.compiling_since, state.stopped_since = None, 1_000
+    stopped = "was compiling in a child process since gradient step 1,000 when training stopped, and was stopped"
+    assert state.in_effect(1_300) == Decision(True, False, f"{stopped} (1,300 trained)") and state.due(1_300)
+    state.compiled, state.outcome = True, "compiled in a child process in 50 s, adopted at gradient step 1,400 in 0.9 s"
+    assert state.in_effect(2_000) == Decision(True, True, f"{planned}; {state.outcome}") and state.active
     assert CompileState(Decision(True, True), networks).planned == Decision(True, True)
-    state.compiled, state.failure = True, "compile failed: RuntimeError: no"
+    state.failure = "compile failed: RuntimeError: no"
     assert state.planned == state.in_effect(2_000) == Decision(True, False, "compile failed: RuntimeError: no")
     assert not state.active and not state.due(2_000)
 
 
-def test_a_whole_update_whose_compile_fails_is_reported_off_and_training_goes_on(monkeypatch, caplog):
-    def fail(self, data, steps):
+def test_a_compiled_update_whose_first_call_fails_is_reported_off_and_training_goes_on(
+    monkeypatch, caplog, instant_compile
+):
+    def fail(*arguments):
         raise RuntimeError("no C++ compiler\nmore detail")
 
-    monkeypatch.setattr(CompiledUpdate, "compiled_update", fail)
+    monkeypatch.setattr("sb3_snake.dqn.update.choice.load", lambda path: fail)
     model = small_dqn(COMPILED, board_size=6, transitions=64, compile_after=1)
     model.train(gradient_steps=1, batch_size=32)
     assert model.active_optimizations.compile.active and type(model.updates.current) is UpdateStep
     with caplog.at_level("WARNING"):
-        model.train(gradient_steps=2, batch_size=32)  # compiles, fails, trains these steps eagerly
+        model.train(gradient_steps=2, batch_size=32)  # adopts, fails at its first call, trains these steps eagerly
     failure = "compile failed: RuntimeError: no C++ compiler"
     assert model.active_optimizations.compile == Decision(True, False, failure)
     assert model.optimizations_in_effect().compile == Decision(True, False, failure)
@@ -190,7 +200,7 @@ def test_a_whole_update_whose_compile_fails_is_reported_off_and_training_goes_on
 def test_a_deferred_network_compile_that_fails_is_reported_off(monkeypatch):
     failure = "compile failed: BackendCompilerFailed: no C++ compiler"
     monkeypatch.setattr("sb3_snake.dqn.update.compile.compile_networks", lambda model, mode: failure)
-    monkeypatch.setattr("sb3_snake.dqn.update.compile.unsupported_reason", lambda model: "not Adam")
+    networks_compiled_here(monkeypatch)
     model = small_dqn(COMPILED, board_size=6, transitions=64, compile_after=1)
     assert model.active_optimizations.compile.active
     model.train(gradient_steps=1, batch_size=32)
@@ -201,40 +211,28 @@ def test_a_deferred_network_compile_that_fails_is_reported_off(monkeypatch):
     assert type(model.updates.current) is UpdateStep and model._n_updates == 3
 
 
-def test_a_deferred_compile_is_not_saved_and_a_loaded_model_defers_what_is_left(tmp_path, monkeypatch):
-    fake_compile(monkeypatch)
+def test_a_deferred_compile_is_not_saved_and_a_loaded_model_defers_what_is_left(tmp_path, instant_compile):
     model = small_dqn(COMPILED, board_size=6, transitions=64, compile_after=4)
     model.train(gradient_steps=2, batch_size=32)
     model.save(tmp_path / "m.zip")
     loaded = SnakeDQN.load(tmp_path / "m.zip", optimizations=COMPILED)
     assert loaded.compile_after == 4 and loaded.compile_state.due(4) and not loaded.compile_state.due(3)
-    assert loaded.compile_state.planned.reason == f"after the first 4 gradient steps: {WHOLE_UPDATE}"
+    assert (
+        loaded.compile_state.planned.reason == f"after the first 4 gradient steps, in a child process: {WHOLE_UPDATE}"
+    )
     done = small_dqn(COMPILED, board_size=6, transitions=64, compile_after=1)
     done.train(gradient_steps=2, batch_size=32)
     done.save(tmp_path / "done.zip")
-    calls = []
-    fake_compile(monkeypatch, calls)
     reloaded = SnakeDQN.load(tmp_path / "done.zip", optimizations=COMPILED)
-    assert reloaded.compile_state.active and calls == [2]
-    assert reloaded.active_optimizations.compile == Decision(True, True, WHOLE_UPDATE)
+    assert reloaded.compile_state.due(reloaded._n_updates)  # compiles again, at its first update
+    assert reloaded.active_optimizations.compile == Decision(True, True, f"in a child process: {WHOLE_UPDATE}")
 
 
-@pytest.mark.slow
-def test_compile_compiles_graphs_only_when_on():
-    torch._dynamo.reset()
-    before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+def test_without_compile_nothing_is_compiled(instant_compile):
     model = make_model()
-    model.train(gradient_steps=1, batch_size=32)
-    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == before
-    assert not model.active_optimizations.compile.active
-
-    compiled = make_model(use_torch_compile=True)
-    assert compiled.active_optimizations.compile.active
-    compiled.train(gradient_steps=2, batch_size=32)
-    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == before + 1  # one graph: the whole update
-    assert compiled.updates.current.calls == 1 and compiled.updates.current.steps_per_call == 2
-    # The networks are as they were: the state_dict keys are those of the plain network.
-    assert compiled.q_net.state_dict().keys() == model.q_net.state_dict().keys()
+    model.train(gradient_steps=2, batch_size=32)
+    assert not model.active_optimizations.compile.active and type(model.updates.current) is UpdateStep
+    assert instant_compile.started == [] and model.updates.job is None
 
 
 @pytest.mark.parametrize("settings", [{}, {"use_flash_attention": True}, {"use_bf16": True}])

@@ -232,18 +232,6 @@ def probe_flash(device: torch.device, dtype: torch.dtype) -> tuple[bool, str]:
     return probe_sdpa(device, dtype, "flash")
 
 
-def probe_compile() -> tuple[bool, str]:
-    """Compile and run a tiny function (takes seconds: a C++ compiler is invoked on CPU)."""
-    reason = system.compile_unavailable_reason()
-    if reason:
-        return False, reason
-    try:
-        compiled = torch.compile(lambda x: torch.relu(x) * 2, fullgraph=True)
-        return bool(compiled(torch.ones(4))[0] == 2), ""
-    except Exception as error:  # noqa: BLE001 - any backend failure means "not available", reported
-        return False, f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-
-
 # ---------------------------------------------------------------------- active set for a model
 
 

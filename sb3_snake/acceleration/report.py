@@ -15,9 +15,11 @@ from typing import Any
 import torch
 
 from sb3_snake.acceleration.autotune import cache_dir, resolve_auto
-from sb3_snake.acceleration.optimizations import ActiveOptimizations, probe_bf16, probe_compile, probe_flash
+from sb3_snake.acceleration.compile_probe import probe_compile
+from sb3_snake.acceleration.optimizations import ActiveOptimizations, probe_bf16, probe_flash
 from sb3_snake.acceleration.settings import AUTO, BATCH_SIZE_KEY, OptimizationSettings
 from sb3_snake.common import system
+from sb3_snake.common.compile_record import last_compile
 from sb3_snake.dqn.snake_dqn import DEFAULT_BATCH_SIZE
 from sb3_snake.dqn.update.compile import CompileState, decide_compiled_update
 
@@ -43,8 +45,8 @@ def capability_report(
         values stand in and the report says so.
     :param compile_after: gradient steps trained eagerly before compiling, as the run will
         (``sb3-snake train``'s ``--compile-after``), so an active compile says when it starts.
-    :param compile_in_background: whether the run compiles in a background thread (``sb3-snake
-        train``'s ``--compile-in-background``), so an active compile says so.
+    :param compile_in_background: whether the run trains on while a child process compiles
+        (``sb3-snake train``'s ``--compile-in-background``), so an active compile says so.
     :param batch_size: the run's batch size (a size, or ``auto``) and where it came from, as
         :func:`sb3_snake.training.options.load_config` reads it; reported beside the settings.
     """
@@ -90,7 +92,7 @@ def capability_report(
                 "bfloat16": flash_bf16,
                 "note": flash_fp32_error or flash_bf16_error,
             },
-            "torch_compile": {"available": compile_ok, "note": compile_note},
+            "torch_compile": {"available": compile_ok, "note": compile_note, "last_training_compile": last_compile()},
         },
         "settings": {
             "batch_size": {"value": batch, "source": batch_source, "key": BATCH_SIZE_KEY, "cli": BATCH_SIZE_FLAG},
@@ -201,6 +203,7 @@ def format_capability_report(report: dict[str, Any]) -> str:
         f"  flash SDPA kernel: float32 {yes[flash['float32']]}, bfloat16 {yes[flash['bfloat16']]}"
         + (f" ({flash['note']})" if flash["note"] else ""),
         f"  torch.compile: {yes[compiled['available']]} ({compiled['note']})",
+        *last_compile_line(compiled["last_training_compile"]),
         "",
         "Settings (asked for, where from, how to override):",
     ]
@@ -217,3 +220,10 @@ def format_capability_report(report: dict[str, Any]) -> str:
             f"auto: nothing measured for this policy on this machine yet; it will be cached in {auto['cache_dir']}",
         ]
     return "\n".join(lines)
+
+
+def last_compile_line(record: dict[str, Any] | None) -> list[str]:
+    """The last training compile on this machine, in one line (none when no run compiled yet)."""
+    if record is None:
+        return []
+    return [f"  last training compile ({record.get('at', 'unknown time')}): {record['outcome']}"]

@@ -184,7 +184,7 @@ class AdaptiveThreads(BaseCallback):
     Once a compile is due it ends a probe under way at the count chosen before it
     (:meth:`ThreadTuner.settle`), so the compile fixes that count rather than whichever one the
     probe was trying (a run's compile once started inside a one-thread window and kept one
-    thread where two had been measured faster). While the update compiles in the background it
+    thread where two had been measured faster). While a child process compiles the update it
     neither measures nor sets a count: the compile sets them
     (:class:`~sb3_snake.dqn.update.choice.UpdateChoice`), and rates measured beside a busy
     compiler would say nothing of training. ``notify`` gets a line each time the
@@ -203,7 +203,7 @@ class AdaptiveThreads(BaseCallback):
         self.clock = clock
         self._started = False
         self._chosen: int | None = None
-        self._paused = False  # held still for a background compile
+        self._paused = False  # held still while the update compiles
         self._before = torch.get_num_threads()
 
     def _on_training_start(self) -> None:
@@ -254,7 +254,7 @@ class AdaptiveThreads(BaseCallback):
         return state is not None and state.due(self.model._n_updates)
 
     def _compiling(self) -> bool:
-        """Whether the model's update is compiling in the background (``CompileState.compiling_since``)."""
+        """Whether a child process is compiling the model's update (``CompileState.compiling_since``)."""
         state = getattr(self.model, "compile_state", None)
         return state is not None and state.compiling_since is not None
 

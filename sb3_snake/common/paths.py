@@ -34,6 +34,8 @@ from pathlib import Path
 
 from sb3_snake.common.errors import OutputError, UsageError
 
+#: Environment variable naming the package's cache folder (:func:`cache_dir`).
+CACHE_ENV = "SB3_SNAKE_CACHE_DIR"
 #: What every temporary file of :func:`atomic_write` has in its name; :func:`remove_temporary_files`
 #: removes left-overs of crashed writers by this mark.
 TEMPORARY_MARK = ".tmp."
@@ -207,3 +209,12 @@ def claim_new_path(directory: Path, stem: str, suffix: str = "", *, folder: bool
         except FileExistsError:
             continue
     raise FileExistsError(f"no free name for {stem}{suffix} in {directory}; remove old ones")
+
+
+def cache_dir() -> Path:
+    """The package's cache folder (measured ``auto`` choices, compiled updates):
+    ``$SB3_SNAKE_CACHE_DIR``, else ``$XDG_CACHE_HOME/sb3-snake``, else ``~/.cache/sb3-snake``."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "sb3-snake"

@@ -85,15 +85,15 @@ class SnakeDQN(TensorRollouts, DQN):
         board's eight symmetries (:mod:`sb3_snake.dqn.symmetry`), or of the two an egocentric
         board keeps (itself and its mirror image); needs square observations.
     :param compile_after: with ``torch.compile`` on, train this many gradient steps eagerly and
-        compile then (0: compile when the model is built). A cold compile stalls training for
+        compile then (0: at the first update). A cold compile stalls training for
         a long while on a small CPU, so a deferred compile keeps the first minutes learning and
         still speeds up the rest of a run. What is compiled, and when, is the model's
         :class:`~sb3_snake.dqn.update.compile.CompileState` (``model.compile_state``).
-    :param compile_in_background: where the whole update is compiled (a CPU), compile it in a
-        thread on copies of the model's tensors while training goes on eagerly, and switch to it
-        when it is ready: training never stops for the compile (``sb3-snake train`` does so). The
-        switch falls at a gradient step that depends on the clock, so a seeded run repeats
-        exactly only without it; benchmarks that time compiled steps leave it off.
+    :param compile_in_background: where the whole update is compiled (a CPU), train on eagerly
+        while a child process compiles it, and switch to it when it is ready: training never
+        stops for the compile (``sb3-snake train`` does so). The switch falls at a gradient step
+        that depends on the clock, so a seeded run repeats exactly only without it (training
+        then waits for the child); benchmarks that time compiled steps leave it off.
     :param early_steps: for this many env steps (all envs together), train
         ``early_update_fraction`` of the scheduled gradient steps: a replay ratio for the first
         minutes of a run. Early on the replay buffer is small and the policy changes fast, so
@@ -254,8 +254,8 @@ class SnakeDQN(TensorRollouts, DQN):
         self.logger.record("train/loss", loss)
 
     def learn(self, *args: Any, **kwargs: Any) -> SnakeDQN:
-        """SB3's ``learn``; when it ends, a compile still running in the background is abandoned
-        and what it held released (:meth:`~sb3_snake.dqn.update.choice.UpdateChoice.close`)."""
+        """SB3's ``learn``; when it ends, however it ends, a compile child still running is stopped
+        and reaped (:meth:`~sb3_snake.dqn.update.choice.UpdateChoice.close`)."""
         try:
             return super().learn(*args, **kwargs)
         finally:

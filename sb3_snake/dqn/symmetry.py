@@ -64,8 +64,8 @@ class SymmetryAugmentation:
 
     def __init__(self, board_size: int, device: torch.device | str = "cpu", egocentric: bool = False):
         # Draws from a generator of its own, seeded from torch's (so SB3's seed still decides
-        # them): a compile in a background thread saves and restores torch's global generator
-        # around its tracing (dynamo does), which would replay draws made meanwhile.
+        # them): whatever else draws from torch's global generator (dynamo saves and restores
+        # it around a trace) leaves the augmentation's draws as they are.
         self.generator = torch.Generator(device=device)
         self.generator.manual_seed(int(torch.randint(2**62, ()).item()))
         self.cells = cell_permutations(board_size).to(device)

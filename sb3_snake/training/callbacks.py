@@ -202,6 +202,33 @@ class ProgressReport(BaseCallback):
             self._progress = None
 
 
+class CompileReport(BaseCallback):
+    """A line each time the model's compile changes course (``SnakeDQN.compile_state``): the
+    compile child started, its compile was adopted, or the compile turned off, with the reason."""
+
+    def __init__(self, console: Console | None = None):
+        super().__init__()
+        self.console = console or Console()
+        self._seen: tuple | None = None
+
+    def _on_step(self) -> bool:
+        state = getattr(self.model, "compile_state", None)
+        if state is None:
+            return True
+        seen = (state.compiling_since, state.compiled, state.failure)
+        if self._seen is not None and seen != self._seen:
+            self._report(state)
+        self._seen = seen
+        return True
+
+    def _report(self, state: Any) -> None:
+        decision = state.in_effect(self.model._n_updates)
+        if state.failure:
+            self.console.print(f"compile: off, training eagerly: {state.failure}", highlight=False, soft_wrap=True)
+        elif state.compiling_since is not None or state.compiled:
+            self.console.print(f"compile: {decision.reason}", highlight=False, soft_wrap=True)
+
+
 class EpisodeCheckpoint(BaseCallback):
     """Saves ``checkpoint.zip`` in ``run_dir`` every ``every`` finished episodes, atomically."""
 

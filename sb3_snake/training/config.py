@@ -191,7 +191,7 @@ class TrainConfig:
     )
     compile_in_background: bool = option(
         True,
-        "With torch.compile on: compile in a thread while training goes on eagerly (off: training waits for it).",
+        "With torch.compile on: train eagerly while a child process compiles (off: training waits for it).",
         RUN_OPTION,
     )
     checkpoint_every: int | None = option(None, "Episodes between atomic checkpoints (checkpoint.zip).", RUN_OPTION)

@@ -39,6 +39,7 @@ from sb3_snake.persistence import (
 )
 from sb3_snake.training.callbacks import (
     BestModelSelection,
+    CompileReport,
     EpisodeBudget,
     EpisodeCheckpoint,
     EpisodeMetrics,
@@ -277,14 +278,14 @@ class RunCallbacks:
         adaptive_threads: tuple[int, ...] = (),
         extra: list[BaseCallback] = (),
     ) -> RunCallbacks:
-        """Budget and stop request, progress, W&B episodes, checkpoints, best-model selection, the
+        """Budget and stop request, progress, the compile's course, W&B episodes, checkpoints, best-model selection, the
         thread count measured while training (when ``adaptive_threads`` names counts to choose
         between), then ``extra``."""
         record = EpisodeRecord()
         max_seconds = config.time_limit_minutes * 60 if config.time_limit_minutes is not None else None
         budget = EpisodeBudget(config.episodes, record, time.perf_counter(), config.timesteps, max_seconds, stop)
         progress = ProgressReport(budget, console)
-        callbacks: list[BaseCallback] = [budget, progress, EpisodeMetrics(budget, tracking.log)]
+        callbacks: list[BaseCallback] = [budget, progress, CompileReport(console), EpisodeMetrics(budget, tracking.log)]
         if config.checkpoint_every:
             callbacks.append(EpisodeCheckpoint(budget, run_dir, config.checkpoint_every, config.save_replay_buffer))
         selection = None

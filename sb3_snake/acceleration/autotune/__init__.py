@@ -19,7 +19,7 @@ The package, in the order a resolution runs:
 - :mod:`~sb3_snake.acceleration.autotune.cache`: where a choice is kept, under which key.
 """
 
-from sb3_snake.acceleration.autotune.cache import CACHE_ENV, cache_dir, cache_key, cache_path
+from sb3_snake.acceleration.autotune.cache import cache_key, cache_path
 from sb3_snake.acceleration.autotune.measure import GradientStepMeter, fill_replay_buffer, filled_model
 from sb3_snake.acceleration.autotune.resolve import CONTENDED_CORES, Resolved, apply_choice, resolve_auto
 from sb3_snake.acceleration.autotune.search import (
@@ -35,6 +35,7 @@ from sb3_snake.acceleration.autotune.search import (
     search,
     smallest_fast_enough,
 )
+from sb3_snake.common.paths import CACHE_ENV, cache_dir
 
 __all__ = [
     "BATCH_CANDIDATES",

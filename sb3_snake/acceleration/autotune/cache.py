@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
@@ -23,26 +22,16 @@ import torch
 from sb3_snake.acceleration.autotune.search import Candidate, batch_candidates
 from sb3_snake.acceleration.settings import AUTO, OptimizationSettings
 from sb3_snake.common import system
-from sb3_snake.common.paths import regular_file_problem, write_text_atomically
+from sb3_snake.common.paths import cache_dir, regular_file_problem, write_text_atomically
 
 logger = logging.getLogger(__name__)
 
-#: Environment variable naming the cache folder.
-CACHE_ENV = "SB3_SNAKE_CACHE_DIR"
 #: Bumped when the measurement changes, so old cache files are measured again.
 CACHE_VERSION = 2
 #: A cache file is a few kilobytes; anything far larger is not one of ours and is not parsed.
 MAX_CACHE_BYTES = 1 << 20
 #: The attention kernels a cached choice may name.
 SDPA_BACKENDS = ("auto", "flash", "efficient", "math", "cudnn")
-
-
-def cache_dir() -> Path:
-    """Where measured choices are kept: ``$SB3_SNAKE_CACHE_DIR``, else the user's cache folder."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "sb3-snake"
 
 
 def cache_key(

@@ -4,32 +4,39 @@ Three ways run the same :class:`~sb3_snake.dqn.update.step.UpdateStep`:
 
 - **captured** (:class:`~sb3_snake.dqn.update.captured.CapturedUpdate`): when the CUDA graph is
   active (CUDA, a replay buffer on the device) and no VecNormalize changes the samples;
-- **compiled** (:class:`~sb3_snake.dqn.update.compiled.CompiledUpdate`): when the whole update
-  is compiled (a CPU, once the :class:`~sb3_snake.dqn.update.compile.CompileState` compiled).
-  A background compile is started here when it is due, with batches of the replay buffer, and
-  the eager step runs on until the compiled one is ready (:meth:`UpdateChoice._adopt`);
-- **eager**: otherwise (with the networks compiled in place where the compile says so).
+- **compiled** (:class:`~sb3_snake.dqn.update.compiled.CompiledUpdate`): on a CPU, once the
+  compile child (:class:`~sb3_snake.dqn.update.child.CompileJob`) has compiled the whole
+  update and this process has loaded it (:meth:`UpdateChoice._adopt`). The child is started
+  here when the compile is due, with batches of the replay buffer; training goes on eagerly
+  meanwhile (or waits, without ``background``), and is polled at each call;
+- **eager**: otherwise (with the networks compiled in place on CUDA where the compile says so).
 
 :meth:`UpdateChoice._choose` is the only place that picks one; it picks again only when what it
-depends on changes (the compile happens, a captured graph's batch size, new parameters or
+depends on changes (the compile is adopted, a captured graph's batch size, new parameters or
 hyperparameters, a fallback). :meth:`UpdateChoice._turn_off` is the only fallback: a compile or
 capture that fails is reported once (a warning, and the model's ``active_optimizations`` say it
-is off, with the error as the reason), and training goes on eagerly.
+is off, with the reason), and training goes on eagerly. Every compile, dynamo's trace included,
+happens in the child or on the calling thread, which for training is the process's main thread.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import torch
 
 from sb3_snake.acceleration.optimizations import Decision
-from sb3_snake.dqn.update.background import background_compile_running
+from sb3_snake.common import system
+from sb3_snake.common.compile_record import record_compile
+from sb3_snake.dqn.update.artifact import load, prepare_load
 from sb3_snake.dqn.update.captured import CapturedUpdate
-from sb3_snake.dqn.update.compile import CompileState
+from sb3_snake.dqn.update.child import CompileJob
+from sb3_snake.dqn.update.compile import CompileState, compile_failure
 from sb3_snake.dqn.update.compiled import CompiledUpdate, steps_per_call_for
+from sb3_snake.dqn.update.graph import UpdateGraph, graph_arguments, split
 from sb3_snake.dqn.update.step import UpdateStep
 
 if TYPE_CHECKING:
@@ -37,17 +44,19 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: The ``torch.compile`` backend of the compile child (the tests take ``aot_eager``, which builds no C++).
+COMPILE_BACKEND = "inductor"
+
 
 class UpdateChoice:
     """The gradient steps of ``model``: its :class:`CompileState` and the :class:`UpdateStep` that runs them.
 
-    Built with the model (``SnakeDQN._setup_model``), after ``active_optimizations`` were decided:
-    it compiles at once unless the compile is deferred, and keeps the model's
-    ``active_optimizations.compile`` and ``.cuda_graph`` saying what really runs.
+    Built with the model (``SnakeDQN._setup_model``), after ``active_optimizations`` were decided;
+    keeps the model's ``active_optimizations.compile`` and ``.cuda_graph`` saying what really runs.
 
     :param model: a :class:`~sb3_snake.SnakeDQN`.
     :param compile_after: gradient steps trained eagerly before an active compile.
-    :param compile_in_background: compile the whole update in a thread while training goes on.
+    :param compile_in_background: train on eagerly while the compile child compiles (else wait for it).
     """
 
     def __init__(self, model: DQN, compile_after: int, compile_in_background: bool = False):
@@ -58,18 +67,19 @@ class UpdateChoice:
         )
         self._record("compile", self.compile.planned)
         self.current: UpdateStep | None = None
-        self.pending: CompiledUpdate | None = None  #: the update compiling in the background, if one is
-        self._lowered_to: int | None = None  # the thread count training took while it compiles
-        if not self.compile.in_background:  # a background compile needs batches: the first run starts it
-            self._compile_if_due()
+        self.job: CompileJob | None = None  #: the compile child, while it runs
+        self._lowered_to: int | None = None  # the thread count training took while the child compiles
+        if self.compile.due(model._n_updates) and not self.compile.in_child:
+            self._compile_networks()  # CUDA: at once (the child needs batches: the first run starts it)
         self.current = self._choose(model.batch_size)
 
     def run(self, gradient_steps: int, batch_size: int) -> torch.Tensor:
-        """``gradient_steps`` updates of ``batch_size``, compiling first when the compile is due
-        (or starting to, in the background); their mean loss, on the device and not read."""
-        self._compile_if_due(batch_size, gradient_steps)
-        if self.pending is not None and not self.pending.compiling:
-            self._adopt(self.pending)
+        """``gradient_steps`` updates of ``batch_size``, after starting the compile when it is due
+        and adopting it when it is done; their mean loss, on the device and not read."""
+        if self.compile.due(self.model._n_updates):
+            self._start_compile(batch_size, gradient_steps)
+        if self.job is not None and self.job.poll():
+            self._adopt()
         step = self.current if self.current is not None and self.current.fits(batch_size) else None
         step = step or self._choose(batch_size)
         mean_loss = step.run(gradient_steps, batch_size)
@@ -79,8 +89,12 @@ class UpdateChoice:
 
     def reload(self) -> None:
         """The model's parameters, optimizer state or hyperparameters were replaced: an update
-        that baked them in is dropped (the next call chooses again), the others read them again."""
+        that baked them in is dropped (the next call chooses again; a compiled one compiles again),
+        the others read them again."""
         if self.current is not None and not self.current.reload():
+            if isinstance(self.current, CompiledUpdate):
+                self.compile.compiled, self.compile.outcome = False, ""
+                self.compile.after = self.model._n_updates  # due again, with the new values
             self.current = None
 
     def _choose(self, batch_size: int) -> UpdateStep:
@@ -88,80 +102,120 @@ class UpdateChoice:
         model = self.model
         if model.active_optimizations.cuda_graph.active and model._vec_normalize_env is None:
             self.current = CapturedUpdate(model, batch_size)
-        elif self.compile.compiles_whole_update:
-            self.current = CompiledUpdate(model, model.active_optimizations)
         else:
             self.current = UpdateStep(model)
         return self.current
 
-    def _compile_if_due(self, batch_size: int | None = None, gradient_steps: int = 1) -> None:
-        if not self.compile.due(self.model._n_updates):
-            return
-        if self.compile.in_background:
-            if not background_compile_running():  # one at a time: an abandoned one fills the cache for this one
-                self._start_background_compile(batch_size, gradient_steps)
-            return
-        failure = self.compile.compile_now(self.model)
-        self.current = None  # chosen again: the compiled update, or a graph of the compiled networks
+    def _compile_networks(self) -> None:
+        failure = self.compile.compile_networks_now(self.model)
+        self.current = None  # chosen again: a graph of the compiled networks
         if failure:
             self._turn_off("compile", "torch.compile", failure)
         else:
             self._record("compile", self.compile.planned)
 
-    def _start_background_compile(self, batch_size: int, gradient_steps: int) -> None:
-        """Compile in a thread with sampled (and augmented) batches of ``batch_size``, as many as
-        a compiled call of ``gradient_steps`` steps takes; the eager step runs on meanwhile."""
-        model = self.model
-        self.pending = CompiledUpdate(model, model.active_optimizations)
-        steps = steps_per_call_for(gradient_steps)
-        self.pending.compile_in_background(self.pending.sample(steps, batch_size), steps)
-        self.compile.compiling_since, self.compile.abandoned_since = model._n_updates, None
-        # Training leaves one of its threads to the compile where the count is the run's to
-        # choose (adaptive, as --threads auto on a CPU; an explicit count is the user's): on a
-        # small CPU, intra-op threads on every core beside a busy compiler collapse. Back to the
-        # graph's count in _adopt or close.
-        if model.active_optimizations.adaptive_threads and self.pending.threads > 1:
-            self._lowered_to = self.pending.threads - 1
-            torch.set_num_threads(self._lowered_to)
-        logger.info("compiling the whole update in the background from gradient step %d", model._n_updates)
-
-    def _adopt(self, compiled: CompiledUpdate) -> None:
-        """A background compile ended: training goes back to the thread count it had (the one the
-        graph was compiled for), and the compiled update runs from now on or, when the compile
-        failed, the compile is off."""
-        compiled.finish_background()
-        self.pending, self.compile.compiling_since, self._lowered_to = None, None, None
-        if torch.get_num_threads() != compiled.threads:
-            logger.info("threads: back to %d, the count the compile started at", compiled.threads)
-            torch.set_num_threads(compiled.threads)
-        if compiled.failure:
-            self._turn_off("compile", "torch.compile", compiled.failure)
+    def _start_compile(self, batch_size: int, gradient_steps: int) -> None:
+        """Start the compile child on sampled (and augmented) batches of ``batch_size``, as many
+        as a compiled call of ``gradient_steps`` steps takes; wait for it without ``background``."""
+        if not self.compile.in_child:
+            self._compile_networks()
             return
+        model, active = self.model, self.model.active_optimizations
+        steps = steps_per_call_for(gradient_steps)
+        graph = UpdateGraph(model)
+        learning_rate = torch.full((), model.policy.optimizer.param_groups[0]["lr"], device=model.device)
+        batches = split(UpdateStep(model).sample(steps, batch_size), steps)
+        arguments = (batches, learning_rate, *graph_arguments(model, graph))
+        options = {
+            "device_type": model.device.type,
+            "bf16": active.bf16.active,
+            "sdpa_backends": [backend.name for backend in active.sdpa_backends],
+            "mode": self.compile.mode,
+            "backend": COMPILE_BACKEND,
+        }
+        threads = torch.get_num_threads()
+        # Training leaves the child a core where the count is the run's to choose (adaptive, as
+        # --threads auto on a CPU; an explicit count is the user's): on a small CPU, intra-op
+        # threads on every core beside a busy compiler collapse. Back to this count in _adopt or close.
+        training_threads = threads - 1 if active.adaptive_threads and threads > 1 else threads
+        self.job = CompileJob(graph, arguments, options, compile_threads=system.cpu_cores() - training_threads)
+        self.compile.compiling_since, self.compile.stopped_since = model._n_updates, None
+        self.compile.child_pid = self.job.child.pid
+        if training_threads != threads:
+            self._lowered_to = training_threads
+            torch.set_num_threads(training_threads)
+        prepare_load()  # while the child starts: the pause to adopt its compile is then the file's own
+        logger.info(
+            "compiling the whole update in a child process (pid %d) from gradient step %d",
+            self.job.child.pid,
+            model._n_updates,
+        )
+        if not self.compile.background and self.job.wait(self._interrupted):
+            self._adopt()
+
+    def _interrupted(self) -> bool:
+        interrupt = getattr(self.model, "update_interrupt", None)
+        return bool(interrupt and interrupt())
+
+    def _adopt(self) -> None:
+        """The compile child ended: training goes back to the thread count the graph was
+        compiled for, and, when the child compiled it, loads the compiled update and runs it
+        from now on; otherwise the compile is off with the child's failure as the reason."""
+        job, self.job = self.job, None
+        started = time.perf_counter()
+        self._restore_threads(job.threads)
+        self.compile.compiling_since = self.compile.child_pid = None
+        failure = job.failure()
+        function = None
+        if not failure:
+            try:
+                function = load(job.artifact)
+            except Exception as error:  # noqa: BLE001 - reported as the reason compile is off
+                failure = compile_failure(error)
+        result = job.result()
+        job.close()
+        if function is None:
+            self._turn_off("compile", "torch.compile", failure)
+            return
+        active = self.model.active_optimizations
+        self.current = CompiledUpdate(self.model, active, job.graph, function, job.steps_per_call, job.batch_size)
         self.compile.compiled = True
-        self.current = compiled
-        self._record("compile", self.compile.planned)
+        cache = "found in the compile cache" if result.get("cached") else "compiled"
+        self.compile.outcome = (
+            f"{cache} in a child process in {job.child.seconds:,.0f} s, adopted at gradient step "
+            f"{self.model._n_updates:,} in {time.perf_counter() - started:.1f} s"
+        )
+        logger.info("compiled update adopted: %s", self.compile.outcome)
+        record_compile(self.compile.outcome, compiled=True)
+        self._record("compile", self.compile.in_effect(self.model._n_updates))
+
+    def _restore_threads(self, threads: int) -> None:
+        """Back to ``threads`` where training lowered its count for the child (and nothing set another since)."""
+        lowered, self._lowered_to = self._lowered_to, None
+        if lowered is not None and torch.get_num_threads() == lowered:
+            torch.set_num_threads(threads)
 
     def close(self) -> None:
-        """Training stopped (``SnakeDQN.learn`` returned or raised): a compile still running in
-        the background is abandoned, left to finish on its own with its result unused, and what
-        it held is released now, the thread count training lowered for it too. Training that
-        resumes compiles again once that thread is done, warm from the cache it filled; waiting
-        for it here would keep the caller waiting for tens of seconds after training."""
-        if self.pending is None:
+        """Training stopped (``SnakeDQN.learn`` returned or raised): a compile child still
+        running is stopped and reaped, its folder removed, and the thread count training
+        lowered for it restored. Training that resumes starts the compile again; what the child
+        had written to the compile cache stays there."""
+        if self.job is None:
             return
-        pending, lowered = self.pending, self._lowered_to
-        self.compile.abandoned_since = self.compile.compiling_since
-        self.pending, self.compile.compiling_since, self._lowered_to = None, None, None
-        pending.abandon()
-        if lowered is not None and torch.get_num_threads() == lowered:  # not restored by a callback since
-            torch.set_num_threads(pending.threads)
-        logger.info("training stopped while the update compiled in the background: that compile is abandoned")
+        job, self.job = self.job, None
+        job.close()
+        self._restore_threads(job.threads)
+        self.compile.stopped_since, self.compile.compiling_since = self.compile.compiling_since, None
+        self.compile.child_pid = None
+        logger.info("training stopped while the update compiled in a child process: the child was stopped")
+        record_compile("stopped with training before the compile child ended", compiled=False)
 
     def _turn_off(self, decision: str, label: str, failure: str) -> None:
         """The one fallback: ``decision`` off with ``failure`` as its reason; eager updates from now on."""
         logger.warning("%s requested but not active: %s; training eagerly", label, failure)
         if decision == "compile":
             self.compile.failure = failure
+            record_compile(failure, compiled=False)
         self._record(decision, Decision(True, False, failure))
         self.current = None
 

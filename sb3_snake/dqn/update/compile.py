@@ -3,18 +3,19 @@
 :class:`CompileState` holds the compile of a model from its decision to its outcome:
 
 - **whether**: asked for and available (:func:`~sb3_snake.acceleration.optimizations.decide_compile`);
-- **what**: on a CPU the whole gradient step as one graph (:class:`~sb3_snake.dqn.update.compiled.CompiledUpdate`,
+- **what**: on a CPU the whole gradient step as one graph (:class:`~sb3_snake.dqn.update.graph.UpdateGraph`,
   :func:`decide_compiled_update`), where the update is bound by dispatching its many small
-  operators; elsewhere, and for updates that one does not cover (:func:`unsupported_reason`),
-  the two Q-networks in place (``nn.Module.compile``), which on CUDA the captured graph then holds;
-- **when**: after ``compile_after`` gradient steps trained eagerly (0: when the model is built).
-  A cold compile stalls training for a long while on a small CPU, so a deferred compile keeps
-  the first minutes of a run learning and still speeds up the rest;
-- **in the background or not**: with ``background``, the whole update compiles in a thread on
-  copies of the model's tensors while training goes on eagerly, and takes over when it is ready
-  (:meth:`~sb3_snake.dqn.update.compiled.CompiledUpdate.compile_in_background`): training never
-  stops for the compile. Without it, the first compiled call compiles, and training waits;
-- **how it went**: compiled, or failed with the error as the reason (training goes on eagerly).
+  operators; a model whose update it cannot compile (:func:`unsupported_reason`) is not compiled
+  on a CPU, with that reason. On CUDA the two Q-networks, in place (``nn.Module.compile``, in
+  the training process), which the captured CUDA graph then holds;
+- **when**: after ``compile_after`` gradient steps trained eagerly (0: at the first update);
+- **where**: on a CPU in a child process (:mod:`sb3_snake.dqn.update.child`), so that a crash
+  of the compiler costs the compile, not the run. With ``background``, training goes on eagerly
+  while the child compiles; without it, training waits for the child (the switch then falls at
+  a fixed gradient step, so a seeded run repeats);
+- **how it went**: compiled (how long the child took, whether the cache had it, how long the
+  training process paused to load it), or failed with the reason (training goes on eagerly),
+  or stopped with training.
 
 It alone says so in words (:attr:`CompileState.planned`, :meth:`CompileState.in_effect`): the
 model's ``active_optimizations``, the run's summary, the capability report and the threads
@@ -64,8 +65,9 @@ def unsupported_reason(model: DQN) -> str:
 
 def decide_compiled_update(device_type: str, unsupported: str) -> Decision:
     """Whether an active compile compiles the whole gradient step rather than the two Q-networks:
-    on a CPU, unless the model is one it cannot compile (``unsupported``, its reason). On CUDA
-    the update is captured as a CUDA graph instead, with the networks compiled inside it."""
+    on a CPU, unless the model is one it cannot compile (``unsupported``, its reason; nothing is
+    compiled then). On CUDA the update is captured as a CUDA graph instead, with the networks
+    compiled inside it."""
     if device_type != "cpu":
         return Decision(False, False)
     if unsupported:
@@ -75,7 +77,8 @@ def decide_compiled_update(device_type: str, unsupported: str) -> Decision:
 
 def compile_failure(error: BaseException) -> str:
     """A failed compile in one line, as the compile decision's reason."""
-    return f"compile failed: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+    lines = str(error).splitlines()
+    return f"compile failed: {type(error).__name__}: {lines[0] if lines else ''}"
 
 
 def compile_networks(model: DQN, mode: str) -> str:
@@ -103,10 +106,9 @@ class CompileState:
     :param requested: the compile decision before anything was compiled: requested, and
         available on this machine (inactive, with the reason, when not).
     :param whole_update: :func:`decide_compiled_update` for the model: the whole update, or the networks.
-    :param after: gradient steps trained eagerly before compiling (0: compile at once).
+    :param after: gradient steps trained eagerly before compiling (0: at the first update).
     :param mode: the ``torch.compile`` mode.
-    :param background: compile the whole update in a thread while training goes on eagerly
-        (the networks, compiled in place where the whole update is not, compile at once).
+    :param background: train on eagerly while the child compiles (else wait for it).
     """
 
     requested: Decision
@@ -114,29 +116,35 @@ class CompileState:
     after: int = 0
     mode: str = "default"
     background: bool = False
-    compiled: bool = False  #: compiled (or, for the whole update, handed to the update that compiles it)
+    compiled: bool = False  #: the compiled update (or networks) runs
     failure: str = ""  #: why compiling failed, if it did
-    compiling_since: int | None = None  #: the gradient step a background compile started at, while it runs
-    abandoned_since: int | None = None  #: the same, for a background compile that training stopped before it ended
+    compiling_since: int | None = None  #: the gradient step the compile child started at, while it runs
+    child_pid: int | None = None  #: the compile child's process id, while it runs
+    stopped_since: int | None = None  #: the same, for a compile child stopped because training stopped
+    outcome: str = ""  #: how the compile went, once it is in effect (where, how long, the pause to adopt it)
 
     @classmethod
     def for_model(
         cls, model: DQN, requested: Decision, compile_after: int, mode: str, background: bool = False
     ) -> CompileState:
         """The state of a model just built: a compile deferred by ``compile_after`` gradient steps
-        counts from the model's own (a loaded model defers what is left, or compiles at once)."""
+        counts from the model's own (a loaded model defers what is left, or compiles at its first update)."""
         whole = decide_compiled_update(model.device.type, unsupported_reason(model))
-        return cls(requested, whole, compile_after if compile_after > model._n_updates else 0, mode, background)
+        after = compile_after if compile_after > model._n_updates else 0
+        state = cls(requested, whole, after, mode, background)
+        if requested.active and whole.requested and not whole.active:
+            state.failure = whole.reason  # on a CPU, only the whole update is compiled
+        return state
 
     @property
-    def in_background(self) -> bool:
-        """Whether the compile, when due, runs in a background thread (the whole update only)."""
-        return self.background and self.whole_update.active
+    def in_child(self) -> bool:
+        """Whether the compile runs in a child process (the whole update, on a CPU)."""
+        return self.whole_update.active
 
     @property
     def active(self) -> bool:
         """Whether something is compiled now (the threads callback asks: a compiled graph holds
-        its thread count, and another count would compile it again)."""
+        its thread count)."""
         return self.requested.active and self.compiled and not self.failure
 
     @property
@@ -145,7 +153,7 @@ class CompileState:
         return self.active and self.whole_update.active
 
     def due(self, n_updates: int) -> bool:
-        """Whether to compile now, with ``n_updates`` gradient steps trained."""
+        """Whether to compile, or start the compile child, now, with ``n_updates`` gradient steps trained."""
         waiting = not self.compiled and not self.failure and self.compiling_since is None
         return self.requested.active and waiting and n_updates >= self.after
 
@@ -157,31 +165,32 @@ class CompileState:
         if self.failure:
             return Decision(True, False, self.failure)
         when = f"after the first {self.after:,} gradient steps" if self.after else ""
-        how = "in the background while training goes on" if self.in_background else ""
+        where = ""
+        if self.in_child:
+            where = "in a child process while training goes on" if self.background else "in a child process"
         what = self.whole_update.reason if self.whole_update.active else ""
-        return Decision(True, True, ": ".join(part for part in (", ".join(p for p in (when, how) if p), what) if part))
+        return Decision(
+            True, True, ": ".join(part for part in (", ".join(p for p in (when, where) if p), what) if part)
+        )
 
     def in_effect(self, n_updates: int) -> Decision:
         """:attr:`planned`, except that a compile still waiting for its gradient step, still
-        compiling in the background, or abandoned when training stopped before it ended, is not
-        in effect (a run's summary and the threads callback ask this)."""
-        if self.compiled or self.failure or not self.requested.active:  # a background compile needs it active
+        compiling, or stopped when training stopped before it ended, is not in effect; a compile
+        in effect says how it went (a run's summary and the threads callback ask this)."""
+        if not self.requested.active or self.failure:
             return self.planned
+        if self.compiled:
+            planned = self.planned
+            return Decision(True, True, f"{planned.reason}; {self.outcome}" if self.outcome else planned.reason)
         if self.compiling_since is not None:
-            since = f"compiling in the background since gradient step {self.compiling_since:,}"
+            since = f"compiling in a child process (pid {self.child_pid}) since gradient step {self.compiling_since:,}"
             return Decision(True, False, f"{since} ({n_updates:,} trained)")
-        if self.abandoned_since is not None:
-            since = f"still compiling in the background (since gradient step {self.abandoned_since:,})"
-            return Decision(True, False, f"{since} when training stopped ({n_updates:,} trained)")
+        if self.stopped_since is not None:
+            since = f"was compiling in a child process since gradient step {self.stopped_since:,}"
+            return Decision(True, False, f"{since} when training stopped, and was stopped ({n_updates:,} trained)")
         return Decision(True, False, f"deferred to gradient step {self.after:,}, not reached ({n_updates:,} trained)")
 
-    def compile_now(self, model: DQN) -> str:
-        """Compile as planned: the networks in place now, or nothing for the whole update, which
-        :class:`~sb3_snake.dqn.update.compiled.CompiledUpdate` compiles at its first call.
-        The failure (one line), or ``""``."""
+    def compile_networks_now(self, model: DQN) -> str:
+        """Compile both Q-networks in place (CUDA, in this process); the failure (one line), or ``""``."""
         self.compiled = True
-        if self.whole_update.active:
-            return ""
-        if self.whole_update.requested:
-            logger.info("compiling the Q-networks, not the whole update: %s", self.whole_update.reason)
         return compile_networks(model, self.mode)

@@ -4,9 +4,8 @@ other ways to run it (:class:`~sb3_snake.dqn.update.compiled.CompiledUpdate` on 
 
 The step is SB3's ``DQN.train`` body for one batch, with this package's options: symmetry
 augmentation of the batch, TD targets (Double DQN, n-step discounts, reward shaping;
-:func:`~sb3_snake.dqn.targets.td_targets`), the Huber loss, ``zero_grad``
-(:func:`~sb3_snake.dqn.update.background.zero_grad`), backward, gradient clipping and the
-optimizer's step. Unlike SB3 it returns the loss as a tensor, detached and not read:
+:func:`~sb3_snake.dqn.targets.td_targets`), the Huber loss, ``zero_grad(set_to_none=True)``,
+backward, gradient clipping and the optimizer's step. Unlike SB3 it returns the loss as a tensor, detached and not read:
 :meth:`UpdateStep.run` reads nothing on the host, so the model reads all of a call's losses at once.
 """
 
@@ -19,7 +18,6 @@ import torch.nn.functional as F
 from stable_baselines3.common.type_aliases import ReplayBufferSamples
 
 from sb3_snake.dqn.targets import td_targets
-from sb3_snake.dqn.update import background
 
 if TYPE_CHECKING:
     from stable_baselines3 import DQN
@@ -67,7 +65,7 @@ class UpdateStep:
         target_q_values = td_targets(data, model.q_net_target, online, model.gamma, model.food_shaping)
         current_q_values = model.q_net(data.observations).gather(1, data.actions.long())
         loss = F.smooth_l1_loss(current_q_values, target_q_values)
-        background.zero_grad(model.policy.optimizer)
+        model.policy.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.policy.parameters(), model.max_grad_norm)
         model.policy.optimizer.step()

@@ -1,0 +1,191 @@
+"""The compile child (``sb3_snake.dqn.update.child``): the update compiled in a process of its
+own and adopted by training, and what training does when the child crashes, hangs or fails, or
+when training stops while it runs. The child compiles with AOTAutograd's eager backend here
+(no C++ build); tests/test_compiled_update.py compares inductor's kernels with the eager step."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from stable_baselines3.common.callbacks import BaseCallback
+
+from sb3_snake.acceleration.report import capability_report, format_capability_report
+from sb3_snake.acceleration.settings import OptimizationSettings
+from sb3_snake.common import system
+from sb3_snake.common.compile_record import last_compile
+from sb3_snake.dqn.update.child import FAULT_ENV
+from sb3_snake.dqn.update.compiled import CompiledUpdate
+from tests.conftest import small_dqn
+from tests.test_compiled_update import EAGER, assert_same_training_state, serve_rows
+
+COMPILED = OptimizationSettings(use_bf16=False, use_flash_attention=False, use_torch_compile=True, num_threads=1)
+
+
+@pytest.fixture(autouse=True)
+def graph_only_child(monkeypatch, tmp_path):
+    """The child compiles with ``aot_eager``, into a cache folder of the test's own."""
+    monkeypatch.setattr("sb3_snake.dqn.update.choice.COMPILE_BACKEND", "aot_eager")
+    monkeypatch.setenv("SB3_SNAKE_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def compiling_model(background=False, **options):
+    return small_dqn(COMPILED, board_size=6, transitions=96, compile_in_background=background, **options)
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.slow
+def test_the_child_compiles_the_update_and_training_adopts_it_then_a_second_run_finds_it_cached():
+    eager = small_dqn(EAGER, board_size=6, transitions=96)
+    compiled = compiling_model()
+    compiled.policy.load_state_dict(eager.policy.state_dict())
+    data = eager.replay_buffer.sample(10 * 32)
+    for model in (eager, compiled):
+        serve_rows(model, data)
+    compiled.train(gradient_steps=2, batch_size=32)  # waits for the child, then trains compiled
+    eager.replay_buffer.sample(2 * 32)  # the child's batches, drawn first, were not trained on
+    eager.train(gradient_steps=2, batch_size=32)
+    for model in (eager, compiled):
+        model.train(gradient_steps=4, batch_size=32)
+    update = compiled.updates.current
+    assert isinstance(update, CompiledUpdate) and update.calls == 3 and update.steps_per_call == 2
+    decision = compiled.optimizations_in_effect().compile
+    assert decision.active and "compiled in a child process in" in decision.reason
+    assert "adopted at gradient step 0 in" in decision.reason
+    loss = compiled.logger.name_to_value["train/loss"]
+    assert loss == pytest.approx(eager.logger.name_to_value["train/loss"], rel=1e-4)
+    assert_same_training_state(eager, compiled)
+    assert last_compile()["compiled"] is True
+
+    again = compiling_model()
+    again.train(gradient_steps=2, batch_size=32)
+    assert "found in the compile cache in a child process" in again.optimizations_in_effect().compile.reason
+
+
+@pytest.mark.parametrize(
+    ("fault", "reason"),
+    [
+        ("crash", "compile child was killed by SIGSEGV after"),
+        ("fail", "compile child exited with code 1: RuntimeError: compile failed on purpose"),
+    ],
+)
+def test_a_child_that_crashes_or_fails_leaves_training_eager_and_says_so(fault, reason, monkeypatch):
+    monkeypatch.setenv(FAULT_ENV, fault)
+    model = compiling_model()
+    model.train(gradient_steps=2, batch_size=32)
+    model.train(gradient_steps=2, batch_size=32)
+    assert model._n_updates == 4 and not isinstance(model.updates.current, CompiledUpdate)
+    decision = model.optimizations_in_effect().compile
+    assert not decision.active and decision.reason.startswith(reason)
+    assert "\n" not in decision.reason
+    assert model.updates.job is None  # reaped
+    record = last_compile()
+    assert record["compiled"] is False and record["outcome"] == decision.reason
+    report = format_capability_report(capability_report(OptimizationSettings(num_threads=1), "cpu"))
+    assert f"last training compile ({record['at']}): {decision.reason}" in report
+
+
+def test_a_child_past_its_timeout_is_stopped_and_reaped(monkeypatch):
+    monkeypatch.setenv(FAULT_ENV, "hang")
+    monkeypatch.setattr("sb3_snake.dqn.update.child.COMPILE_TIMEOUT", 0.5)
+    model = compiling_model()
+    model.train(gradient_steps=2, batch_size=32)  # waits for the child, which its timeout stops
+    decision = model.optimizations_in_effect().compile
+    assert not decision.active and decision.reason == "compile child did not finish within 0 s and was stopped"
+
+
+def test_training_goes_on_eagerly_while_the_child_compiles_and_stopping_stops_it(monkeypatch):
+    monkeypatch.setenv(FAULT_ENV, "hang")
+    model = compiling_model(background=True)
+    for _ in range(3):
+        model.train(gradient_steps=2, batch_size=32)
+    assert model._n_updates == 6 and model.compile_state.compiling_since == 0
+    pid = model.compile_state.child_pid
+    assert alive(pid)
+    assert (
+        f"compiling in a child process (pid {pid}) since gradient step 0"
+        in model.optimizations_in_effect().compile.reason
+    )
+    folder = model.updates.job.folder
+
+    class StopNow(BaseCallback):
+        def _on_step(self):
+            raise KeyboardInterrupt  # Ctrl-C, or an exception in training
+
+    with pytest.raises(KeyboardInterrupt):
+        model.learn(100, callback=StopNow())
+    assert not alive(pid) and not folder.exists()
+    reason = model.optimizations_in_effect().compile.reason
+    assert reason.startswith("was compiling in a child process since gradient step 0 when training stopped")
+    assert model.compile_state.due(model._n_updates)  # training that resumes compiles again
+
+
+def test_a_child_dies_with_its_parent(tmp_path):
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pathlib import Path; from sb3_snake.common.child_process import ChildProcess;"
+            f"child = ChildProcess('sb3_snake.dqn.update.child', ['x', 'y'], Path({str(tmp_path)!r}) / 'log');"
+            "print(child.pid, flush=True); time.sleep(600)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, FAULT_ENV: "hang"},
+    )
+    pid = int(parent.stdout.readline())
+    parent.kill()  # no chance to stop its child
+    parent.wait()
+    deadline = time.monotonic() + 30
+    while alive(pid) and time.monotonic() < deadline:  # the kernel delivers the death signal at once
+        time.sleep(0.01)
+    assert not alive(pid)
+
+
+def descendants_of(pid: int) -> set[int]:
+    parents = system.processes()
+    return system.descendants(pid, {child: parent for child, (parent, _) in parents.items()})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("how", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130), ("time limit", 0)], ids=["term", "int", "limit"]
+)
+def test_a_run_stopped_while_the_child_compiles_exits_as_documented_with_the_child_reaped(how, code, tmp_path):
+    program = shutil.which("sb3-snake")
+    if program is None:
+        pytest.skip("sb3-snake is not installed as a program (pip install -e .)")
+    limit = ["--time-limit", "0.3"] if how == "time limit" else ["--episodes", "1000000"]
+    arguments = [program, "train", *limit, "--device", "cpu", "--n-envs", "4", "--board-size", "5"]
+    arguments += ["--learning-starts", "16", "--batch-size", "16", "--no-bf16", "--threads", "1"]
+    arguments += ["--compile", "--compile-after", "0", "--output", str(tmp_path / "run")]
+    environment = {**os.environ, FAULT_ENV: "hang", "SB3_SNAKE_CACHE_DIR": str(tmp_path / "cache")}
+    process = subprocess.Popen(arguments, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environment)
+    lines = []
+    for line in process.stdout:
+        lines.append(line)
+        if line.startswith("compile: compiling in a child process (pid"):
+            break
+    child = int(lines[-1].split("(pid ")[1].split(")")[0])
+    assert alive(child), "".join(lines)
+    if how != "time limit":
+        process.send_signal(how)
+    output, _ = process.communicate(timeout=120)
+    assert process.returncode == code, "".join(lines) + output
+    assert not alive(child) and descendants_of(process.pid) == {process.pid}  # the run, gone: nothing below it
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    compile_decision = summary["active"]["torch_compile_reason"]
+    assert "when training stopped, and was stopped" in compile_decision
+    assert not list(Path(tmp_path).glob("run/*.tmp.*"))  # no file left half-written

@@ -225,10 +225,10 @@ class BatchedSnakeVecEnv(VecEnv):
         Same arguments and validation as :meth:`SnakeEnv.set_state`; the game's score,
         steps-without-food counter and episode statistics start again from zero.
         """
-        if not 0 <= index < self.num_envs:
+        if not is_integer(index) or not 0 <= index < self.num_envs:
             raise UsageError(f"index must be in [0, {self.num_envs}), got {index!r}; pass the index of one game")
         cells, direction, food = self.rules.validate_state(body, direction, food)
-        return self._games.set_state(index, cells, direction, food).cpu().numpy()
+        return self._games.set_state(int(index), cells, direction, food).cpu().numpy()
 
     def close(self) -> None:
         pass

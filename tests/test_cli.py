@@ -69,7 +69,7 @@ def test_installed_program_shows_help():
         (["tune", "--batch-size", "64"], "--batch-size does not apply to tune: every trial draws its own"),
         (["benchmark-learning", "--minutes", "0"], "--minutes must be a positive number, got 0"),
         (["benchmark-learning", "--minutes", "inf"], "--minutes must be a positive number, got inf"),
-        (["benchmark-learning", "--every", "-5"], "--every must be a positive number of seconds"),
+        (["benchmark-learning", "--every", "-5"], "--every must be a number of seconds of at least 1, got -5"),
         (["benchmark-learning", "--seeds", "0"], "Invalid value for '--seeds'"),
         (["benchmark-learning", "--first-seed", "-1"], "Invalid value for '--first-seed'"),
         (["benchmark-learning", "--hyperparams", "missing.json"], "hyperparameter file missing.json cannot be read"),

@@ -40,6 +40,7 @@ from sb3_snake.benchmark.learning.plan import (
     compile_cache_state,
     evaluate_checkpoints,
     run_learning_benchmark,
+    seed_range,
 )
 from sb3_snake.benchmark.learning.runs import (
     CALIBRATION_SECONDS,
@@ -81,6 +82,7 @@ __all__ = [
     "run_learning_benchmark",
     "run_system",
     "score_at",
+    "seed_range",
     "spread",
     "summarize",
     "time_to_score",

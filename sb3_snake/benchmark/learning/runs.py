@@ -99,7 +99,10 @@ def _environment(**values: str | None) -> Iterator[None]:
 
 
 def _run_and_write(spec: dict[str, Any], start: float, result_path: str) -> None:
+    from sb3_snake.common.system import import_compiler_despite_cache
+
     faulthandler.enable()  # a native crash prints every thread's stack (the parent names the log)
+    import_compiler_despite_cache()  # this process's own entry point, as the CLI's is
     try:
         result = run_system(RunSpec(**spec), Stopwatch(start))
     except KeyboardInterrupt:

@@ -436,7 +436,7 @@ def test_each_checkpoint_is_due_at_the_latest_point_passed(every):
     [
         (["--every", "1e-300"], "--every must be a number of seconds of at least 1, got 1e-300"),
         (["--seeds", "1000000000"], "--seeds must be at most 1000 .*, got 1,000,000,000"),
-        (["--hyperparams", "long.json"], "long_starts must be a share from 0 to 1, got 5"),
+        (["--hyperparams", "long.json"], "long_starts must be from 0 to 1, got 5"),
     ],
 )
 def test_bad_input_is_refused_in_one_line_before_any_run_starts(tmp_path, monkeypatch, args, message):

@@ -206,7 +206,7 @@ def test_malformed_env_file_exits_2(tmp_path):
 def test_bad_input_is_refused_before_auto_settings_are_measured(tmp_path):
     env_file = tmp_path / "auto.env"
     env_file.write_text("USE_FLASH_ATTENTION=auto\nOPTIMAL_BATCH_SIZE=auto\n")
-    result = runner.invoke(app, ["train", "--n-envs", "100000000", "--env-file", str(env_file)])
+    result = runner.invoke(app, ["train", "--n-envs", "1048576", "--board-size", "64", "--env-file", str(env_file)])
     assert result.exit_code == 2 and result.output.startswith("error: this run needs about"), result.output
     assert "measuring" not in result.output
 

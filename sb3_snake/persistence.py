@@ -14,7 +14,9 @@ program, or by sb3-snake before 0.2) is refused with the way out: ``trusted=True
 time order, read back with ``numpy.load(allow_pickle=False)``, so a resumed run never
 unpickles either. SB3's ``<stem>.replay.pkl`` is read only when trusted. The rewards are the
 env's own (``env_rewards`` says so); a buffer saved before reward shaping moved into the TD
-targets holds shaped rewards, which :func:`load_replay_buffer` unshapes.
+targets holds shaped rewards, which :func:`load_replay_buffer` unshapes. A buffer also records
+what it was recorded with (:data:`RECORDED`: the view, the actions, the board, the channels), and
+a model that plays otherwise refuses it.
 
 **Atomic writes.** Every file goes through :func:`sb3_snake.common.paths.atomic_write`: a unique
 temporary name, then a rename, so a crash or a second Ctrl-C leaves the previous file intact
@@ -57,6 +59,10 @@ REPLAY_ARRAYS = ("observations", "actions", "rewards", "dones", "timeouts")
 ENV_REWARDS = "env_rewards"
 #: The env steps of the model a buffer was saved with (saved as a pair with it).
 SAVED_AT = "num_timesteps"
+#: What a saved buffer was recorded with, each an integer, checked against the model that loads it:
+#: the view (1: egocentric), the number of actions, the board's side and its channels. A buffer
+#: saved before these were recorded is taken as of the whole board, as every release then wrote.
+RECORDED = ("egocentric", "n_actions", "board_size", "channels")
 
 
 # ---------------------------------------------------------------------- saving
@@ -104,8 +110,16 @@ def save_replay_buffer(buffer: ReplayBuffer, path: Path, num_timesteps: int | No
     names = [*REPLAY_ARRAYS, *(() if buffer.optimize_memory_usage else ("next_observations",))]
     arrays = {name: _time_ordered(buffer, getattr(buffer, name)) for name in names}
     steps = {} if num_timesteps is None else {SAVED_AT: np.int64(num_timesteps)}
+    record = {name: np.int64(value) for name, value in _recorded_with(buffer).items()}
     with open(path, "wb") as file:
-        np.savez(file, n_envs=np.int64(buffer.n_envs), **{ENV_REWARDS: np.bool_(True)}, **steps, **arrays)
+        np.savez(file, n_envs=np.int64(buffer.n_envs), **{ENV_REWARDS: np.bool_(True)}, **steps, **record, **arrays)
+
+
+def _recorded_with(buffer: ReplayBuffer) -> dict[str, int]:
+    """What ``buffer``'s transitions are (:data:`RECORDED`), read from its spaces: three actions
+    are the egocentric view's turns."""
+    n_actions, shape = int(buffer.action_space.n), buffer.observation_space.shape
+    return {"egocentric": int(n_actions == 3), "n_actions": n_actions, "board_size": shape[-1], "channels": shape[0]}
 
 
 def load_replay_buffer(model: SnakeDQN, path: Path) -> int:
@@ -130,9 +144,11 @@ def load_replay_buffer(model: SnakeDQN, path: Path) -> int:
     missing = [name for name in REPLAY_ARRAYS if name not in arrays]
     if missing or "n_envs" not in arrays:
         raise UsageError(f"replay buffer {path} lacks {', '.join(missing or ['n_envs'])}; it is not a saved buffer")
-    problem = _replay_problem(arrays, buffer)
+    problem = _record_problem(arrays, buffer) or _replay_problem(arrays, buffer)
     if problem:
         raise UsageError(f"replay buffer {path} {problem}; move it away to resume without it")
+    for name in RECORDED:
+        arrays.pop(name, None)
     saved_at = arrays.pop(SAVED_AT, None)
     if saved_at is not None and int(saved_at) != model.num_timesteps:
         raise UsageError(
@@ -162,6 +178,38 @@ def load_replay_buffer(model: SnakeDQN, path: Path) -> int:
         raise UsageError(f"replay buffer {path} holds no next observations; it was saved with optimize_memory_usage")
     buffer.pos, buffer.full = rows % buffer.buffer_size, rows == buffer.buffer_size
     return rows * buffer.n_envs
+
+
+def _record_problem(arrays: dict[str, np.ndarray], buffer: ReplayBuffer) -> str:
+    """How what the saved arrays were recorded with (:data:`RECORDED`) differs from ``buffer``'s
+    model: another view, other actions, another board or other channels."""
+    model = _recorded_with(buffer)
+    if not any(name in arrays for name in RECORDED):
+        # Saved before buffers recorded this: every release then played the whole board only.
+        if model["egocentric"]:
+            return "does not say which view it was recorded on (saved before buffers did, on the whole board)"
+        return ""
+    for name in RECORDED:
+        value = arrays.get(name)
+        if value is None or value.shape != () or value.dtype.kind not in "iub":
+            return f"has {name} {None if value is None else value.tolist()}, not one integer"
+    saved = {name: int(arrays[name]) for name in RECORDED}
+    if (saved["egocentric"], saved["n_actions"]) != (model["egocentric"], model["n_actions"]):
+        return (
+            f"was recorded on the {_view(saved['n_actions'])} view with {saved['n_actions']} actions; "
+            f"the model plays the {_view(model['n_actions'])} view with {model['n_actions']} actions"
+        )
+    if (saved["board_size"], saved["channels"]) != (model["board_size"], model["channels"]):
+        return (
+            f"was recorded on {saved['board_size']}x{saved['board_size']} boards of {saved['channels']} channels; "
+            f"the model plays {model['board_size']}x{model['board_size']} boards of {model['channels']}"
+        )
+    return ""
+
+
+def _view(n_actions: int) -> str:
+    """The view a model or buffer of ``n_actions`` actions plays: three turns are the egocentric view's."""
+    return "egocentric" if n_actions == 3 else "board-wide"
 
 
 def _replay_problem(arrays: dict[str, np.ndarray], buffer: ReplayBuffer) -> str:
@@ -296,9 +344,8 @@ def one_line(error: BaseException) -> str:
 def _check_actions(path: Path, trained: int, given: int) -> None:
     """One line when ``env`` does not act as the model was trained to: directions or turns."""
     if trained != given:
-        view = "egocentric" if trained == 3 else "board-wide"
         flag = "--egocentric" if trained == 3 else "--no-egocentric"
-        raise UsageError(f"model {path} was trained on the {view} view with {trained} actions; pass {flag}")
+        raise UsageError(f"model {path} was trained on the {_view(trained)} view with {trained} actions; pass {flag}")
 
 
 def _load_trusted(

@@ -184,6 +184,7 @@ def small_dqn(
     policy_kwargs=None,
     device: str = "cpu",
     countdown: bool = False,
+    egocentric: bool = False,
     **dqn_kwargs,
 ):
     """A small SnakeDQN on 8 games whose replay buffer already holds ``transitions`` of random play,
@@ -193,7 +194,7 @@ def small_dqn(
     from sb3_snake import SnakeDQN
     from sb3_snake.acceleration.autotune import fill_replay_buffer
 
-    env = BatchedSnakeVecEnv(8, board_size=board_size, seed=0, countdown=countdown)
+    env = BatchedSnakeVecEnv(8, board_size=board_size, seed=0, countdown=countdown, egocentric=egocentric)
     model = SnakeDQN(
         "AttentionPolicy",
         env,

@@ -215,7 +215,7 @@ def test_render_and_attributes():
         ({"num_envs": 0}, "num_envs must be a positive integer, got 0"),
         ({"num_envs": 2, "board_size": 3}, "board_size must be an integer >= 4, got 3"),
         ({"num_envs": 2, "device": "tpu"}, "device must be"),
-        ({"num_envs": 2, "render_mode": "human"}, "render_mode must be one of"),
+        ({"num_envs": 2, "render_mode": "window"}, "render_mode must be one of"),
     ],
 )
 def test_bad_arguments(kwargs, message):
@@ -228,7 +228,7 @@ def test_bad_arguments(kwargs, message):
     [
         ({"num_envs": True}, "num_envs must be a positive integer, got True; pass the number of games"),
         ({"num_envs": 2, "start_length": 9}, "start_length must be between 2 and 7 on a 10x10 board, got 9"),
-        ({"num_envs": 2, "render_mode": "human"}, "got 'human'; pass 'ansi' for a text board or 'rgb_array'"),
+        ({"num_envs": 2, "render_mode": "window"}, "got 'window'; pass 'human' to draw the board on stdout, 'ansi'"),
         ({"num_envs": 2, "seed": 1.5}, r"seed must be an integer from -\d+ to \d+, got 1.5; pass None for a random"),
         ({"num_envs": 2, "seed": 2**64}, "seed must be an integer"),
         ({"num_envs": 2, "seed": "7"}, "seed must be an integer"),

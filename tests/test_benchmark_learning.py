@@ -206,7 +206,11 @@ def test_plan_refuses_what_cannot_run():
         ({"minutes": float("nan")}, "--minutes"),
         ({"minutes": float("inf")}, "--minutes"),
         ({"every_seconds": -1}, "--every"),
+        ({"every_seconds": 1e-300}, "--every must be a number of seconds of at least 1, got 1e-300"),
         ({"seeds": ()}, "--seeds"),
+        ({"seeds": tuple(range(1001))}, "--seeds must be at most 1000"),
+        ({"hyperparameters": {"long_starts": 5}}, "long_starts must be"),
+        ({"hyperparameters": {"board_size": 6}, "board_size": 8}, "board_size 8 and the hyperparameters' 6 differ"),
         ({"seeds": (4294967295, 4294967296)}, "seeds must be 0 to 4294967295, got 4294967295 to 4294967296"),
         ({"seeds": (-1,)}, "seeds must be 0 to"),
         ({"systems": ("sb3_snake", "ppo")}, "systems must be among"),
@@ -397,6 +401,82 @@ def test_the_seed_range_is_refused_before_any_run_starts(tmp_path, monkeypatch):
     monkeypatch.setattr(plan_module, "run_in_process", lambda *a: pytest.fail("a run started"))
     result = CliRunner().invoke(app, ["benchmark-learning", "--first-seed", "4294967295", "--seeds", "2"])
     assert result.exit_code == 2 and "seeds must be 0 to 4294967295" in result.output
+
+
+def test_a_tiny_checkpoint_interval_takes_one_step_not_forever():
+    """``--every 1e-300`` spun in the loop that stepped to the latest point passed: adding so small
+    an interval to a time does not move it. A point is counted now, whatever the interval."""
+    import threading
+
+    clock = FakeClock()
+    callback, _, files = checkpoints_on(clock, every=1e-300, budget=35.0)
+    stepped = threading.Thread(target=step, args=(callback, clock, 1.0), daemon=True)
+    stepped.start()
+    stepped.join(timeout=30)
+    assert not stepped.is_alive(), "one step of the checkpoint callback did not end"
+    assert len(files) == 1 and callback.saved[0]["due_seconds"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("every", [0.1, 0.3, 1 / 3, 7.0])
+def test_each_checkpoint_is_due_at_the_latest_point_passed(every):
+    """Counting the points gives what stepping through them did, rounding included: never a
+    point after the time it is taken, never one point short."""
+    clock = FakeClock()
+    callback, _, _ = checkpoints_on(clock, every=every, budget=1e9)
+    for seconds in (0.05, 0.3, 0.31, 0.9, 7.0, 7.0, 70.0, 0.01):
+        step(callback, clock, seconds)
+    for checkpoint in callback.saved:
+        points = round(checkpoint["due_seconds"] / every)
+        assert checkpoint["due_seconds"] <= checkpoint["seconds"] < (points + 1) * every
+    assert len({c["due_seconds"] for c in callback.saved}) == len(callback.saved)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--every", "1e-300"], "--every must be a number of seconds of at least 1, got 1e-300"),
+        (["--seeds", "1000000000"], "--seeds must be at most 1000 .*, got 1,000,000,000"),
+        (["--hyperparams", "long.json"], "long_starts must be from 0 to 1, got 5"),
+    ],
+)
+def test_bad_input_is_refused_in_one_line_before_any_run_starts(tmp_path, monkeypatch, args, message):
+    """A tiny --every looped forever, a billion seeds were made into a tuple (MemoryError), and a
+    hyperparameter file's value was checked only by the run's process (a traceback, exit 1)."""
+    import re
+
+    from typer.testing import CliRunner
+
+    import sb3_snake.benchmark.learning.plan as plan_module
+    from sb3_snake.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "long.json").write_text('{"long_starts": 5}')
+    monkeypatch.setattr(plan_module, "run_in_process", lambda *a: pytest.fail("a run started"))
+    monkeypatch.setattr(plan_module, "calibrate_plain_sb3", lambda *a: pytest.fail("the calibration started"))
+    quick = ["--minutes", "0.05", "--seeds", "1", "--no-baseline", "--no-ppo", "--episodes", "1"]
+    result = CliRunner().invoke(app, ["benchmark-learning", *quick, *args])
+    assert result.exit_code == 2, result.output
+    assert re.fullmatch(f"error: [^\n]*{message}[^\n]*\n", result.output), result.output
+
+
+def test_the_hyperparameters_board_is_every_systems_board(tmp_path):
+    """``{"board_size": 6}`` trained sb3_snake on 10x10 without a word; it is the plan's board now,
+    so that the systems still play the same game."""
+    plan = LearningPlan(minutes=1.0, every_seconds=20.0, seeds=(0,), hyperparameters={"board_size": 6})
+    assert plan.board_size == 6 and LearningPlan().board_size == 10
+    assert LearningPlan.quick(hyperparameters={"board_size": 6}).board_size == 6
+    boards = []
+
+    def run(spec, cache_dir):
+        boards.append(spec.board_size)
+        return {"system": spec.system, "seed": spec.seed, "env_steps": 1, "checkpoints": []}
+
+    report = run_learning_benchmark(plan, tmp_path, run=run, evaluate_run=lambda r, e: [], calibrate=lambda s, b: 1.0)
+    assert boards == [6, 6, 6] and report["plan"]["board_size"] == 6
+
+    from sb3_snake.benchmark.learning.runs import sb3_snake_config
+
+    assert sb3_snake_config(plan.spec("sb3_snake", 0, tmp_path)).board_size == 6
 
 
 def test_ctrl_c_in_a_run_exits_its_process_quietly(tmp_path, monkeypatch):

@@ -78,3 +78,26 @@ def test_a_library_user_error_is_a_usage_error_and_a_plain_value_error_is_not_on
     with pytest.raises(ValueError) as from_python:
         json.loads("{not json")
     assert not isinstance(from_python.value, UsageError)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("compile_flag", ["--no-compile", "--compile"])
+def test_an_unusable_compile_cache_folder_is_no_traceback(tmp_path, compile_flag):
+    """torch imports its compiler even with compile off, and the import makes the compile cache
+    folder: a file in its path ended every run with NotADirectoryError. Now the run goes on, and a
+    requested compile is off with the reason."""
+    (tmp_path / "file").write_text("")
+    environment = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "file" / "inductor")}
+    command = [sys.executable, "-c", "from sb3_snake.cli import main; main()", "train", "--board-size", "6"]
+    command += [compile_flag, "--no-bf16", "--no-flash-attention", "--threads", "1", "--timesteps", "64"]
+    result = subprocess.run(
+        [*command, "--output", str(tmp_path / "run")], env=environment, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    compile_line = next(line for line in result.stdout.splitlines() if line.startswith("torch.compile:"))
+    if compile_flag == "--compile":
+        assert "disabled (the compile cache TORCHINDUCTOR_CACHE_DIR=" in compile_line
+        assert "cannot be made a folder (Not a directory)" in compile_line
+    else:
+        assert compile_line.split() == ["torch.compile:", "disabled", "(from", "override)"]
+    assert (tmp_path / "run" / "model.zip").is_file() and not (tmp_path / "file").is_dir()

@@ -142,6 +142,17 @@ def test_plot_of_a_trained_run(trained_run, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("ratio", ["8", "0.001", "4096"])
+def test_a_model_trained_below_the_early_replay_ratio_evaluates(tmp_path, ratio):
+    """``train --replay-ratio 8`` (below the early ratio, 16; tune draws 8) saved an early fraction
+    of 2.0, and ``eval`` of its model exited 2: the reader's range of that fraction ended at 1."""
+    run = ["train", *TINY, "--timesteps", "64", "--replay-ratio", ratio, "--output", str(tmp_path / "r")]
+    trained = runner.invoke(app, run)
+    assert trained.exit_code == 0, trained.output
+    evaluated = runner.invoke(app, ["eval", str(tmp_path / "r" / "model.zip"), "--episodes", "3", "--json"])
+    assert evaluated.exit_code == 0, evaluated.output
+
+
 def test_time_limit_without_episodes_runs_until_the_limit(tmp_path):
     args = ["train", "--time-limit", "0.05", "--no-head-view", *TINY, "--output", str(tmp_path)]
     result = runner.invoke(app, args)
@@ -196,7 +207,7 @@ def test_malformed_env_file_exits_2(tmp_path):
 def test_bad_input_is_refused_before_auto_settings_are_measured(tmp_path):
     env_file = tmp_path / "auto.env"
     env_file.write_text("USE_FLASH_ATTENTION=auto\nOPTIMAL_BATCH_SIZE=auto\n")
-    result = runner.invoke(app, ["train", "--n-envs", "100000000", "--env-file", str(env_file)])
+    result = runner.invoke(app, ["train", "--n-envs", "1048576", "--board-size", "64", "--env-file", str(env_file)])
     assert result.exit_code == 2 and result.output.startswith("error: this run needs about"), result.output
     assert "measuring" not in result.output
 

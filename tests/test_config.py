@@ -1,5 +1,7 @@
-"""``TrainConfig``: its checks, its fields' roles, the update schedule and the memory a run needs."""
+"""``TrainConfig``: its checks, its fields' roles, the update schedule and the memory a run needs;
+and that every value it takes is one a model file holds, so that a model a run saves loads."""
 
+import math
 from dataclasses import dataclass, fields, replace
 
 import pytest
@@ -13,38 +15,41 @@ from sb3_snake.training.config import (
     EXTRACTOR_DEFAULTS,
     EXTRACTOR_SIZES,
     HYPERPARAMETER_FIELDS,
+    MAX_REPLAY_RATIO,
+    MIN_REPLAY_RATIO,
     MODEL_FIELDS,
     NETWORK_FIELDS,
     RUN,
     Role,
     TrainConfig,
     option,
+    option_bounds,
     option_fields,
 )
 from sb3_snake.training.memory import check_memory, memory_estimate
-from tests.conftest import tiny_config
+from tests.conftest import FAST, tiny_config
 
 
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
         ({"episodes": 0}, "episodes must be at least 1, got 0"),
-        ({"board_size": 3}, "board_size must be an integer >= 4, got 3"),
+        ({"board_size": 3}, "board_size must be from 4 to 256, got 3"),
         ({"device": "tpu"}, "device must be auto, cpu or cuda, got 'tpu'"),
-        ({"replay_ratio": 0}, "replay_ratio must be above 0 and at most 4096 .* got 0"),
+        ({"replay_ratio": 0}, "replay_ratio must be from 0.001 to 4096, got 0"),
         ({"checkpoint_every": 0}, "checkpoint_every must be at least 1"),
         ({"select_every": 0}, "select_every must be at least 1"),
         ({"select_episodes": 0}, "select_episodes must be at least 1"),
         ({"compile_after": -1}, "compile_after must be at least 0, got -1"),
-        ({"early_replay_ratio": 0}, "early_replay_ratio must be above 0 and at most 4096 .* got 0"),
-        ({"early_steps": -1}, "early_steps must be at least 0, got -1"),
-        ({"learning_rate_half_life": -1}, "learning_rate_half_life must be at least 0, got -1"),
+        ({"early_replay_ratio": 0}, "early_replay_ratio must be from 0.001 to 4096, got 0"),
+        ({"early_steps": -1}, "early_steps must be from 0 to 9223372036854775807, got -1"),
+        ({"learning_rate_half_life": -1}, "learning_rate_half_life must be from 0 to 9223372036854775807, got -1"),
         ({"time_limit_minutes": float("nan")}, "time limit must be a positive number of minutes, got nan"),
-        ({"learning_rate": float("inf")}, "learning_rate must be a positive finite number, got inf"),
-        ({"learning_rate": float("nan")}, "learning_rate must be a positive finite number, got nan"),
-        ({"replay_ratio": float("inf")}, "replay_ratio must be above 0 and at most 4096 .* got inf"),
+        ({"learning_rate": float("inf")}, "learning_rate must be from 1e-12 to 10, got inf"),
+        ({"learning_rate": float("nan")}, "learning_rate must be from 1e-12 to 10, got nan"),
+        ({"replay_ratio": float("inf")}, "replay_ratio must be from 0.001 to 4096, got inf"),
         ({"gamma": 1.5}, "gamma must be from 0 to 1"),
-        ({"board_size": 1000}, "board_size must be at most 256, got 1000"),
+        ({"board_size": 1000}, "board_size must be from 4 to 256, got 1000"),
         ({"seed": 2**64}, "seed must be from 0 to 4294967295"),
         ({"seed": -1}, "seed must be from 0 to 4294967295"),
         ({"exploration_final_eps": float("nan")}, "exploration_final_eps must be from 0 to 1"),
@@ -92,7 +97,9 @@ def test_no_limit_means_the_default_episodes():
     assert TrainConfig(time_limit_minutes=1).episodes is None
 
 
-@pytest.mark.parametrize(("changes", "part"), [({"n_envs": 100_000_000}, "games"), ({"buffer_size": 10**10}, "replay")])
+@pytest.mark.parametrize(
+    ("changes", "part"), [({"n_envs": 2**20, "board_size": 8}, "games"), ({"buffer_size": 2**32}, "replay")]
+)
 def test_memory_needed_is_stated_up_front(changes, part):
     config = tiny_config(**changes)
     with pytest.raises(UsageError, match=rf"this run needs about [\d.]+ GiB \(.*{part}.*\) but 1.0 GiB are available"):
@@ -223,9 +230,9 @@ def test_the_batch_size_is_a_learning_value_that_env_may_set_declared_once():
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"replay_ratio": 1e300}, "replay_ratio must be above 0 and at most 4096"),
-        ({"early_replay_ratio": 5000}, "early_replay_ratio must be above 0 and at most 4096"),
-        ({"gradient_steps": 1_000_000_000}, "gradient_steps must be 1 to 100000 per update"),
+        ({"replay_ratio": 1e300}, "replay_ratio must be from 0.001 to 4096, got 1e[+]300"),
+        ({"early_replay_ratio": 5000}, "early_replay_ratio must be from 0.001 to 4096, got 5000"),
+        ({"gradient_steps": 1_000_000_000}, "gradient_steps must be from 1 to 100000, got 1000000000"),
     ],
 )
 def test_absurd_update_sizes_are_refused_up_front(changes, message):
@@ -242,3 +249,154 @@ def test_networks_too_large_are_a_range_error_up_front(changes):
 def test_networks_within_range_that_do_not_fit_are_a_memory_error_up_front():
     with pytest.raises(UsageError, match="GiB are available"):
         check_memory(TrainConfig(embed_dim=65536, head_view_dim=65536), available=24 * 2**30)
+
+
+# ---------------------------------------------------------------- what a run saves, a model file holds
+
+
+def saved_ranges():
+    """The save format's range of each TrainConfig field whose value a model file holds."""
+    from sb3_snake.dqn.save_format import EXTRACTOR_SCHEMA, HYPERPARAMETER_SCHEMA, MAX_BOARD_SIZE, MAX_ENVS, Range
+    from sb3_snake.envs.rules import MIN_BOARD_SIZE
+
+    ranges = {"n_envs": (1, MAX_ENVS), "board_size": (MIN_BOARD_SIZE, MAX_BOARD_SIZE)}
+    for name in [f.name for f in option_fields()]:
+        schema = EXTRACTOR_SCHEMA if name in EXTRACTOR_SIZES else HYPERPARAMETER_SCHEMA
+        if isinstance(schema.get(name), Range):
+            ranges[name] = (schema[name].low, schema[name].high)
+    return ranges
+
+
+def test_every_value_a_model_file_holds_is_taken_within_the_files_range():
+    """The writer's side of the one schema: each option whose value a model saves takes no value
+    the reader refuses (``--replay-ratio 8`` saved an early fraction of 2.0, which the reader's
+    range, 1e-12 to 1, refused); and beyond its bounds, each option is refused up front."""
+    ranges = saved_ranges()
+    assert {"seed", "learning_rate", "buffer_size", "batch_size", "n_steps", "embed_dim", "train_freq"} <= set(ranges)
+    for name, (low, high) in ranges.items():
+        ours = option_bounds(name)
+        assert ours is not None and low <= ours[0] and ours[1] <= high, (name, ours, (low, high))
+    for declared in option_fields():
+        bounds = option_bounds(declared.name)
+        if bounds is None:
+            continue
+        below = bounds[0] - (1 if isinstance(bounds[0], int) else abs(bounds[0]) / 2 or 1)
+        with pytest.raises(UsageError, match=f"{declared.name} must be"):
+            TrainConfig(**{declared.name: below})
+        if bounds[1] != math.inf:
+            above = bounds[1] + 1 if isinstance(bounds[1], int) else bounds[1] * 2
+            with pytest.raises(UsageError, match=f"{declared.name} must be"):
+                TrainConfig(**{declared.name: above})
+
+
+@pytest.mark.parametrize("replay_ratio", [MIN_REPLAY_RATIO, 8.0, MAX_REPLAY_RATIO])
+@pytest.mark.parametrize("early_replay_ratio", [MIN_REPLAY_RATIO, 16.0, MAX_REPLAY_RATIO])
+@pytest.mark.parametrize(("n_envs", "batch_size"), [(1, 1), (1, 1 << 20), (16, 128), (1 << 20, 1 << 20)])
+def test_the_schedule_at_either_end_of_the_ratios_is_one_a_model_file_holds(
+    replay_ratio, early_replay_ratio, n_envs, batch_size
+):
+    """What the schedule computes is saved too: its train_freq, gradient_steps and early fraction
+    at the ratios' ends, on one game or the most, at the smallest batch or the largest."""
+    from sb3_snake.dqn.save_format import hyperparameter_problem
+
+    config = TrainConfig(
+        replay_ratio=replay_ratio,
+        early_replay_ratio=early_replay_ratio,
+        n_envs=n_envs,
+        batch_size=batch_size,
+        buffer_size=1 << 20,
+    )
+    try:
+        schedule = config.schedule_kwargs()
+    except UsageError as error:  # a schedule a model file cannot hold is refused before training
+        assert str(error).startswith("the update schedule of --replay-ratio") and "must be" in str(error)
+        assert replay_ratio * n_envs / batch_size > 100_000  # only more gradient steps per update than any
+        return
+    assert all(not hyperparameter_problem(name, value) for name, value in schedule.items()), schedule
+
+
+def test_a_given_schedule_a_model_file_cannot_hold_is_refused_in_one_line():
+    config = TrainConfig(train_freq=1 << 31, gradient_steps=1, batch_size=1, buffer_size=1, early_replay_ratio=4096)
+    with pytest.raises(UsageError, match=r"gives hyperparameters.early_update_fraction .* must be a number from 0 to"):
+        config.dqn_kwargs()
+
+
+#: A run of a few env steps on the smallest board, learning nothing (its first update is never due),
+#: so that a model at each end of each option is trained, saved and loaded in moments.
+PROPERTY_RUN = {
+    "episodes": None,
+    "timesteps": 16,
+    "n_envs": 2,
+    "board_size": 4,
+    "seed": 0,
+    "learning_starts": 16,
+    "buffer_size": 64,
+    "batch_size": 4,
+    "embed_dim": 8,
+    "head_view_dim": 4,
+    "exploration_steps": 8,
+    "select_episodes": 1,
+    "device": "cpu",
+}
+#: Other values an option's end needs to make a run at all: a batch the buffer holds (and a buffer
+#: that holds the batch); an update every 2**31 env steps of one gradient step, early or late (whose
+#: share a model file bounds); for the most games, batches large enough that an update takes no
+#: more gradient steps than a file holds.
+COMPANIONS = {
+    ("buffer_size", 1): {"batch_size": 1},
+    ("batch_size", 1 << 20): {"buffer_size": 1 << 20},
+    ("train_freq", 1 << 31): {"gradient_steps": 1, "early_replay_ratio": MIN_REPLAY_RATIO},
+    ("n_envs", 1 << 20): {"batch_size": 1024, "buffer_size": 1 << 20},
+}
+#: Memory past which a test does not train a run: the sizes at the top of their ranges (the most
+#: games, the widest layers, the largest board, buffer and batch) are checked against the file's
+#: schema, as a model would describe them, instead.
+TRAINABLE_BYTES = 256 * 2**20
+
+
+def option_ends():
+    for declared in option_fields():
+        bounds = option_bounds(declared.name)
+        if bounds is not None:
+            yield from ((declared.name, end) for end in bounds if end != math.inf)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "value"), list(option_ends()), ids=lambda value: f"{value}")
+def test_a_model_trained_at_either_end_of_an_options_range_saves_and_loads(tmp_path, name, value):
+    """For each option with bounds, a run at its lowest and its highest value saves a model that
+    the safe loader (what ``eval`` uses) loads. A tune draw, ``--replay-ratio 8``, once saved a model
+    nothing could load."""
+    from sb3_snake.persistence import load_model
+    from sb3_snake.training.run import train
+
+    config = TrainConfig(**{**PROPERTY_RUN, name: value, **COMPANIONS.get((name, value), {})})
+    if sum(memory_estimate(config).values()) > TRAINABLE_BYTES:
+        from sb3_snake.dqn.save_format import metadata_problem
+
+        assert metadata_problem(described_without_building(config)) == ""
+        return
+    train(config, FAST, tmp_path / "run")
+    loaded = load_model(tmp_path / "run" / "model.zip")
+    saved = loaded.hyperparameters()
+    if name in saved:
+        assert saved[name] == pytest.approx(value)
+
+
+def described_without_building(config):
+    """The description (``sb3_snake.json``) a model of ``config`` would be saved with, from a
+    SnakeDQN whose networks and buffer are never built (too large for a test machine)."""
+    from gymnasium import spaces
+
+    from sb3_snake import SnakeDQN
+    from sb3_snake.dqn import save_format
+    from sb3_snake.dqn.policies import POLICY_ALIASES
+    from sb3_snake.envs.rules import board_space
+
+    model = SnakeDQN("AttentionPolicy", None, optimizations=FAST, _init_setup_model=False, **config.dqn_kwargs())
+    model._convert_train_freq()
+    model.observation_space = board_space(config.board_size, config.countdown)
+    model.action_space, model.n_envs = spaces.Discrete(3 if config.egocentric else 4), config.n_envs
+    policy = POLICY_ALIASES["AttentionPolicy"]
+    model.policy = policy.__new__(policy)
+    return save_format.metadata(model)

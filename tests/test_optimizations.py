@@ -321,6 +321,15 @@ def test_compile_unavailable_is_reported():
     assert decide_compile(True).active and not decide_compile(False).active
 
 
+def test_compile_off_never_asks_whether_compile_is_available(monkeypatch):
+    """The question imports torch's compiler, which a run with compile off has no need of."""
+    from sb3_snake.common import system
+
+    monkeypatch.setattr(system, "compile_unavailable_reason", lambda: pytest.fail("asked about the compiler"))
+    off = OptimizationSettings(use_torch_compile=False, use_bf16=False, use_flash_attention=False)
+    assert ActiveOptimizations.decide(off, "cpu").compile == Decision(False, False)
+
+
 def test_the_cuda_graph_needs_cuda_a_device_buffer_and_no_graphing_compile_mode():
     assert decide_cuda_graph(True, "cuda", device_buffer=True) == Decision(True, True)
     assert decide_cuda_graph(True, "cuda", device_buffer=True, compile_mode="default") == Decision(True, True)

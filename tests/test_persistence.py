@@ -12,9 +12,11 @@ from stable_baselines3 import DQN
 
 from sb3_snake import BatchedSnakeVecEnv, SnakeDQN
 from sb3_snake.acceleration.settings import OptimizationSettings
+from sb3_snake.common.errors import UsageError
 from sb3_snake.dqn.save_format import METADATA_ENTRY
 from sb3_snake.dqn.targets import shaping_rewards
 from sb3_snake.persistence import (
+    RECORDED,
     load_model,
     load_replay_buffer,
     read_metadata,
@@ -177,6 +179,37 @@ def test_replay_buffer_with_other_games_is_repacked_for_one_step_and_refused_for
         load_replay_buffer(other, tmp_path / "n.npz")
 
 
+@pytest.mark.parametrize(
+    ("recorded", "loading", "message"),
+    [
+        ({"egocentric": True}, {}, "recorded on the egocentric view with 3 actions; the model plays the board-wide"),
+        ({}, {"egocentric": True}, "recorded on the board-wide view with 4 actions; the model plays the egocentric"),
+        ({"board_size": 6}, {}, "recorded on 6x6 boards of 5 channels; the model plays 5x5 boards of 5"),
+        ({"countdown": True}, {}, "recorded on 5x5 boards of 6 channels; the model plays 5x5 boards of 5"),
+    ],
+)
+def test_a_replay_buffer_recorded_otherwise_than_the_model_plays_is_refused(tmp_path, recorded, loading, message):
+    """A board-wide model took an egocentric buffer (its turns 0-2 are directions too) and trained
+    on turned boards; the file now says what it was recorded with."""
+    save_replay_buffer(small_dqn(FAST, transitions=64, **recorded).replay_buffer, tmp_path / "r.replay.npz")
+    model = small_dqn(FAST, transitions=0, **loading)
+    with pytest.raises(UsageError, match=message) as error:
+        load_replay_buffer(model, tmp_path / "r.replay.npz")
+    assert "move it away to resume without it" in str(error.value) and model.replay_buffer.size() == 0
+
+
+def test_a_replay_buffer_saved_before_it_recorded_its_view_is_taken_as_board_wide(tmp_path):
+    """Every release before these records played the whole board only: such a file loads into a
+    board-wide model, checked as before, and an egocentric model refuses it."""
+    path = tmp_path / "old.replay.npz"
+    save_replay_buffer(small_dqn(FAST, transitions=64).replay_buffer, path)
+    with np.load(path) as stored:
+        np.savez(path, **{name: stored[name] for name in stored.files if name not in RECORDED})
+    assert load_replay_buffer(small_dqn(FAST, transitions=0), path) == 64
+    with pytest.raises(UsageError, match="does not say which view it was recorded on"):
+        load_replay_buffer(small_dqn(FAST, transitions=0, egocentric=True), path)
+
+
 def _save(model, path):
     save_model(model, path)
     return path
@@ -321,6 +354,8 @@ def test_a_zip_bomb_is_refused_before_its_entry_is_read(saved, tmp_path, monkeyp
         (lambda a: {**a, "n_envs": np.array([8, 8])}, "has n_envs .* not one positive integer"),
         (lambda a: {**a, "rewards": a["rewards"][:, :4]}, r"has rewards of shape \(16, 4\)"),
         (lambda a: {**a, "rewards": np.full_like(a["rewards"], np.nan)}, "has rewards that are not finite"),
+        (lambda a: {**a, "n_actions": np.array([4, 4])}, r"has n_actions \[4, 4\], not one integer"),
+        (lambda a: {**a, "board_size": np.float64(5)}, "has board_size 5.0, not one integer"),
     ],
 )
 def test_a_crafted_replay_buffer_is_one_line_naming_the_file(saved, tmp_path, edit, message):

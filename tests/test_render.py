@@ -87,3 +87,30 @@ def test_bodies_follow_the_link_plane_after_moves():
         env.step(action)
         venv.step(np.array([action]))
         assert venv.render("ansi") == env.render()
+
+
+@pytest.mark.parametrize("env_id", ["sb3_snake/Snake-v0", "sb3_snake/SnakeEgocentric-v0"])
+def test_human_mode_draws_the_text_board_on_stdout_without_a_window_library(capsys, env_id):
+    """RL Zoo's ``enjoy`` asks for ``human``; without it in the env's modes, Gymnasium wrapped the
+    ``rgb_array`` frames in its pygame window, and pygame is not installed."""
+    import gymnasium as gym
+
+    env = gym.make(env_id, board_size=6, render_mode="human")
+    assert env.unwrapped.render_mode == "human" and "human" in env.metadata["render_modes"]
+    env.reset(seed=0)
+    drawn = capsys.readouterr().out
+    assert drawn.startswith("\n########\n") and drawn.endswith("score 0  length 3\n")
+    env.step(1)
+    assert capsys.readouterr().out.count("########") == 2  # a frame, framed top and bottom
+    assert env.render() is None and capsys.readouterr().out == ""  # that step drew it already
+    env.unwrapped.set_state(U_BODY, 3, U_FOOD)
+    env.render()
+    assert "#.H─┐..#" in capsys.readouterr().out.splitlines()
+
+
+def test_the_batched_env_draws_its_first_game_in_human_mode(capsys):
+    venv = BatchedSnakeVecEnv(2, board_size=6, seed=0, render_mode="human")
+    venv.reset()
+    venv.set_state(0, U_BODY, 3, U_FOOD)
+    assert venv.render() is None
+    assert "#.H─┐..#" in capsys.readouterr().out.splitlines()

@@ -40,6 +40,23 @@ def test_resume_continues_with_the_replay_buffer(tmp_path):
     assert second["resumed_from"].endswith("model.zip")
 
 
+def test_resume_refuses_a_replay_buffer_recorded_on_the_other_view(tmp_path):
+    """``train --resume`` of a board-wide model took the egocentric buffer beside it and trained on
+    turned boards; either way round it is one line now."""
+    import shutil
+
+    for egocentric in (True, False):
+        config = tiny_config(episodes=None, timesteps=32, egocentric=egocentric, save_replay_buffer=True)
+        train(config, FAST, tmp_path / f"egocentric-{egocentric}")
+        shutil.copy(tmp_path / f"egocentric-{egocentric}" / "model.replay.npz", tmp_path / f"{egocentric}.npz")
+    for egocentric in (True, False):
+        model = tmp_path / f"egocentric-{egocentric}" / "model.zip"
+        shutil.copy(tmp_path / f"{not egocentric}.npz", model.with_name("model.replay.npz"))  # 32 env steps each
+        view = "board-wide" if egocentric else "egocentric"
+        with pytest.raises(UsageError, match=f"model.replay.npz was recorded on the {view} view"):
+            train(tiny_config(episodes=None, timesteps=64, egocentric=egocentric), FAST, tmp_path / "c", resume=model)
+
+
 @pytest.mark.parametrize("trusted", [False, True])
 def test_a_resumed_run_compiles_as_its_config_says(tmp_path, trusted):
     train(tiny_config(episodes=2), FAST, tmp_path / "a")

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from sb3_snake import SnakeEnv
+from sb3_snake import BatchedSnakeVecEnv, SnakeEnv
 from sb3_snake.common.errors import UsageError
 from sb3_snake.envs.rules import (
     BODY,
@@ -228,6 +228,38 @@ def test_invalid_states_are_rejected(game_kind, body, direction, food, message):
     game = SingleGame(game_kind)
     with pytest.raises(UsageError, match=message):
         game.set_state(body, direction, food)
+
+
+@pytest.mark.parametrize("egocentric", [False, True])
+@pytest.mark.parametrize(
+    ("body", "direction", "food", "message"),
+    [
+        ([(0, 0), (0, 1), (0, 2)], 1.0, (5, 5), r"direction must be an integer 0 \(up\).*got 1.0"),
+        ([(0, 0), (0, 1), (0, 2)], True, (5, 5), "direction must be an integer .* got True"),
+        ([(0, 0), (0, 1), (0, 2)], np.float64(3), (5, 5), "direction must be an integer"),
+        ([(0, 0), (0, 1), (0, 2)], LEFT, (5.5, 5), r"food must be a \(row, col\) cell of integers .* got \(5.5, 5\)"),
+        ([(0, 0), (0, 1), (0, 2)], LEFT, (True, 5), "food must be a .* cell of integers"),
+        ([(0, 0), (0, 1), (0, 2)], LEFT, (2**70, 5), "food must be a .* cell of integers on the 10x10 board"),
+        ([(0, 0), (0, 1.5), (0, 2)], LEFT, (5, 5), "body must be a list of at least 2 .* cells of integers"),
+        ([(0, 0), (0, True), (0, 2)], LEFT, (5, 5), "body must be a list of at least 2 .* cells of integers"),
+        ([(0, 0), (0, 2**70)], LEFT, (5, 5), "body cells must lie on the 10x10 board"),
+    ],
+    ids=["direction 1.0", "direction True", "direction float64", "food 5.5", "food True", "food 2**70",
+         "body 1.5", "body True", "body 2**70"],
+)  # fmt: skip
+def test_odd_types_in_a_state_are_refused_as_they_are_in_actions(game_kind, egocentric, body, direction, food, message):
+    """A float or bool direction was an IndexError or taken as 1; a float food or body cell was
+    truncated, on both envs and both views."""
+    game = SingleGame(game_kind, egocentric=egocentric)
+    with pytest.raises(UsageError, match=message):
+        game.set_state(body, direction, food)
+
+
+@pytest.mark.parametrize("index", [1.5, True, np.float64(0), "0"], ids=repr)
+def test_the_batched_env_refuses_a_game_index_that_is_not_an_integer(index):
+    with pytest.raises(UsageError, match=r"index must be in \[0, 2\), got .*; pass the index of one game"):
+        BatchedSnakeVecEnv(2).set_state(index, [(0, 0), (0, 1)], 2, (5, 5))
+    assert BatchedSnakeVecEnv(2).set_state(np.int64(1), [(0, 0), (0, 1)], 2, (5, 5)).shape == (5, 10, 10)
 
 
 def test_start_states_are_uniform_over_directions_and_fit():

@@ -68,8 +68,8 @@ def test_render(render_mode):
 
 
 def test_rejects_unknown_render_mode():
-    with pytest.raises(UsageError, match=r"must be one of \['ansi', 'rgb_array'\] or None, got 'human'; pass"):
-        SnakeEnv(render_mode="human")
+    with pytest.raises(UsageError, match=r"must be one of \['human', 'ansi', 'rgb_array'\] or None, got 'window'"):
+        SnakeEnv(render_mode="window")
 
 
 def test_observation_matches_state_through_a_game():

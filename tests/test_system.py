@@ -13,6 +13,8 @@ from sb3_snake.common.system import (
     available_memory_bytes,
     capabilities,
     check_device,
+    compile_cache_problem,
+    compile_unavailable_reason,
     cpu_cores,
     cpu_model,
     descendants,
@@ -29,6 +31,20 @@ def test_device_check_has_one_wording():
         check_device("tpu")
     with pytest.raises(ValueError, match="--device must be cpu or cuda, got 'auto'"):
         check_device("auto", allow_auto=False)
+
+
+def test_an_unusable_compile_cache_is_why_compile_is_unavailable(tmp_path, monkeypatch):
+    """A file where the cache folder must be: the compiler's import would fail making it, so the
+    reason is found without importing it, and says how to fix it."""
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "file" / "inductor"))
+    problem = compile_cache_problem()
+    assert problem.startswith(f"the compile cache TORCHINDUCTOR_CACHE_DIR={tmp_path}/file/inductor cannot be made")
+    assert "point it at a folder you can write, or unset it" in problem and compile_unavailable_reason() == problem
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "new" / "inductor"))
+    assert compile_cache_problem() == "" and (tmp_path / "new" / "inductor").is_dir()
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
+    assert compile_cache_problem() == ""  # torch's own folder
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without a GPU")

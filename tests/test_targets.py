@@ -223,5 +223,5 @@ def test_vec_normalize_is_refused():
 
 @pytest.mark.parametrize("value", [-0.1, float("nan"), float("inf")])
 def test_config_refuses_a_bad_scale(value):
-    with pytest.raises(ValueError, match="food_shaping must be a finite number of at least 0"):
+    with pytest.raises(ValueError, match="food_shaping must be from 0 to 1000000, got"):
         TrainConfig(food_shaping=value)

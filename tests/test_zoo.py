@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("rl_zoo3", reason="RL Zoo is an optional extra: pip install -e '.[zoo]'")
 
-from sb3_snake.zoo import ENV_ID, dqn, ppo  # noqa: E402
+from sb3_snake.zoo import EGOCENTRIC_ENV_ID, ENV_ID, ENV_IDS, dqn, ppo  # noqa: E402
 
 #: Small enough for a test: a few hundred env steps, few games, learning from the start.
 QUICK = {
@@ -20,9 +20,11 @@ def test_each_module_configures_the_env_with_the_attention_extractor():
     from sb3_snake.dqn.extractor import SnakeAttentionExtractor
 
     for module in (dqn, ppo):
-        (env_id,) = module.hyperparams
-        kwargs = module.hyperparams[env_id]["policy_kwargs"]
-        assert env_id == ENV_ID and kwargs["features_extractor_class"] is SnakeAttentionExtractor
+        assert tuple(module.hyperparams) == ENV_IDS == (ENV_ID, EGOCENTRIC_ENV_ID)
+        for env_id in ENV_IDS:
+            kwargs = module.hyperparams[env_id]["policy_kwargs"]
+            assert kwargs["features_extractor_class"] is SnakeAttentionExtractor
+        assert module.hyperparams[EGOCENTRIC_ENV_ID] == module.hyperparams[ENV_ID]
     assert dqn.hyperparams[ENV_ID]["gradient_steps"] * 128 == 32 * 16  # 32 samples per env step, 16 games
 
 
@@ -58,3 +60,19 @@ def test_rl_zoo_trains_and_saves_a_model_that_plays(tmp_path, algo):
     obs, _ = env.reset(seed=0)
     action, _ = model.predict(obs, deterministic=True)
     assert env.action_space.contains(int(action))
+
+
+@pytest.mark.slow
+def test_rl_zoo_trains_the_egocentric_env_and_enjoy_draws_its_games(tmp_path):
+    """``rl_zoo3.train`` ended in "Hyperparameters not found" for the egocentric id, and
+    ``rl_zoo3.enjoy`` failed for both (it asks for ``render_mode="human"``, which Gymnasium then
+    drew with pygame)."""
+    logs, zoo = tmp_path / "logs", ["--algo", "dqn", "--env", EGOCENTRIC_ENV_ID, "--gym-packages", "sb3_snake"]
+    train = [sys.executable, "-m", "rl_zoo3.train", *zoo, "-conf", "sb3_snake.zoo.dqn", "-n", "200", "--seed", "0"]
+    train += ["--device", "cpu", "-f", str(logs), "--eval-freq", "-1", "--hyperparams", *QUICK["dqn"]]
+    trained = subprocess.run(train, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-3000:]
+    enjoy = [sys.executable, "-m", "rl_zoo3.enjoy", *zoo, "-f", str(logs), "-n", "20", "--device", "cpu"]
+    played = subprocess.run(enjoy, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert played.returncode == 0, played.stdout[-3000:] + played.stderr[-3000:]
+    assert played.stdout.count("############") >= 2 * 20  # a 10x10 board, framed, each step

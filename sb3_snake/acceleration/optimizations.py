@@ -268,7 +268,9 @@ class ActiveOptimizations:
         backend = settings.sdpa_backend
         backend_runs = backend in ("auto", "flash") or probe_sdpa(device, kernel_dtype, backend)[0]
         sdpa = decide_sdpa_backend(backend, device.type, backend_runs)
-        compile_decision = decide_compile(settings.use_torch_compile, system.compile_unavailable_reason())
+        # Asked only when requested: the question imports the compiler, which compile off never needs.
+        unavailable = system.compile_unavailable_reason() if settings.use_torch_compile else ""
+        compile_decision = decide_compile(settings.use_torch_compile, unavailable)
         cores = system.cpu_cores()
         threads, why = choose_num_threads(settings.num_threads, device.type, cores)
         adaptive = adaptive_thread_counts(settings.num_threads, device.type, cores)

@@ -224,7 +224,10 @@ def benchmark_learning(
         ),
     ] = True,
     hyperparams: Annotated[
-        Path | None, typer.Option(help="Train sb3-snake with this hyperparameter file (as train --hyperparams).")
+        Path | None,
+        typer.Option(
+            help="Train sb3-snake with this hyperparameter file (as train --hyperparams); its board_size is all boards."
+        ),
     ] = None,
     env_file: EnvFileOption = None,
     output: OutputOption = RESULTS_DIR,
@@ -244,13 +247,14 @@ def benchmark_learning(
         format_summary,
         plot_learning_benchmark,
         run_learning_benchmark,
+        seed_range,
     )
     from sb3_snake.training.hyperparameters import read_hyperparameters
 
     with user_errors():
         load_settings(env_file, {})  # a bad .env is reported now, not by the first run's process
         changes: dict[str, Any] = {
-            "seeds": tuple(range(first_seed, first_seed + seeds)),
+            "seeds": seed_range(first_seed, seeds),
             "episodes": episodes,
             "systems": tuple(system for system, wanted in zip(SYSTEMS, (True, baseline, ppo), strict=True) if wanted),
             "cold_cache": cold_cache,

@@ -8,7 +8,9 @@ not be written (:class:`~sb3_snake.common.errors.OutputError`: a full disk) is o
 exit code 1; any other exception is a bug or a failure of the machine and keeps its traceback (exit 1).
 
 The process state belongs here: the CLI sets torch's thread count for the command
-(``torch_threads``) and turns SIGINT/SIGTERM into a :class:`~sb3_snake.training.callbacks.StopRequest`.
+(``torch_threads``), turns SIGINT/SIGTERM into a :class:`~sb3_snake.training.callbacks.StopRequest`,
+and imports torch's compiler past an unusable compile cache folder
+(:func:`~sb3_snake.common.system.import_compiler_despite_cache`), so that every command runs, compile off.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import typer
 from typer.core import TyperGroup
 
 from sb3_snake.common.errors import OutputError, UsageError
+from sb3_snake.common.system import import_compiler_despite_cache
 
 #: Click's exception classes: recent Typer vendors its own Click (``typer._click``), older
 #: Typer uses the ``click`` package; both raise usage errors as ``ClickException``.
@@ -35,6 +38,7 @@ class OneLineErrors(TyperGroup):
     """Click's usage errors (bad choice, bad number, unknown option) as one line, exit 2."""
 
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        import_compiler_despite_cache()  # before any command: torch imports its compiler, compile or not
         try:
             result = super().main(*args, standalone_mode=False, **kwargs)
         except _ABORTS:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import platform
+import sys
+import tempfile
 import time
 from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
@@ -136,12 +138,68 @@ def cpu_has_native_bf16() -> bool:
 
 
 def compile_unavailable_reason() -> str:
-    """Why ``torch.compile`` cannot be used here, or ``""`` when it can."""
+    """Why ``torch.compile`` cannot be used here, or ``""`` when it can: its cache folder unusable
+    (:func:`compile_cache_problem`, asked first: the compiler's import needs that folder), or no
+    compiler for this torch, Python or platform."""
+    problem = compile_cache_problem()
+    if problem:
+        return problem
     if not hasattr(torch, "compile"):
         return f"torch {torch.__version__} has no torch.compile"
     if not torch._dynamo.is_dynamo_supported():
         return "torch.compile is not supported on this Python or platform"
     return ""
+
+
+#: The variable that names torch's compile cache folder (inductor's, and dynamo's within it).
+COMPILE_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
+
+
+def compile_cache_problem() -> str:
+    """Why the compile cache folder that ``TORCHINDUCTOR_CACHE_DIR`` names cannot be used (a file
+    where a folder must be, no permission to make it or to write in it), or ``""``; unset, torch
+    uses a folder of its own in the temporary folder. Checked without importing the compiler:
+    the import makes that folder, and fails with a traceback where it cannot."""
+    folder = os.environ.get(COMPILE_CACHE_ENV)
+    if not folder:
+        return ""
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        return (
+            f"the compile cache {COMPILE_CACHE_ENV}={folder} cannot be made a folder ({error.strerror or error}); "
+            "point it at a folder you can write, or unset it"
+        )
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return (
+            f"the compile cache {COMPILE_CACHE_ENV}={folder} is not a folder you can write; "
+            "point it at one you can, or unset it"
+        )
+    return ""
+
+
+def import_compiler_despite_cache() -> str:
+    """When ``TORCHINDUCTOR_CACHE_DIR`` is unusable (:func:`compile_cache_problem`), import torch's
+    compiler now with the variable pointing at a temporary folder, then set it back; return the
+    problem (``""``: nothing was done).
+
+    torch imports its compiler even with compile off (its optimizers' ``add_param_group`` and
+    ops on the meta device ask for it), and that import makes the cache folder, so an unusable one
+    stopped every run with a traceback. Imported here, it is not imported again; nothing compiles
+    while the cache stays unusable (:func:`compile_unavailable_reason` says why), so the temporary
+    folder holds nothing. For the entry point that owns the process (the CLI, a benchmark's run).
+    """
+    problem = compile_cache_problem()
+    if not problem or "torch._dynamo" in sys.modules:
+        return problem
+    configured = os.environ[COMPILE_CACHE_ENV]
+    with tempfile.TemporaryDirectory(prefix="sb3-snake-no-compile-cache-") as folder:
+        os.environ[COMPILE_CACHE_ENV] = folder
+        try:
+            import torch._dynamo  # noqa: F401 - imported for its side effect, made harmless here
+        finally:
+            os.environ[COMPILE_CACHE_ENV] = configured
+    return problem
 
 
 def check_device(device: str, option: str = "--device", allow_auto: bool = True) -> str:

@@ -15,8 +15,10 @@ This module works on any SB3 DQN that has ``hyperparameters()`` (duck-typed: it 
 from __future__ import annotations
 
 import json
+import math
 import os
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -151,7 +153,7 @@ def read_metadata(path: Path) -> dict[str, Any]:
             described = json.loads(archive.read(METADATA_ENTRY).decode("utf-8"))
     except (zipfile.BadZipFile, OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
         raise UsageError(f"model file {path} cannot be loaded ({type(error).__name__}: {error})") from None
-    problem = _metadata_problem(described) or _memory_problem(described)
+    problem = metadata_problem(described) or _memory_problem(described)
     if problem:
         raise UsageError(f"model file {path} has a malformed {METADATA_ENTRY}: {problem}")
     return described
@@ -182,7 +184,9 @@ def _memory_problem(described: dict[str, Any]) -> str:
     return ""
 
 
-def _metadata_problem(described: Any) -> str:
+def metadata_problem(described: Any) -> str:
+    """What makes a model's description one :func:`read_metadata` refuses (``""``: nothing), the
+    memory its network needs aside: for a writer that checks before it writes, and for tests."""
     if not isinstance(described, dict) or described.get("format") != METADATA_FORMAT:
         return f"format is not {METADATA_FORMAT!r}"
     shape = described.get("observation_shape")
@@ -222,49 +226,77 @@ MAX_ENTRY_BYTES = 1 << 31
 MAX_ENVS = 1 << 20
 #: The largest width of any layer a model file may describe, and the most layers.
 MAX_WIDTH, MAX_LAYERS = 1 << 16, 64
+#: The most gradient steps of one update, replay samples of one step, and env steps between updates
+#: a model file may hold: far beyond what learns (an update of that many steps outlasts any run).
+MAX_GRADIENT_STEPS, MAX_BATCH_SIZE, MAX_TRAIN_FREQ = 100_000, 1 << 20, 1 << 31
+#: The largest share of the scheduled updates a model may train in its early phase: an early
+#: replay ratio over the ratio after it. ``sb3-snake train``'s ratios (a thousandth to 4,096
+#: samples per env step) give at most about 8 million, rounding included; above this is no run's.
+MAX_EARLY_UPDATE_FRACTION = 2.0**32
 
 
-def _number(low: float, high: float, integer: bool = False, optional: bool = False) -> Any:
-    def problem(value: Any) -> str:
-        if value is None and optional:
+def format_bound(value: float) -> str:
+    """A bound as a message shows it: an integer in full, any other number in at most 10 digits."""
+    if isinstance(value, int) or (math.isfinite(value) and value.is_integer() and abs(value) < 2**53):
+        return str(int(value))
+    return f"{value:.10g}"
+
+
+@dataclass(frozen=True)
+class Range:
+    """The numbers a value of a model file may take, ``low`` to ``high`` inclusive; called with a
+    value, what is wrong with it (``""``: nothing). ``sb3-snake train``'s options whose values a
+    model file holds take these same ranges (:func:`sb3_snake.training.config.option_bounds`)."""
+
+    low: float
+    high: float
+    integer: bool = False
+    optional: bool = False  #: None may stand for the value
+
+    def __call__(self, value: Any) -> str:
+        if value is None and self.optional:
             return ""
-        kind = int if integer else (int, float)
-        if isinstance(value, bool) or not isinstance(value, kind) or not low <= value <= high:
-            return f"must be {'an integer' if integer else 'a number'} from {low:g} to {high:g}"
+        kind = int if self.integer else (int, float)
+        if isinstance(value, bool) or not isinstance(value, kind) or not self.low <= value <= self.high:
+            return f"must be {'an integer' if self.integer else 'a number'} from {self.words}"
         return ""
 
-    return problem
+    @property
+    def words(self) -> str:
+        return f"{format_bound(self.low)} to {format_bound(self.high)}"
 
 
 def _choice(*values: Any) -> Any:
     return lambda value: "" if type(value) is type(values[0]) and value in values else f"must be one of {list(values)}"
 
 
-_COUNT, _SHARE = _number(0, 2**63 - 1, integer=True), _number(0, 1)
+_COUNT, _SHARE = Range(0, 2**63 - 1, integer=True), Range(0, 1)
+_GRADIENT_STEPS = Range(1, MAX_GRADIENT_STEPS, integer=True)
 #: Each hyperparameter a model file may hold, and what its value must be.
 HYPERPARAMETER_SCHEMA: dict[str, Any] = {
-    "seed": _number(0, 2**32 - 1, integer=True, optional=True),
-    "learning_rate": _number(1e-12, 10),
-    "buffer_size": _number(1, 1 << 32, integer=True),
+    "seed": Range(0, 2**32 - 1, integer=True, optional=True),
+    "learning_rate": Range(1e-12, 10),
+    "buffer_size": Range(1, 1 << 32, integer=True),
     "learning_starts": _COUNT,
-    "batch_size": _number(1, 1 << 20, integer=True),
+    "batch_size": Range(1, MAX_BATCH_SIZE, integer=True),
     "tau": _SHARE,
     "gamma": _SHARE,
-    "gradient_steps": lambda v: "" if v == -1 else _number(1, 100_000, integer=True)(v),
-    "target_update_interval": _number(1, 2**63 - 1, integer=True),
+    "gradient_steps": lambda v: "" if v == -1 else _GRADIENT_STEPS(v),
+    "target_update_interval": Range(1, 2**63 - 1, integer=True),
     "exploration_initial_eps": _SHARE,
     "exploration_final_eps": _SHARE,
     "exploration_fraction": _SHARE,
-    "max_grad_norm": _number(1e-12, 1e12),
-    "n_steps": _number(1, 1000, integer=True),
-    "exploration_steps": _number(1, 2**63 - 1, integer=True, optional=True),
+    "max_grad_norm": Range(1e-12, 1e12),
+    "n_steps": Range(1, 1000, integer=True),
+    "exploration_steps": Range(1, 2**63 - 1, integer=True, optional=True),
     "double_dqn": _choice(False, True),
     "symmetry_augmentation": _choice(False, True),
     "early_steps": _COUNT,
-    "early_update_fraction": _number(1e-12, 1),
-    "food_shaping": _number(0, 1e6),
+    # 0: no updates in the early phase; above 1: more than after it (an early ratio above the ratio).
+    "early_update_fraction": Range(0, MAX_EARLY_UPDATE_FRACTION),
+    "food_shaping": Range(0, 1e6),
     "learning_rate_half_life": _COUNT,
-    "train_freq": _number(1, 1 << 31, integer=True),
+    "train_freq": Range(1, MAX_TRAIN_FREQ, integer=True),
     "train_freq_unit": _choice("step", "episode"),
 }
 #: What every sb3-snake model file has held (the rest came later and have defaults).
@@ -287,6 +319,12 @@ REQUIRED_HYPERPARAMETERS = (
 #: The counters a model file may set on the loaded model: these attributes and no others.
 COUNTER_SCHEMA: dict[str, Any] = {name: _COUNT for name in COUNTERS if name != "exploration_rate"}
 COUNTER_SCHEMA["exploration_rate"] = _SHARE
+
+
+def hyperparameter_problem(name: str, value: Any) -> str:
+    """What keeps a model file from holding ``value`` as hyperparameter ``name`` (``""``: nothing),
+    worded as reading one back says it: for a writer that checks before it writes."""
+    return _section_problem("hyperparameters", {name: value}, HYPERPARAMETER_SCHEMA, ())
 
 
 def _section_problem(section: str, values: dict[str, Any], schema: dict[str, Any], required: Any) -> str:
@@ -316,18 +354,18 @@ POLICY_KWARGS = {
 }
 #: The keys of the attention extractor a model file may set, and their ranges.
 EXTRACTOR_SCHEMA: dict[str, Any] = {
-    "features_dim": _number(1, MAX_WIDTH, integer=True),
-    "embed_dim": _number(2, MAX_WIDTH, integer=True),
-    "num_heads": _number(1, 64, integer=True),
-    "num_layers": _number(0, MAX_LAYERS, integer=True),
-    "mlp_ratio": _number(1, 16, integer=True),
-    "patch_size": _number(1, 256, integer=True, optional=True),
-    "head_view_dim": _number(0, MAX_WIDTH, integer=True),
+    "features_dim": Range(1, MAX_WIDTH, integer=True),
+    "embed_dim": Range(2, MAX_WIDTH, integer=True),
+    "num_heads": Range(1, 64, integer=True),
+    "num_layers": Range(0, MAX_LAYERS, integer=True),
+    "mlp_ratio": Range(1, 16, integer=True),
+    "patch_size": Range(1, 256, integer=True, optional=True),
+    "head_view_dim": Range(0, MAX_WIDTH, integer=True),
 }
 #: Adam's and the other portable optimizers' keyword arguments a model file may set.
 OPTIMIZER_SCHEMA: dict[str, Any] = {
-    "eps": _number(0, 1),
-    "weight_decay": _number(0, 1e3),
+    "eps": Range(0, 1),
+    "weight_decay": Range(0, 1e3),
     "betas": lambda v: (
         ""
         if isinstance(v, list) and len(v) == 2 and not any(_SHARE(b) for b in v)
@@ -336,8 +374,8 @@ OPTIMIZER_SCHEMA: dict[str, Any] = {
     "amsgrad": _choice(False, True),
     "fused": lambda v: "" if v is None or isinstance(v, bool) else "must be true, false or null",
     "foreach": lambda v: "" if v is None or isinstance(v, bool) else "must be true, false or null",
-    "momentum": _number(0, 1),
-    "alpha": _number(0, 1),
+    "momentum": Range(0, 1),
+    "alpha": Range(0, 1),
     "centered": _choice(False, True),
 }
 
@@ -350,11 +388,7 @@ def _policy_kwargs_problem(kwargs: Any) -> str:
         return f"policy_kwargs has unknown keys {unknown}"
     net_arch = kwargs.get("net_arch", [])
     widths = net_arch if isinstance(net_arch, list) else []
-    if (
-        not isinstance(net_arch, list)
-        or len(widths) > MAX_LAYERS
-        or any(_number(1, MAX_WIDTH, True)(w) for w in widths)
-    ):
+    if not isinstance(net_arch, list) or len(widths) > MAX_LAYERS or any(Range(1, MAX_WIDTH, True)(w) for w in widths):
         return (
             f"policy_kwargs.net_arch {net_arch!r} must be a list of at most {MAX_LAYERS} widths from 1 to {MAX_WIDTH}"
         )

@@ -31,7 +31,15 @@ from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvO
 from sb3_snake.common.errors import UsageError
 from sb3_snake.common.system import check_torch_device
 from sb3_snake.envs.batched_games import BatchedGames, BatchedStep
-from sb3_snake.envs.render import RENDER_MODES, RENDERED_GAMES, check_render_mode, render_ansi, render_rgb, render_tiled
+from sb3_snake.envs.render import (
+    RENDER_MODES,
+    RENDERED_GAMES,
+    check_render_mode,
+    draw_text,
+    render_ansi,
+    render_rgb,
+    render_tiled,
+)
 from sb3_snake.envs.rules import SnakeRules, check_actions, is_integer
 
 #: The seeds a torch generator takes.
@@ -67,7 +75,8 @@ class BatchedSnakeVecEnv(VecEnv):
     :param dist_to_border: minimum distance of the starting head from every wall.
     :param max_steps_without_food: steps without eating before truncation
         (default ``board_size ** 2``).
-    :param render_mode: ``"ansi"`` or ``"rgb_array"``.
+    :param render_mode: ``"human"`` (``render`` draws the first game as text on stdout),
+        ``"ansi"`` or ``"rgb_array"``.
     :param countdown: observe the countdown channel too (see :class:`~sb3_snake.SnakeEnv`).
     :param stall_growth: steps without food allowed per cell of the snake, on top of
         ``max_steps_without_food`` (see :class:`~sb3_snake.SnakeEnv`).
@@ -225,10 +234,10 @@ class BatchedSnakeVecEnv(VecEnv):
         Same arguments and validation as :meth:`SnakeEnv.set_state`; the game's score,
         steps-without-food counter and episode statistics start again from zero.
         """
-        if not 0 <= index < self.num_envs:
+        if not is_integer(index) or not 0 <= index < self.num_envs:
             raise UsageError(f"index must be in [0, {self.num_envs}), got {index!r}; pass the index of one game")
         cells, direction, food = self.rules.validate_state(body, direction, food)
-        return self._games.set_state(index, cells, direction, food).cpu().numpy()
+        return self._games.set_state(int(index), cells, direction, food).cpu().numpy()
 
     def close(self) -> None:
         pass
@@ -257,8 +266,12 @@ class BatchedSnakeVecEnv(VecEnv):
         return [render_rgb(obs, body) for obs, body in zip(observations, bodies, strict=True)]
 
     def render(self, mode: str | None = None) -> np.ndarray | str | None:
-        """The first game as text (``ansi``), or the first 16 games tiled (``rgb_array``)."""
+        """The first game as text (``ansi``; ``human`` draws it on stdout), or the first 16 games
+        tiled (``rgb_array``)."""
         mode = mode or self.render_mode
+        if mode == "human":
+            draw_text(self.render("ansi"))
+            return None
         if mode == "ansi":
             return render_ansi(self._first_observations(1)[0], self._games.bodies(1)[0])
         if mode == "rgb_array":

@@ -12,7 +12,10 @@ colours (and characters) of their own.
 
 from __future__ import annotations
 
+import sys
+import time
 from collections.abc import Sequence
+from typing import TextIO
 
 import numpy as np
 from stable_baselines3.common.vec_env.base_vec_env import tile_images
@@ -20,8 +23,9 @@ from stable_baselines3.common.vec_env.base_vec_env import tile_images
 from sb3_snake.common.errors import UsageError
 from sb3_snake.envs.rules import BODY, FOOD, HEAD
 
-#: The render modes of both environments.
-RENDER_MODES = ("ansi", "rgb_array")
+#: The render modes of both environments. ``human`` draws the text board on stdout, so that it
+#: needs no window library (Gymnasium would otherwise show ``rgb_array`` frames with pygame).
+RENDER_MODES = ("human", "ansi", "rgb_array")
 CELL_PIXELS = 16
 #: How many games a batched env's ``render("rgb_array")`` tiles into one image.
 RENDERED_GAMES = 16
@@ -70,6 +74,18 @@ def render_ansi(observation: np.ndarray, body: Body | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def draw_text(frame: str, caption: str = "", out: TextIO | None = None, fps: float = 0.0) -> None:
+    """Show a text frame (:func:`render_ansi`) and a caption line on ``out`` (stdout): in a
+    terminal over the frame before, waiting ``1 / fps`` seconds after it (0: no wait); elsewhere
+    (a file, a pipe) after it. How ``sb3-snake play`` and the ``human`` render mode draw."""
+    out = out if out is not None else sys.stdout
+    out.write("\x1b[H\x1b[2J" if out.isatty() else "\n")
+    out.write(frame + (f"{caption}\n" if caption else ""))
+    out.flush()
+    if out.isatty() and fps > 0:
+        time.sleep(1 / fps)
+
+
 def render_rgb(observation: np.ndarray, body: Body | None = None, cell_pixels: int = CELL_PIXELS) -> np.ndarray:
     """An ``(rows * cell_pixels, cols * cell_pixels, 3)`` uint8 image of the board.
 
@@ -111,7 +127,7 @@ def check_render_mode(render_mode: str | None) -> str | None:
     if render_mode is not None and render_mode not in RENDER_MODES:
         raise UsageError(
             f"render_mode must be one of {list(RENDER_MODES)} or None, got {render_mode!r}; "
-            "pass 'ansi' for a text board or 'rgb_array' for an image"
+            "pass 'human' to draw the board on stdout, 'ansi' for it as text or 'rgb_array' for an image"
         )
     return render_mode
 

@@ -50,18 +50,34 @@ def is_integer(value: object) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
-def check_action(action: object, relative: bool = False) -> int:
+def check_action(action: object, relative: bool = False, name: str = "action") -> int:
     """The action as an int, or a :class:`UsageError` naming it: an integer (Python or NumPy, or
     a one-element integer array) from 0 to 3 (0 to 2 for ``relative`` actions), as
-    ``Discrete(4).contains`` (``Discrete(3)``) accepts."""
+    ``Discrete(4).contains`` (``Discrete(3)``) accepts. ``name``: what the value is, when it is a
+    direction rather than an action (the same four values)."""
     help, highest = (_RELATIVE_ACTIONS_HELP, 2) if relative else (_ACTIONS_HELP, 3)
     value = np.asarray(action)
     if value.size != 1 or value.dtype.kind not in "iu":
-        raise UsageError(f"action must be an integer {help}, got {action!r}")
+        raise UsageError(f"{name} must be an integer {help}, got {action!r}")
     number = int(value.reshape(()))
     if not 0 <= number <= highest:
-        raise UsageError(f"action must be {help}, got {number}")
+        raise UsageError(f"{name} must be {help}, got {number}")
     return number
+
+
+def integer_cells(cells: object) -> np.ndarray | None:
+    """``cells`` (``(row, col)`` pairs, or one pair) as an int64 array, or ``None`` when any
+    coordinate is not an integer: ``5.5`` is not truncated to ``5``, nor ``True`` taken as ``1``."""
+    try:
+        values = np.asarray(cells, dtype=object)
+    except ValueError:  # ragged nesting
+        return None
+    if values.ndim == 0 or not all(is_integer(value) for value in values.flat):
+        return None
+    try:
+        return values.astype(np.int64)
+    except OverflowError:  # beyond int64, so off any board: -1 says so to the board check
+        return np.array([v if abs(v) < 2**63 else -1 for v in values.flat], dtype=np.int64).reshape(values.shape)
 
 
 def check_actions(actions: object, count: int, relative: bool = False) -> np.ndarray:
@@ -240,29 +256,31 @@ class SnakeRules:
         :raises UsageError: naming what is wrong with the state.
         """
         n = self.board_size
-        cells = np.asarray(body, dtype=np.int64)
-        if cells.ndim != 2 or cells.shape[1] != 2 or len(cells) < MIN_START_LENGTH:
-            raise UsageError(f"body must be a list of at least {MIN_START_LENGTH} (row, col) cells, got {body!r}")
+        cells = integer_cells(body)
+        if cells is None or cells.ndim != 2 or cells.shape[1] != 2 or len(cells) < MIN_START_LENGTH:
+            raise UsageError(
+                f"body must be a list of at least {MIN_START_LENGTH} (row, col) cells of integers, got {body!r}"
+            )
         if ((cells < 0) | (cells >= n)).any():
             raise UsageError(f"body cells must lie on the {n}x{n} board, got {body!r}")
         if len({tuple(c) for c in cells.tolist()}) != len(cells):
             raise UsageError(f"body cells must be distinct, got {body!r}")
         if (np.abs(np.diff(cells, axis=0)).sum(axis=1) != 1).any():
             raise UsageError(f"consecutive body cells must be adjacent, got {body!r}")
-        if direction not in range(4):
-            raise UsageError(f"direction must be 0 (up), 1 (right), 2 (down) or 3 (left), got {direction!r}")
+        direction = check_action(direction, name="direction")
         if (cells[0] + DIRECTION_DELTAS[direction] == cells[1]).all():
             raise UsageError(f"direction {ACTION_NAMES[direction]} points into the neck {tuple(cells[1])}")
         if food is None:
             if len(cells) != self.num_cells:
                 raise UsageError("food may only be None when the snake fills the board")
-            return cells, int(direction), None
-        food_cell = tuple(int(x) for x in food)
-        if len(food_cell) != 2 or not all(0 <= x < n for x in food_cell):
-            raise UsageError(f"food must be a (row, col) cell on the {n}x{n} board, got {food!r}")
+            return cells, direction, None
+        food_array = integer_cells(food)
+        if food_array is None or food_array.shape != (2,) or not ((food_array >= 0) & (food_array < n)).all():
+            raise UsageError(f"food must be a (row, col) cell of integers on the {n}x{n} board, got {food!r}")
+        food_cell = (int(food_array[0]), int(food_array[1]))
         if any(food_cell == tuple(c) for c in cells.tolist()):
             raise UsageError(f"food {food_cell} lies on the snake's body")
-        return cells, int(direction), food_cell
+        return cells, direction, food_cell
 
     def neighbor_table(self) -> np.ndarray:
         """``table[cell, direction]``: the flat cell one step away, or -1 off the board."""

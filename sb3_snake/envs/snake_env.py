@@ -9,7 +9,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from sb3_snake.envs.render import RENDER_MODES, check_render_mode, render_ansi, render_rgb
+from sb3_snake.envs.render import RENDER_MODES, check_render_mode, draw_text, render_ansi, render_rgb
 from sb3_snake.envs.rules import (
     BODY,
     COUNTDOWN,
@@ -88,7 +88,9 @@ class SnakeEnv(gym.Env[np.ndarray, np.int64]):
     - ``egocentric`` (default False): the board turned so that the snake always moves up, and
       ``Discrete(3)`` relative actions, 0 turn left, 1 straight, 2 turn right (the same game;
       see :class:`~sb3_snake.envs.rules.SnakeRules`). Registered as ``sb3_snake/SnakeEgocentric-v0``.
-    - ``render_mode``: ``"ansi"`` (a text board) or ``"rgb_array"``.
+    - ``render_mode``: ``"human"`` (the text board drawn on stdout at each reset and step, as
+      ``sb3-snake play`` draws it; no window library needed), ``"ansi"`` (the text board
+      returned) or ``"rgb_array"``.
 
     ``info`` always holds ``score`` (food eaten this episode) and ``length``; at the end of an
     episode also ``is_success``.
@@ -126,6 +128,7 @@ class SnakeEnv(gym.Env[np.ndarray, np.int64]):
         self._food: tuple[int, int] | None = None
         self._steps_without_food = 0
         self._score = 0
+        self._drawn = False  #: whether ``human`` rendering has drawn the game as it is now
 
     @property
     def state(self) -> tuple[list[tuple[int, int]], int, tuple[int, int] | None]:
@@ -140,6 +143,7 @@ class SnakeEnv(gym.Env[np.ndarray, np.int64]):
         body = [tuple(int(x) for x in head - k * DIRECTION_DELTAS[direction]) for k in range(self.rules.start_length)]
         self._place(body, direction)
         self._food = self._random_free_cell()
+        self._draw_for_human()
         return self._observation(), self._info()
 
     def set_state(self, body: Sequence[Sequence[int]], direction: int, food: Sequence[int] | None) -> np.ndarray:
@@ -195,16 +199,31 @@ class SnakeEnv(gym.Env[np.ndarray, np.int64]):
         info = self._info()
         if terminated or truncated:
             info["is_success"] = success
+        self._drawn = False
+        self._draw_for_human()
         return self._observation(), reward, terminated, truncated, info
 
     def render(self):
+        """``ansi``: the board as text; ``rgb_array``: as an image; ``human``: draws it on stdout
+        unless the last reset or step already did (Gymnasium's human mode draws at each of them,
+        and RL Zoo's ``enjoy`` calls ``render`` after each step as well), and returns None."""
+        if self.render_mode == "human":
+            self._draw_for_human()
+            return None
         if self.render_mode == "ansi":
             return render_ansi(self._board(), list(self._body))
         if self.render_mode == "rgb_array":
             return render_rgb(self._board(), list(self._body))
         return None
 
+    def _draw_for_human(self) -> None:
+        if self.render_mode == "human" and not self._drawn:
+            frame = render_ansi(self._board(), list(self._body))
+            draw_text(frame, f"score {self._score}  length {len(self._body)}", fps=self.metadata["render_fps"])
+            self._drawn = True
+
     def _place(self, body: Sequence[tuple[int, int]], direction: int) -> None:
+        self._drawn = False
         self._body = deque(body)
         self._occupied[:] = False
         for cell in body:

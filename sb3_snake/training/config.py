@@ -17,9 +17,19 @@ from sb3_snake.acceleration.settings import BATCH_SIZE_KEY
 from sb3_snake.common.errors import UsageError
 from sb3_snake.common.system import check_device
 from sb3_snake.dqn.extractor import SnakeAttentionExtractor
-from sb3_snake.dqn.save_format import MAX_BOARD_SIZE
+from sb3_snake.dqn.save_format import (
+    EXTRACTOR_SCHEMA,
+    HYPERPARAMETER_SCHEMA,
+    MAX_BOARD_SIZE,
+    MAX_ENVS,
+    MAX_GRADIENT_STEPS,
+    MAX_WIDTH,
+    Range,
+    format_bound,
+    hyperparameter_problem,
+)
 from sb3_snake.dqn.snake_dqn import DEFAULT_BATCH_SIZE
-from sb3_snake.envs.rules import SnakeRules
+from sb3_snake.envs.rules import MAX_STALL_GROWTH, MIN_BOARD_SIZE, SnakeRules
 from sb3_snake.training.evaluation import MAX_SEED
 
 #: Upper bound on env steps of a run that stops by episodes, so ``learn`` always has a total.
@@ -40,11 +50,13 @@ RUN, ENVIRONMENT, DQN = "Run, checkpoints and logging", "Environment", "DQN hype
 #: a few hundred; beyond this, each env step waits on an update so long that the run learns
 #: nothing from new games, and a typo (``1e300``) would make one update outlast any time limit.
 MAX_REPLAY_RATIO = 4096
-#: The widest layer a run may ask for (``--embed-dim``, ``--head-view-dim``): a thousand times the
-#: defaults, and the widest a model file may describe (:data:`sb3_snake.dqn.save_format.MAX_WIDTH`).
-MAX_WIDTH = 1 << 16
-#: The most gradient steps one update may take (``--gradient-steps``), for the same reason.
-MAX_GRADIENT_STEPS = 100_000
+#: The fewest: a thousandth of a sample per env step. Below it a run learns next to nothing from
+#: what it plays, and the largest batch would come less often than a model file records
+#: (``train_freq``: :data:`sb3_snake.dqn.save_format.MAX_TRAIN_FREQ` env steps).
+MIN_REPLAY_RATIO = 1e-3
+# The widest layer a run may ask for (--embed-dim, --head-view-dim: a thousand times the defaults)
+# and the most gradient steps of one update (--gradient-steps) are what a model file may hold:
+# save_format's MAX_WIDTH and MAX_GRADIENT_STEPS, imported above.
 
 
 @dataclass(frozen=True)
@@ -58,7 +70,8 @@ class Role:
     :param hyperparameter: a value of what is learned, which a hyperparameter file (and
         ``tune``) may set; run limits, outputs and the device are not.
     :param model_argument: a :class:`SnakeDQN` argument of the same name that the model saves
-        among its hyperparameters, so a resumed run reads it back.
+        among its hyperparameters, so a resumed run reads it back (and whose range is the one a
+        model file may hold it in: :func:`option_bounds`).
     :param fixed: shapes the network or the replay buffer, so it cannot change on resume.
     :param extractor: a size the features extractor is built with (a keyword of
         :class:`SnakeAttentionExtractor`).
@@ -98,6 +111,7 @@ def option(
     flag: str | None = None,
     env: str | None = None,
     values: Values | None = None,
+    bounds: tuple[float, float] | None = None,
 ) -> Any:
     """A config field with its one-line help and its :class:`Role`.
 
@@ -106,9 +120,16 @@ def option(
         default: :func:`sb3_snake.training.options.load_config`).
     :param values: what the field takes when its type alone does not say (the batch size: a
         size, or ``auto``), parsed from its flag's and ``env``'s text.
+    :param bounds: the lowest and highest number the field takes (``math.inf``: no highest); left
+        out for a value a model file holds, which takes the file's range (:func:`option_bounds`).
     """
-    metadata = {"help": help, "role": role, "flag": flag, "env": env, "values": values}
+    metadata = {"help": help, "role": role, "flag": flag, "env": env, "values": values, "bounds": bounds}
     return field(default=default, metadata=metadata)
+
+
+def at_least(low: float) -> tuple[float, float]:
+    """The bounds of an option with a least value and no most."""
+    return (low, math.inf)
 
 
 @dataclass(frozen=True)
@@ -117,15 +138,19 @@ class TrainConfig:
     run that visibly learns on a CPU. A value that cannot work raises one UsageError."""
 
     episodes: int | None = option(
-        None, "Stop once this many episodes (all games) finished; 1000 with no limit.", RUN_OPTION
+        None, "Stop once this many episodes (all games) finished; 1000 with no limit.", RUN_OPTION, bounds=at_least(1)
     )
-    timesteps: int | None = option(None, "Stop after this many env steps (all games together).", RUN_OPTION)
+    timesteps: int | None = option(
+        None, "Stop after this many env steps (all games together).", RUN_OPTION, bounds=at_least(1)
+    )
     time_limit_minutes: float | None = option(
         None, "Stop after this many minutes of training.", RUN_OPTION, "--time-limit"
     )
-    n_envs: int = option(16, "Games stepped together.", GAMES)
-    board_size: int = option(10, f"Side of the board (4 to {MAX_BOARD_SIZE}).", BOARD)
-    seed: int = option(0, "Seed of envs, networks and exploration.", GAMES)
+    n_envs: int = option(16, "Games stepped together.", GAMES, bounds=(1, MAX_ENVS))
+    board_size: int = option(
+        10, f"Side of the board (4 to {MAX_BOARD_SIZE}).", BOARD, bounds=(MIN_BOARD_SIZE, MAX_BOARD_SIZE)
+    )
+    seed: int = option(0, "Seed of envs, networks and exploration.", GAMES, bounds=(0, MAX_SEED))
     device: str = option("auto", "auto, cpu or cuda.", MACHINE)
     countdown: bool = option(
         False, "Observe a countdown channel: on each body cell, the moves until it is free.", BOARD
@@ -137,12 +162,16 @@ class TrainConfig:
         BOARD,
     )
     stall_growth: int = option(
-        4, "Steps without food allowed per cell of the snake, beyond board_size ** 2 (0: Snake-v0's rule).", GAMES
+        4,
+        "Steps without food allowed per cell of the snake, beyond board_size ** 2 (0: Snake-v0's rule).",
+        GAMES,
+        bounds=(0, MAX_STALL_GROWTH),
     )
     long_starts: float = option(
         0.2,
         "Share of training games that start with a long snake (50-85% of the board); evaluation starts short.",
         GAMES,
+        bounds=(0, 1),
     )
     learning_rate: float = option(5e-4, "Adam step size.", LEARNING)
     learning_rate_half_life: int = option(
@@ -157,11 +186,23 @@ class TrainConfig:
         env=BATCH_SIZE_KEY,
         values=BATCH_SIZE,
     )
-    replay_ratio: float = option(32.0, "Gradient samples per env step (SB3's DQN default: 8).", SCHEDULE)
-    early_replay_ratio: float = option(16.0, "Gradient samples per env step for the first --early-steps.", SCHEDULE)
+    replay_ratio: float = option(
+        32.0,
+        "Gradient samples per env step (SB3's DQN default: 8).",
+        SCHEDULE,
+        bounds=(MIN_REPLAY_RATIO, MAX_REPLAY_RATIO),
+    )
+    early_replay_ratio: float = option(
+        16.0,
+        "Gradient samples per env step for the first --early-steps.",
+        SCHEDULE,
+        bounds=(MIN_REPLAY_RATIO, MAX_REPLAY_RATIO),
+    )
     early_steps: int = option(50_000, "Env steps trained at --early-replay-ratio (0: none).", SCHEDULE)
     train_freq: int | None = option(None, "Vector-env steps between updates (default: from --replay-ratio).", SCHEDULE)
-    gradient_steps: int | None = option(None, "Gradient steps per update (default: from --replay-ratio).", SCHEDULE)
+    gradient_steps: int | None = option(
+        None, "Gradient steps per update (default: from --replay-ratio).", SCHEDULE, bounds=(1, MAX_GRADIENT_STEPS)
+    )
     gamma: float = option(0.99, "Discount.", LEARNING)
     target_update_interval: int = option(1_000, "Env steps between target network copies.", LEARNING)
     exploration_initial_eps: float = option(1.0, "Epsilon at the start.", LEARNING)
@@ -170,7 +211,7 @@ class TrainConfig:
     double_dqn: bool = option(False, "Double DQN targets (online net picks, target net values).", LEARNING)
     dueling: bool = option(False, "Dueling head: Q = V + A - mean(A).", NETWORK)
     head_view: bool = option(True, "The extractor also sees the board re-centred on the snake's head.", NETWORK)
-    head_view_dim: int = option(64, "Features of the head view (with --head-view).", EXTRACTOR)
+    head_view_dim: int = option(64, "Features of the head view (with --head-view).", EXTRACTOR, bounds=(1, MAX_WIDTH))
     embed_dim: int = option(32, "Width of the extractor's transformer (a multiple of its 2 heads).", EXTRACTOR)
     num_layers: int = option(
         0, "Transformer blocks of the extractor (0: token embedding and attention pooling).", EXTRACTOR
@@ -188,22 +229,25 @@ class TrainConfig:
         8_000,
         "With torch.compile on: gradient steps trained eagerly before compiling (0: compile at once).",
         RUN_OPTION,
+        bounds=at_least(0),
     )
     compile_in_background: bool = option(
         True,
         "With torch.compile on: train eagerly while a child process compiles (off: training waits for it).",
         RUN_OPTION,
     )
-    checkpoint_every: int | None = option(None, "Episodes between atomic checkpoints (checkpoint.zip).", RUN_OPTION)
-    select_every: int | None = option(
-        None, "Env steps between greedy evaluations that keep best_model.zip.", RUN_OPTION
+    checkpoint_every: int | None = option(
+        None, "Episodes between atomic checkpoints (checkpoint.zip).", RUN_OPTION, bounds=at_least(1)
     )
-    select_episodes: int = option(32, "Greedy games per --select-every evaluation.", RUN_OPTION)
+    select_every: int | None = option(
+        None, "Env steps between greedy evaluations that keep best_model.zip.", RUN_OPTION, bounds=at_least(1)
+    )
+    select_episodes: int = option(32, "Greedy games per --select-every evaluation.", RUN_OPTION, bounds=at_least(1))
     save_replay_buffer: bool = option(False, "Save the replay buffer beside checkpoints and the model.", RUN_OPTION)
     tensorboard_log: str | None = option(
         None, "Folder for SB3's TensorBoard logs (needs the tensorboard extra).", RUN_OPTION
     )
-    verbose: int = option(0, "1: print SB3's training metrics.", RUN_OPTION)
+    verbose: int = option(0, "1: print SB3's training metrics.", RUN_OPTION, bounds=(0, 2))
     #: Where a value that more than the caller may set came from (the batch size: override,
     #: hyperparams file, resumed model, environment, .env, default, or how auto chose it).
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
@@ -219,91 +263,26 @@ class TrainConfig:
         def finite(value: float) -> bool:
             return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
+        if BATCH_SIZE.check(self.batch_size):  # its kind first: a size or auto, then the size's range
+            return f"batch_size must be a positive integer or auto, got {self.batch_size!r}"
+        for declared in option_fields():
+            value, bounds = getattr(self, declared.name), option_bounds(declared.name)
+            if bounds is None or value is None or value == AUTO:
+                continue
+            low, high = bounds
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not (number and (isinstance(value, int) or math.isfinite(value)) and low <= value <= high):
+                within = f"at least {format_bound(low)}" if high == math.inf else f"from {_range_words(low, high)}"
+                return f"{declared.name} must be {within}, got {value}"
         checks = [
-            (self.episodes is None or self.episodes >= 1, f"episodes must be at least 1, got {self.episodes}"),
-            (self.timesteps is None or self.timesteps >= 1, f"timesteps must be at least 1, got {self.timesteps}"),
             (
                 self.time_limit_minutes is None or (finite(self.time_limit_minutes) and self.time_limit_minutes > 0),
                 f"time limit must be a positive number of minutes, got {self.time_limit_minutes}",
             ),
-            (self.n_envs >= 1, f"n_envs must be at least 1, got {self.n_envs}"),
             (
-                self.board_size <= MAX_BOARD_SIZE,
-                f"board_size must be at most {MAX_BOARD_SIZE}, got {self.board_size}",
-            ),
-            (0 <= self.seed <= MAX_SEED, f"seed must be from 0 to {MAX_SEED}, got {self.seed}"),
-            (
-                finite(self.learning_rate) and self.learning_rate > 0,
-                f"learning_rate must be a positive finite number, got {self.learning_rate}",
-            ),
-            (
-                self.learning_rate_half_life >= 0,
-                f"learning_rate_half_life must be at least 0, got {self.learning_rate_half_life}",
-            ),
-            (self.buffer_size >= 1, f"buffer_size must be at least 1, got {self.buffer_size}"),
-            (self.learning_starts >= 0, f"learning_starts must be at least 0, got {self.learning_starts}"),
-            (
-                not BATCH_SIZE.check(self.batch_size),
-                f"batch_size must be a positive integer or auto, got {self.batch_size!r}",
-            ),
-            *[
-                (
-                    finite(ratio) and 0 < ratio <= MAX_REPLAY_RATIO,
-                    f"{name} must be above 0 and at most {MAX_REPLAY_RATIO} gradient samples per env step, got {ratio}",
-                )
-                for name, ratio in (
-                    ("replay_ratio", self.replay_ratio),
-                    ("early_replay_ratio", self.early_replay_ratio),
-                )
-            ],
-            (self.early_steps >= 0, f"early_steps must be at least 0, got {self.early_steps}"),
-            (self.train_freq is None or self.train_freq >= 1, f"train_freq must be at least 1, got {self.train_freq}"),
-            (
-                self.gradient_steps is None or 1 <= self.gradient_steps <= MAX_GRADIENT_STEPS,
-                f"gradient_steps must be 1 to {MAX_GRADIENT_STEPS} per update, got {self.gradient_steps}",
-            ),
-            (finite(self.gamma) and 0 <= self.gamma <= 1, f"gamma must be from 0 to 1, got {self.gamma}"),
-            (
-                finite(self.long_starts) and 0 <= self.long_starts <= 1,
-                f"long_starts must be a share from 0 to 1, got {self.long_starts}",
-            ),
-            (
-                self.target_update_interval >= 1,
-                f"target_update_interval must be at least 1, got {self.target_update_interval}",
-            ),
-            *[
-                (finite(eps) and 0 <= eps <= 1, f"{name} must be from 0 to 1, got {eps}")
-                for name, eps in (
-                    ("exploration_initial_eps", self.exploration_initial_eps),
-                    ("exploration_final_eps", self.exploration_final_eps),
-                )
-            ],
-            (self.exploration_steps >= 1, f"exploration_steps must be at least 1, got {self.exploration_steps}"),
-            (self.n_steps >= 1, f"n_steps must be at least 1, got {self.n_steps}"),
-            (
-                finite(self.food_shaping) and self.food_shaping >= 0,
-                f"food_shaping must be a finite number of at least 0, got {self.food_shaping}",
-            ),
-            (self.compile_after >= 0, f"compile_after must be at least 0, got {self.compile_after}"),
-            (
-                1 <= self.head_view_dim <= MAX_WIDTH,
-                f"head_view_dim must be 1 to {MAX_WIDTH}, got {self.head_view_dim}",
-            ),
-            (
-                2 <= self.embed_dim <= MAX_WIDTH and self.embed_dim % 2 == 0,
+                self.embed_dim % 2 == 0,
                 f"embed_dim must be an even number (2 attention heads) from 2 to {MAX_WIDTH}, got {self.embed_dim}",
             ),
-            (self.num_layers >= 0, f"num_layers must be at least 0, got {self.num_layers}"),
-            (
-                self.checkpoint_every is None or self.checkpoint_every >= 1,
-                f"checkpoint_every must be at least 1, got {self.checkpoint_every}",
-            ),
-            (
-                self.select_every is None or self.select_every >= 1,
-                f"select_every must be at least 1, got {self.select_every}",
-            ),
-            (self.select_episodes >= 1, f"select_episodes must be at least 1, got {self.select_episodes}"),
-            (0 <= self.verbose <= 2, f"verbose must be 0, 1 or 2, got {self.verbose}"),
         ]
         problem = next((message for ok, message in checks if not ok), "")
         if problem:
@@ -349,7 +328,7 @@ class TrainConfig:
         fraction of it trained before ``early_steps`` (the early replay ratio over the ratio that
         pair really gives, which rounds ``replay_ratio``)."""
         train_freq, gradient_steps = self.update_schedule()
-        return {
+        schedule = {
             "train_freq": train_freq,
             "gradient_steps": gradient_steps,
             "early_steps": self.early_steps,
@@ -357,6 +336,15 @@ class TrainConfig:
                 self.early_replay_ratio * train_freq * self.n_envs / (self._batch() * gradient_steps)
             ),
         }
+        # Computed, not given: checked as a model file is read, so that what this run saves loads.
+        problem = next(filter(None, (hyperparameter_problem(name, value) for name, value in schedule.items())), "")
+        if problem:
+            raise UsageError(
+                f"the update schedule of --replay-ratio {self.replay_ratio:g}, --early-replay-ratio "
+                f"{self.early_replay_ratio:g}, {self.n_envs} games and batch {self._batch()} gives {problem}; "
+                "set --train-freq and --gradient-steps within those bounds, or other ratios"
+            )
+        return schedule
 
     def check_batch_size(self) -> None:
         """Raise UsageError unless the batch size (``auto``: the largest it may choose) fits the replay buffer."""
@@ -396,6 +384,23 @@ class TrainConfig:
 def option_fields() -> tuple[Any, ...]:
     """TrainConfig's options (its fields but ``sources``), in field order."""
     return tuple(f for f in fields(TrainConfig) if "role" in f.metadata)
+
+
+def option_bounds(name: str) -> tuple[float, float] | None:
+    """The lowest and highest number TrainConfig field ``name`` takes (``math.inf``: no highest),
+    or None for a field without a range. Declared with the field (``option(bounds=...)``), or,
+    for a value a model file holds (a hyperparameter the model saves, an extractor size), the
+    range the file may hold it in (:mod:`sb3_snake.dqn.save_format`), so that a model a run
+    saves can always be loaded."""
+    declared = next(f for f in option_fields() if f.name == name)
+    if declared.metadata["bounds"] is not None:
+        return declared.metadata["bounds"]
+    saved = (EXTRACTOR_SCHEMA if declared.metadata["role"].extractor else HYPERPARAMETER_SCHEMA).get(name)
+    return (saved.low, saved.high) if isinstance(saved, Range) else None
+
+
+def _range_words(low: float, high: float) -> str:
+    return f"{format_bound(low)} to {format_bound(high)}"
 
 
 def fields_of(role: Callable[[Role], bool]) -> tuple[str, ...]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -20,6 +19,7 @@ import numpy as np
 from sb3_snake.common.errors import UsageError
 from sb3_snake.common.paths import atomic_write
 from sb3_snake.envs import BatchedSnakeVecEnv, SnakeEnv
+from sb3_snake.envs.render import draw_text
 from sb3_snake.envs.rules import can_survive, has_countdown
 
 #: Evaluation seeds start here; training seeds are small integers.
@@ -134,11 +134,7 @@ def play(
         if gif:
             frames.append(frame)
         else:
-            out.write("\x1b[H\x1b[2J" if out.isatty() else "\n")
-            out.write(frame + f"score {info['score']}  length {info['length']}  step {steps}\n")
-            out.flush()
-            if out.isatty() and fps > 0:
-                time.sleep(1 / fps)
+            draw_text(frame, f"score {info['score']}  length {info['length']}  step {steps}", out, fps)
     if gif:
         from PIL import Image
 

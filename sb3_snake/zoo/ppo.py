@@ -1,4 +1,5 @@
-"""RL Zoo hyperparameters for SB3's PPO on ``sb3_snake/Snake-v0`` (``-conf sb3_snake.zoo.ppo``).
+"""RL Zoo hyperparameters for SB3's PPO on ``sb3_snake/Snake-v0`` and ``sb3_snake/SnakeEgocentric-v0``
+(``-conf sb3_snake.zoo.ppo``).
 
 Many games and short rollouts, as PPO on Snake is usually run: 64 games x 128 steps per update,
 four epochs of minibatches of 512, a little entropy to keep exploring, and the attention
@@ -6,10 +7,10 @@ extractor with a small policy and value head each. A starting point, not a tuned
 ``python -m rl_zoo3.train ... -optimize`` searches from it.
 """
 
-from sb3_snake.zoo import ENV_ID, extractor_policy_kwargs
+from sb3_snake.zoo import ENV_IDS, extractor_policy_kwargs
 
 hyperparams = {
-    ENV_ID: {
+    env_id: {
         "n_timesteps": 5_000_000,
         "policy": "MlpPolicy",
         "n_envs": 64,
@@ -23,4 +24,5 @@ hyperparams = {
         "ent_coef": 0.01,
         "policy_kwargs": {**extractor_policy_kwargs(), "net_arch": {"pi": [64], "vf": [64]}},
     }
+    for env_id in ENV_IDS
 }

@@ -18,7 +18,8 @@ wall-clock budget and judges the models saved along the way:
    (:mod:`.plan` runs the whole).
 
 Two systems run the same way: ``sb3_snake`` is ``sb3-snake train`` with the ``.env`` settings
-and the default config (or a hyperparameter file), through :func:`sb3_snake.training.run.train`;
+and the default config (or a hyperparameter file, checked before any run, whose ``board_size`` is
+every system's board), through :func:`sb3_snake.training.run.train`;
 ``plain_sb3`` is what a user would otherwise write, ``DQN("MlpPolicy", SnakeEnv())`` with SB3's
 defaults. SB3's exploration schedule is a fraction of ``total_timesteps``, so plain SB3 is given
 the env steps it reaches in the budget, at the rate measured by a short calibration run before
@@ -40,6 +41,7 @@ from sb3_snake.benchmark.learning.plan import (
     compile_cache_state,
     evaluate_checkpoints,
     run_learning_benchmark,
+    seed_range,
 )
 from sb3_snake.benchmark.learning.runs import (
     CALIBRATION_SECONDS,
@@ -81,6 +83,7 @@ __all__ = [
     "run_learning_benchmark",
     "run_system",
     "score_at",
+    "seed_range",
     "spread",
     "summarize",
     "time_to_score",

@@ -4,6 +4,7 @@ saves the model on that clock and stops learning at the budget."""
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -52,17 +53,26 @@ class WallClockCheckpoints(BaseCallback):
         super().__init__()
         self.stopwatch, self.every, self.budget, self.directory, self.save = stopwatch, every, budget, directory, save
         self.saved: list[dict[str, Any]] = []  #: counted seconds, env steps and file of each checkpoint
-        self._next = every
+        self._passed = 0  #: the points passed so far (point k falls at k * every)
 
     def _on_step(self) -> bool:
         now = self.stopwatch.elapsed()
         finished = now >= self.budget
-        if now >= self._next or finished:
-            due = self.budget
-            while self._next <= now:
-                due, self._next = self._next, self._next + self.every
+        passed = self._points_by(now)
+        if passed > self._passed or finished:
+            due = passed * self.every if passed > self._passed else self.budget
+            self._passed = passed
             self.checkpoint(min(now, self.budget) if finished else now, self.budget if finished else due)
         return not finished
+
+    def _points_by(self, now: float) -> int:
+        """How many points ``k * every`` (k >= 1) lie at or before ``now``: counted by a division,
+        not stepped through, so that many points passed in one step, or a tiny ``every``, cost no
+        more than one (adding a tiny ``every`` to a large time does not even move it)."""
+        passed = math.floor(now / self.every) if now > 0 else 0
+        passed -= passed * self.every > now  # the quotient rounded up past ``now``
+        passed += (passed + 1) * self.every <= now  # or down, a point short
+        return max(passed, self._passed)
 
     def checkpoint(self, seconds: float, due_seconds: float | None = None) -> None:
         """Save the model now, off the clock, as the checkpoint of counted time ``seconds``, due

@@ -7,7 +7,7 @@ import math
 import os
 import tempfile
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -17,6 +17,7 @@ from sb3_snake.benchmark.learning.runs import (
     RunFailed,
     RunSpec,
     calibrate_plain_sb3,
+    check_sb3_snake_run,
     run_in_process,
 )
 from sb3_snake.benchmark.learning.summary import SCORE_AT_SECONDS, SCORE_THRESHOLDS, score_at, summarize, time_to_score
@@ -30,18 +31,48 @@ SYSTEMS = ("sb3_snake", "plain_sb3", "sb3_ppo")
 
 #: The largest seed NumPy and the envs take (2**32 - 1), checked for every run before the first.
 MAX_SEED = 2**32 - 1
+#: The most seeds of one plan: each is a run of minutes per system (1,000 quick runs are 33 hours
+#: per system), so more is a typo, refused before a tuple of them is built.
+MAX_SEEDS = 1000
+#: The shortest interval between checkpoints. Each is a saved model, played for ``episodes`` games
+#: after training, and is taken at the first env step at or after its point; below a second,
+#: saving and playing checkpoints outweighs the training they measure, and the points of several
+#: fall within one env step of a run's first seconds (an update, a compile) anyway.
+MIN_EVERY_SECONDS = 1.0
+#: Every system's board when neither the plan nor its hyperparameters name one.
+DEFAULT_BOARD_SIZE = 10
+
+
+def seed_range(first: int, count: int) -> tuple[int, ...]:
+    """The seeds ``first, first + 1, ...``, ``count`` of them, checked before any is made."""
+    problem = _seeds_problem(first, first + count - 1, count)
+    if problem:
+        raise UsageError(problem)
+    return tuple(range(first, first + count))
+
+
+def _seeds_problem(lowest: int, highest: int, count: int) -> str:
+    if count < 1:
+        return "--seeds must be at least 1"
+    if count > MAX_SEEDS:
+        return f"--seeds must be at most {MAX_SEEDS} (a run of minutes per seed and system), got {count:,}"
+    if not 0 <= lowest <= highest <= MAX_SEED:
+        return f"seeds must be 0 to {MAX_SEED}, got {lowest} to {highest}: lower --first-seed or --seeds"
+    return ""
 
 
 @dataclass(frozen=True)
 class LearningPlan:
-    """What one ``sb3-snake benchmark-learning`` run does."""
+    """What one ``sb3-snake benchmark-learning`` run does. Everything is checked on construction,
+    the sb3_snake runs' config included, so a bad value is refused before any run starts."""
 
     minutes: float = 15.0  #: counted wall-clock budget of each run
-    every_seconds: float = 15.0  #: counted seconds between checkpoints
+    every_seconds: float = 15.0  #: counted seconds between checkpoints, at least :data:`MIN_EVERY_SECONDS`
     seeds: tuple[int, ...] = (0, 1, 2)
     episodes: int = 100  #: greedy games per checkpoint evaluation
     systems: tuple[str, ...] = SYSTEMS
-    board_size: int = 10
+    #: every system's board; None: the hyperparameters' ``board_size``, else :data:`DEFAULT_BOARD_SIZE`
+    board_size: int | None = None
     cold_cache: bool = True  #: a fresh, empty compile cache for each run
     env_file: str | None = None  #: the ``.env`` of the sb3_snake runs (None: ./.env when present)
     #: sb3_snake's changes to the defaults, as in a ``--hyperparams`` file (config and batch size)
@@ -50,31 +81,55 @@ class LearningPlan:
     @classmethod
     def quick(cls, **changes: Any) -> LearningPlan:
         """Two minutes per run, a checkpoint every 10 s: the shape of the curve, not its end."""
-        return replace(cls(minutes=2.0, every_seconds=10.0), **changes)
+        return cls(**{"minutes": 2.0, "every_seconds": 10.0, **changes})
 
     def __post_init__(self) -> None:
         problems = [
-            (0 < self.minutes < math.inf, f"--minutes must be a positive number, got {self.minutes}"),
-            (
-                0 < self.every_seconds < math.inf,
-                f"--every must be a positive number of seconds, got {self.every_seconds}",
-            ),
-            (len(self.seeds) >= 1, "--seeds must be at least 1"),
-            (
-                all(0 <= seed <= MAX_SEED for seed in self.seeds),
-                f"seeds must be 0 to {MAX_SEED}, got {min(self.seeds, default=0)} to {max(self.seeds, default=0)}: "
-                "lower --first-seed or --seeds",
-            ),
-            (self.episodes >= 1, f"--episodes must be at least 1, got {self.episodes}"),
-            (set(self.systems) <= set(SYSTEMS), f"systems must be among {', '.join(SYSTEMS)}, got {self.systems}"),
+            "" if 0 < self.minutes < math.inf else f"--minutes must be a positive number, got {self.minutes}",
+            ""
+            if MIN_EVERY_SECONDS <= self.every_seconds < math.inf
+            else f"--every must be a number of seconds of at least {MIN_EVERY_SECONDS:g}, got {self.every_seconds}",
+            _seeds_problem(min(self.seeds, default=0), max(self.seeds, default=0), len(self.seeds)),
+            "" if self.episodes >= 1 else f"--episodes must be at least 1, got {self.episodes}",
+            ""
+            if set(self.systems) <= set(SYSTEMS)
+            else f"systems must be among {', '.join(SYSTEMS)}, got {self.systems}",
         ]
-        problem = next((message for ok, message in problems if not ok), "")
+        problem = next((message for message in problems if message), "")
         if problem:
             raise UsageError(problem)
+        object.__setattr__(self, "board_size", self._board_size())
+        if "sb3_snake" in self.systems:
+            check_sb3_snake_run(self.spec("sb3_snake", max(self.seeds), Path()))
+
+    def _board_size(self) -> int:
+        """The plan's board, or the hyperparameters' (one UsageError when they name two)."""
+        from sb3_snake.training.hyperparameters import check_hyperparameters
+
+        named = check_hyperparameters(self.hyperparameters).get("board_size")
+        if self.board_size is not None and named is not None and named != self.board_size:
+            raise UsageError(
+                f"the plan's board_size {self.board_size} and the hyperparameters' {named} differ; give one of them"
+            )
+        return next(size for size in (self.board_size, named, DEFAULT_BOARD_SIZE) if size is not None)
 
     @property
     def budget_seconds(self) -> float:
         return self.minutes * 60
+
+    def spec(self, system: str, seed: int, directory: Path, total_timesteps: int | None = None) -> RunSpec:
+        """The run of ``system`` and ``seed`` this plan makes, in ``directory``."""
+        return RunSpec(
+            system,
+            seed,
+            self.budget_seconds,
+            self.every_seconds,
+            self.board_size,
+            str(directory),
+            self.env_file,
+            self.hyperparameters if system == "sb3_snake" else {},
+            total_timesteps if system == "plain_sb3" else None,
+        )
 
 
 def evaluate_checkpoints(run: dict[str, Any], episodes: int, settings: Any = None) -> list[dict[str, Any]]:
@@ -154,17 +209,7 @@ def run_learning_benchmark(
             cache_dir = tempfile.mkdtemp(prefix="caches-", dir=work_dir) if plan.cold_cache else None
             cache = compile_cache_state(f"{cache_dir}/inductor" if cache_dir else None)
             progress(f"{system} seed {seed}: training for {plan.minutes:g} min ({cache} compile cache)...")
-            spec = RunSpec(
-                system,
-                seed,
-                plan.budget_seconds,
-                plan.every_seconds,
-                plan.board_size,
-                str(directory),
-                plan.env_file,
-                plan.hyperparameters if system == "sb3_snake" else {},
-                total_timesteps if system == "plain_sb3" else None,
-            )
+            spec = plan.spec(system, seed, directory, total_timesteps)
             try:
                 result = run(spec, cache_dir)
             except RunFailed as error:  # the runs done and to come still count

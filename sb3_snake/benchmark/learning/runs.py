@@ -99,7 +99,10 @@ def _environment(**values: str | None) -> Iterator[None]:
 
 
 def _run_and_write(spec: dict[str, Any], start: float, result_path: str) -> None:
+    from sb3_snake.common.system import import_compiler_despite_cache
+
     faulthandler.enable()  # a native crash prints every thread's stack (the parent names the log)
+    import_compiler_despite_cache()  # this process's own entry point, as the CLI's is
     try:
         result = run_system(RunSpec(**spec), Stopwatch(start))
     except KeyboardInterrupt:
@@ -124,6 +127,29 @@ def run_system(spec: RunSpec, stopwatch: Stopwatch) -> dict[str, Any]:
     return {"system": spec.system, "seed": spec.seed, "startup_seconds": startup_seconds, **result}
 
 
+def sb3_snake_config(spec: RunSpec) -> Any:
+    """The :class:`~sb3_snake.training.config.TrainConfig` an sb3_snake run trains with: the
+    spec's hyperparameters over ``.env``'s batch size and the defaults, with the spec's seed and
+    board; one UsageError for a value that cannot work, as ``train --hyperparams`` gives."""
+    from sb3_snake.training.hyperparameters import check_hyperparameters
+    from sb3_snake.training.options import load_config
+
+    # The budget is the checkpoints' to enforce; the config's limit is only a backstop.
+    return load_config(
+        spec.env_file,
+        **{**check_hyperparameters(spec.hyperparameters), "seed": spec.seed, "board_size": spec.board_size},
+        time_limit_minutes=2 * spec.budget_seconds / 60,
+    )
+
+
+def check_sb3_snake_run(spec: RunSpec) -> None:
+    """Raise the UsageError ``sb3-snake train`` would for this sb3_snake run (its config, a batch
+    the buffer cannot hold, memory), so that a plan is refused before any run starts."""
+    from sb3_snake.training.run import check_before_measuring
+
+    check_before_measuring(sb3_snake_config(spec))
+
+
 def _train_sb3_snake(spec: RunSpec, stopwatch: Stopwatch, checkpoints_dir: Path, log: Any) -> dict[str, Any]:
     import torch
     from rich.console import Console
@@ -131,17 +157,10 @@ def _train_sb3_snake(spec: RunSpec, stopwatch: Stopwatch, checkpoints_dir: Path,
     from sb3_snake.acceleration.optimizations import threads_for, torch_threads
     from sb3_snake.acceleration.settings import OptimizationSettings
     from sb3_snake.persistence import save_model
-    from sb3_snake.training.hyperparameters import check_hyperparameters
-    from sb3_snake.training.options import load_config
     from sb3_snake.training.run import train
 
     settings = OptimizationSettings.load(spec.env_file)
-    # The budget is the checkpoints' to enforce; the config's limit is only a backstop.
-    config = load_config(
-        spec.env_file,
-        **{**check_hyperparameters(spec.hyperparameters), "seed": spec.seed, "board_size": spec.board_size},
-        time_limit_minutes=2 * spec.budget_seconds / 60,
-    )
+    config = sb3_snake_config(spec)
     threads = threads_for(settings, config.device)
     checkpoints = WallClockCheckpoints(
         stopwatch, spec.every_seconds, spec.budget_seconds, checkpoints_dir, lambda model, path: save_model(model, path)

@@ -104,7 +104,7 @@ def test_a_deferred_compile_trains_eagerly_first_then_compiles_once(instant_comp
     assert isinstance(model.updates.current, CompiledUpdate) and model.updates.current.calls == 2
     in_effect = model.optimizations_in_effect().compile
     assert model.compile_state.active and in_effect.active and in_effect.reason.startswith(deferred)
-    assert "compiled in a child process in 0 s, adopted at gradient step 3 in" in in_effect.reason
+    assert "compiled in a child process in 0 s, adopted at gradient step 3 (training paused" in in_effect.reason
 
 
 def test_on_the_cpu_a_model_whose_update_is_not_compiled_whole_is_not_compiled(instant_compile):

@@ -68,6 +68,7 @@ class UpdateChoice:
         self._record("compile", self.compile.planned)
         self.current: UpdateStep | None = None
         self.job: CompileJob | None = None  #: the compile child, while it runs
+        self._start_pause = 0.0  # seconds training paused to start the child (sampling, the request, imports)
         self._lowered_to: int | None = None  # the thread count training took while the child compiles
         if self.compile.due(model._n_updates) and not self.compile.in_child:
             self._compile_networks()  # CUDA: at once (the child needs batches: the first run starts it)
@@ -120,6 +121,7 @@ class UpdateChoice:
         if not self.compile.in_child:
             self._compile_networks()
             return
+        started = time.perf_counter()
         model, active = self.model, self.model.active_optimizations
         steps = steps_per_call_for(gradient_steps)
         graph = UpdateGraph(model)
@@ -145,6 +147,7 @@ class UpdateChoice:
             self._lowered_to = training_threads
             torch.set_num_threads(training_threads)
         prepare_load()  # while the child starts: the pause to adopt its compile is then the file's own
+        self._start_pause = time.perf_counter() - started
         logger.info(
             "compiling the whole update in a child process (pid %d) from gradient step %d",
             self.job.child.pid,
@@ -183,7 +186,8 @@ class UpdateChoice:
         cache = "found in the compile cache" if result.get("cached") else "compiled"
         self.compile.outcome = (
             f"{cache} in a child process in {job.child.seconds:,.0f} s, adopted at gradient step "
-            f"{self.model._n_updates:,} in {time.perf_counter() - started:.1f} s"
+            f"{self.model._n_updates:,} (training paused {self._start_pause:.1f} s to start it, "
+            f"{time.perf_counter() - started:.1f} s to adopt it)"
         )
         logger.info("compiled update adopted: %s", self.compile.outcome)
         record_compile(self.compile.outcome, compiled=True)

@@ -3,10 +3,12 @@
 Each run is a fresh ``sb3-snake train`` process (the committed defaults, plus what follows ``--``)
 with cold caches (its own compile and ``auto`` cache folders; ``--warm`` shares one set across the
 runs after the first, which fills them). ``--terminate N`` sends SIGTERM to the first N runs
-``--after`` seconds after their compile child started. ``--neighbour`` keeps a busy process
-(one core spinning) beside every run. Per run the JSON records the exit code, whether the
-process died of a signal or printed a native crash, whether any process of it was left, the
-summary's compile decision, and from it how long the child took and how long training paused.
+while their compile child runs, ``--after`` seconds after it started (spread evenly up to
+``--after-last`` over those runs, so that the signal meets the child in each phase of its work).
+``--neighbour`` keeps a busy process (one core spinning) beside every run. Per run the JSON
+records the exit code, whether the process died of a signal or printed a native crash, whether
+any process of it was left, the summary's compile decision, and from it how long the child took
+and how long training paused.
 
     python scripts/compile_child_runs.py --runs 20 --terminate 10 --neighbour --output runs.json
     python scripts/compile_child_runs.py --runs 3 --warm --output warm.json -- --time-limit 2
@@ -116,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--terminate", type=int, default=0, help="SIGTERM the first N runs while they compile")
     parser.add_argument("--after", type=float, default=10.0, help="seconds after the compile starts")
+    parser.add_argument("--after-last", type=float, default=None, help="the last terminated run's (default: --after)")
     parser.add_argument("--neighbour", action="store_true", help="a busy process beside every run")
     parser.add_argument("--warm", action="store_true", help="share the caches: runs after the first find them warm")
     parser.add_argument("--output", type=Path, required=True)
@@ -128,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="compile-child-runs-") as folder:
             for index in range(options.runs):
                 caches = Path(folder) / ("shared" if options.warm else f"caches-{index}")
-                terminate = options.after if index < options.terminate else None
+                terminate = _spread(options.after, options.after_last, index, options.terminate)
                 results.append(one_run(index, arguments, caches, terminate))
                 print(json.dumps({key: results[-1][key] for key in ("run", "exit_code", "compile_reason")}))
     finally:
@@ -145,6 +148,15 @@ def main(argv: list[str] | None = None) -> int:
     options.output.parent.mkdir(parents=True, exist_ok=True)
     options.output.write_text(json.dumps(report, indent=2) + "\n")
     return 0
+
+
+def _spread(first: float, last: float | None, index: int, count: int) -> float | None:
+    """Run ``index``'s seconds from its compile's start to SIGTERM (None: not terminated)."""
+    if index >= count:
+        return None
+    if last is None or count == 1:
+        return first
+    return first + (last - first) * index / (count - 1)
 
 
 def _cpu_identity() -> dict[str, str]:

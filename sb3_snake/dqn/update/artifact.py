@@ -85,18 +85,14 @@ def load(path: Path) -> Callable[..., torch.Tensor]:
 
 
 def prepare_load() -> None:
-    """Do now what the first :func:`load` of a process would do whatever it loads: import the
-    modules a compiled update's code imports, and probe the CPU's vector instructions (a small
-    C++ build, once per process). Training calls it when the compile child starts, so that
-    adopting the child's compile later pauses for the file's own loading only."""
+    """Import now the modules any compiled update's code imports when it is loaded (about a second
+    of inductor's Python on a small CPU, once per process). Training calls it when the compile
+    starts, before the child competes for the cores, so that adopting the compile later pauses
+    for the file's own loading and the CPU's vector-instruction probe only; the probe is left to
+    the load, since by then the child has built its test program into the shared compile cache."""
     import torch._dynamo.aot_compile  # noqa: F401
     import torch._inductor.codegen.memory_planning  # noqa: F401
     import torch._inductor.select_algorithm  # noqa: F401
-    from torch._inductor.async_compile import AsyncCompile
-    from torch._inductor.cpu_vec_isa import pick_vec_isa
-
-    AsyncCompile()
-    pick_vec_isa()
 
 
 def artifact_key(graph: UpdateGraph, arguments: tuple[Any, ...], options: dict[str, Any]) -> str:

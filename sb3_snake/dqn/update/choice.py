@@ -122,6 +122,7 @@ class UpdateChoice:
             self._compile_networks()
             return
         started = time.perf_counter()
+        prepare_load()  # first, while training has the cores to itself
         model, active = self.model, self.model.active_optimizations
         steps = steps_per_call_for(gradient_steps)
         graph = UpdateGraph(model)
@@ -146,7 +147,6 @@ class UpdateChoice:
         if training_threads != threads:
             self._lowered_to = training_threads
             torch.set_num_threads(training_threads)
-        prepare_load()  # while the child starts: the pause to adopt its compile is then the file's own
         self._start_pause = time.perf_counter() - started
         logger.info(
             "compiling the whole update in a child process (pid %d) from gradient step %d",

@@ -18,8 +18,8 @@ import json
 import sys
 
 from sb3_snake.acceleration.optimizations import threads_for, torch_threads
-from sb3_snake.acceleration.report import capability_report, format_capability_report
 from sb3_snake.acceleration.settings import OptimizationSettings, SettingsError
+from sb3_snake.capabilities import capability_report, format_capability_report
 from sb3_snake.common.system import check_device
 from sb3_snake.training.options import load_config
 

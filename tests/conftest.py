@@ -192,7 +192,7 @@ def small_dqn(
     from stable_baselines3.common.logger import Logger
 
     from sb3_snake import SnakeDQN
-    from sb3_snake.acceleration.autotune import fill_replay_buffer
+    from sb3_snake.autotune import fill_replay_buffer
 
     env = BatchedSnakeVecEnv(8, board_size=board_size, seed=0, countdown=countdown, egocentric=egocentric)
     model = SnakeDQN(

@@ -7,7 +7,10 @@ from typing import NamedTuple
 import pytest
 import torch
 
-from sb3_snake.acceleration.autotune import (
+from sb3_snake.acceleration.description import summary_lines
+from sb3_snake.acceleration.optimizations import ActiveOptimizations
+from sb3_snake.acceleration.settings import OptimizationSettings
+from sb3_snake.autotune import (
     BATCH_CANDIDATES,
     ROUNDS,
     Candidate,
@@ -20,9 +23,6 @@ from sb3_snake.acceleration.autotune import (
     search,
     smallest_fast_enough,
 )
-from sb3_snake.acceleration.optimizations import ActiveOptimizations
-from sb3_snake.acceleration.report import summary_lines
-from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.training.options import load_config
 from tests.conftest import SMALL_POLICY
 

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 from stable_baselines3.common.callbacks import BaseCallback
 
-from sb3_snake.acceleration.report import capability_report, format_capability_report
 from sb3_snake.acceleration.settings import OptimizationSettings
+from sb3_snake.capabilities import capability_report, format_capability_report
 from sb3_snake.common import system
 from sb3_snake.common.compile_record import last_compile
 from sb3_snake.dqn.update.child import FAULT_ENV
-from sb3_snake.dqn.update.compiled import CompiledUpdate
+from sb3_snake.dqn.update.compiled import CompiledSteps
 from tests.conftest import small_dqn
 from tests.test_compiled_update import EAGER, assert_same_training_state, serve_rows
 
@@ -59,8 +59,8 @@ def test_the_child_compiles_the_update_and_training_adopts_it_then_a_second_run_
     eager.train(gradient_steps=2, batch_size=32)
     for model in (eager, compiled):
         model.train(gradient_steps=4, batch_size=32)
-    update = compiled.updates.current
-    assert isinstance(update, CompiledUpdate) and update.calls == 3 and update.steps_per_call == 2
+    update = compiled.step_choice.current
+    assert isinstance(update, CompiledSteps) and update.calls == 3 and update.steps_per_call == 2
     decision = compiled.optimizations_in_effect().compile
     assert decision.active and "compiled in a child process in" in decision.reason
     assert "adopted at gradient step 0 (training paused" in decision.reason
@@ -86,11 +86,11 @@ def test_a_child_that_crashes_or_fails_leaves_training_eager_and_says_so(fault, 
     model = compiling_model()
     model.train(gradient_steps=2, batch_size=32)
     model.train(gradient_steps=2, batch_size=32)
-    assert model._n_updates == 4 and not isinstance(model.updates.current, CompiledUpdate)
+    assert model._n_updates == 4 and not isinstance(model.step_choice.current, CompiledSteps)
     decision = model.optimizations_in_effect().compile
     assert not decision.active and decision.reason.startswith(reason)
     assert "\n" not in decision.reason
-    assert model.updates.job is None  # reaped
+    assert model.step_choice.job is None  # reaped
     record = last_compile()
     assert record["compiled"] is False and record["outcome"] == decision.reason
     report = format_capability_report(capability_report(OptimizationSettings(num_threads=1), "cpu"))
@@ -118,7 +118,7 @@ def test_training_goes_on_eagerly_while_the_child_compiles_and_stopping_stops_it
         f"compiling in a child process (pid {pid}) since gradient step 0"
         in model.optimizations_in_effect().compile.reason
     )
-    folder = model.updates.job.folder
+    folder = model.step_choice.job.folder
 
     class StopNow(BaseCallback):
         def _on_step(self):

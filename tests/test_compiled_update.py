@@ -1,4 +1,4 @@
-"""The whole update compiled as one graph (CPU): the same steps as the eager UpdateStep, on the
+"""The whole update compiled as one graph (CPU): the same steps as the eager EagerSteps, on the
 optimizer's own state, through the saved file the training process loads, and refused where it
 would differ. The compile runs here in the test's main thread (what the compile child runs);
 tests/test_compile_child.py has the child itself."""
@@ -11,9 +11,9 @@ from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.common.system import cpu_has_native_bf16
 from sb3_snake.dqn.update.artifact import artifact_key, compile_graph, forward_context, load, save
 from sb3_snake.dqn.update.compile import unsupported_reason
-from sb3_snake.dqn.update.compiled import CompiledUpdate, steps_per_call_for
+from sb3_snake.dqn.update.compiled import CompiledSteps, steps_per_call_for
+from sb3_snake.dqn.update.eager import EagerSteps
 from sb3_snake.dqn.update.graph import UpdateGraph, graph_arguments, split
-from sb3_snake.dqn.update.step import UpdateStep
 from tests.conftest import small_dqn
 
 EAGER = OptimizationSettings(use_bf16=False, use_flash_attention=False, use_torch_compile=False, num_threads=1)
@@ -29,14 +29,14 @@ def adopt_compiled(model, folder, steps=1, batch_size=32, backend="inductor"):
     child does, save it, load it back, and make it the model's update."""
     graph = UpdateGraph(model)
     learning_rate = torch.zeros(())
-    batches = split(UpdateStep(model).sample(steps, batch_size), steps)
+    batches = split(EagerSteps(model).sample(steps, batch_size), steps)
     arguments = (batches, learning_rate, *graph_arguments(model, graph))
     active = model.active_optimizations
     with forward_context("cpu", active.bf16.active, active.sdpa_backends):
         path = folder / f"update-{artifact_key(graph, arguments, {'backend': backend})}.bin"
         save(compile_graph(graph, arguments, backend=backend), path)
-    update = CompiledUpdate(model, active, graph, load(path), steps, batch_size)
-    model.updates.current, model.updates.compile.compiled = update, True
+    update = CompiledSteps(model, active, graph, load(path), steps, batch_size)
+    model.step_choice.current, model.step_choice.compile.compiled = update, True
     return update
 
 
@@ -81,8 +81,8 @@ def step_both(eager, compiled, steps=3, rtol=1e-4, per_call=1):
         batches = [
             ReplayBufferSamples(*(f if f is None else f[k * 32 : (k + 1) * 32] for f in data)) for k in range(per_call)
         ]
-        eager_loss = torch.stack([eager.updates.current(batch) for batch in batches]).mean()
-        compiled_loss = compiled.updates.current.update(data, per_call)
+        eager_loss = torch.stack([eager.step_choice.current.gradient_step(batch) for batch in batches]).mean()
+        compiled_loss = compiled.step_choice.current.graph_call(data, per_call)
         torch.testing.assert_close(compiled_loss, eager_loss, rtol=rtol, atol=1e-7)
 
 
@@ -99,7 +99,7 @@ def test_compiled_updates_train_as_the_eager_ones(options, backend, per_call, tm
     # the options change the graph's content; inductor's kernels are tested by the first case
     eager, compiled = twins(tmp_path, steps=per_call, backend=backend, **options)
     step_both(eager, compiled, steps=6, per_call=per_call)  # each step reads what the one before wrote
-    assert compiled.updates.current.calls == 6 // per_call
+    assert compiled.step_choice.current.calls == 6 // per_call
     assert_same_training_state(eager, compiled)
     assert all(p.grad is None for p in compiled.q_net.parameters())  # gradients stay inside the graph
 
@@ -112,12 +112,12 @@ def test_in_bf16_with_the_flash_kernel_the_compiled_update_trains_as_the_eager_o
     eager, compiled = twins(tmp_path, eager_settings, OptimizationSettings(**options, use_torch_compile=True))
     assert compiled.active_optimizations.bf16.active and compiled.active_optimizations.flash.active
     step_both(eager, compiled, rtol=1e-2)  # bf16 products round differently once compiled
-    assert compiled.updates.current.calls == 3 and not compiled.updates.current.failure  # no fallback to eager
+    assert compiled.step_choice.current.calls == 3 and not compiled.step_choice.current.failure  # no fallback to eager
 
 
 def test_a_new_learning_rate_and_loaded_parameters_are_used_by_the_same_compiled_function(tmp_path):
     eager, compiled = twins(tmp_path, backend=GRAPH_ONLY)
-    function = compiled.updates.current.function
+    function = compiled.step_choice.current.function
     step_both(eager, compiled, steps=1)
     for model in (eager, compiled):
         model.policy.optimizer.param_groups[0]["lr"] = 0.01
@@ -129,15 +129,15 @@ def test_a_new_learning_rate_and_loaded_parameters_are_used_by_the_same_compiled
     compiled.set_parameters(str(tmp_path / "eager.zip"))
     step_both(eager, compiled, steps=1)
     assert_same_training_state(eager, compiled)
-    assert compiled.updates.current.function is function and compiled.updates.current.calls == 4
+    assert compiled.step_choice.current.function is function and compiled.step_choice.current.calls == 4
 
 
 def test_new_values_baked_into_the_graph_make_the_compile_due_again(tmp_path):
     _, compiled = twins(tmp_path, backend=GRAPH_ONLY)
     compiled.set_hyperparameters(learning_rate=0.01)  # a tensor of the graph: it holds
-    assert isinstance(compiled.updates.current, CompiledUpdate)
+    assert isinstance(compiled.step_choice.current, CompiledSteps)
     compiled.set_hyperparameters(gamma=0.9)  # a constant of the graph: compiled again, with the new value
-    assert not isinstance(compiled.updates.current, CompiledUpdate)
+    assert not isinstance(compiled.step_choice.current, CompiledSteps)
     assert compiled.compile_state.due(compiled._n_updates)
 
 
@@ -165,7 +165,7 @@ def test_whole_calls_run_compiled_and_the_rest_of_a_count_eagerly(tmp_path):
             model.train(gradient_steps=gradient_steps, batch_size=32)
         loss = compiled.logger.name_to_value["train/loss"]
         assert loss == pytest.approx(eager.logger.name_to_value["train/loss"], rel=1e-4)
-    update = compiled.updates.current
+    update = compiled.step_choice.current
     assert update.steps_per_call == 4 and update.calls == 2 and compiled._n_updates == 10
     assert_same_training_state(eager, compiled)  # Adam's step counts included: 10
     assert all(parameter.grad is None for parameter in compiled.q_net.parameters())  # not kept by the eager steps
@@ -174,8 +174,8 @@ def test_whole_calls_run_compiled_and_the_rest_of_a_count_eagerly(tmp_path):
 def test_another_batch_size_than_the_graphs_trains_eagerly(tmp_path):
     _, compiled = twins(tmp_path, backend=GRAPH_ONLY)
     compiled.train(gradient_steps=2, batch_size=16)  # the graph is for 32: its guards would refuse 16
-    update = compiled.updates.current
-    assert isinstance(update, CompiledUpdate) and update.calls == 0 and not update.failure
+    update = compiled.step_choice.current
+    assert isinstance(update, CompiledSteps) and update.calls == 0 and not update.failure
     compiled.train(gradient_steps=2, batch_size=32)
     assert update.calls == 2
 
@@ -186,7 +186,7 @@ def test_a_first_call_that_fails_trains_eagerly_and_turns_the_compile_off(tmp_pa
     def refused(*arguments):
         raise RuntimeError("GuardManager check failed, reason: a guard\nand more")
 
-    monkeypatch.setattr(compiled.updates.current, "function", refused)
+    monkeypatch.setattr(compiled.step_choice.current, "function", refused)
     before = [parameter.detach().clone() for parameter in compiled.q_net.parameters()]
     compiled.train(gradient_steps=2, batch_size=32)
     assert compiled._n_updates == 2 and any(
@@ -197,7 +197,7 @@ def test_a_first_call_that_fails_trains_eagerly_and_turns_the_compile_off(tmp_pa
         not decision.active
         and decision.reason == "compile failed: RuntimeError: GuardManager check failed, reason: a guard"
     )
-    assert not isinstance(compiled.updates.current, CompiledUpdate)
+    assert not isinstance(compiled.step_choice.current, CompiledSteps)
 
 
 def test_a_graph_holds_the_most_steps_that_divide_the_first_count():
@@ -207,12 +207,12 @@ def test_a_graph_holds_the_most_steps_that_divide_the_first_count():
 def test_the_artifact_key_changes_with_what_the_code_is_compiled_for():
     model = small_dqn(EAGER, board_size=5)
     graph = UpdateGraph(model)
-    batches = split(UpdateStep(model).sample(2, 32), 2)
+    batches = split(EagerSteps(model).sample(2, 32), 2)
     arguments = (batches, torch.zeros(()), *graph_arguments(model, graph))
     key = artifact_key(graph, arguments, {"backend": "inductor"})
     assert key == artifact_key(graph, arguments, {"backend": "inductor"})
     assert key != artifact_key(graph, arguments, {"backend": "aot_eager"})
-    other_batch = (split(UpdateStep(model).sample(2, 16), 2), *arguments[1:])
+    other_batch = (split(EagerSteps(model).sample(2, 16), 2), *arguments[1:])
     assert key != artifact_key(graph, other_batch, {"backend": "inductor"})
     model.gamma = 0.5
     assert key != artifact_key(UpdateGraph(model), arguments, {"backend": "inductor"})

@@ -16,13 +16,13 @@ from stable_baselines3 import DQN
 from torch.profiler import ProfilerActivity, profile
 from typer.testing import CliRunner
 
-from sb3_snake.acceleration.autotune import Machine, resolve_auto
 from sb3_snake.acceleration.optimizations import probe_sdpa
 from sb3_snake.acceleration.settings import OptimizationSettings
+from sb3_snake.autotune import Machine, resolve_auto
 from sb3_snake.benchmark.gradient_step import measure_halving_on_oom
 from sb3_snake.cli import app
 from sb3_snake.dqn.replay import DeviceReplayBuffer
-from sb3_snake.dqn.update.captured import WARMUP_STEPS, CapturedUpdate
+from sb3_snake.dqn.update.captured import WARMUP_STEPS, CapturedSteps
 from tests.conftest import SMALL_POLICY, cuda, fixed_batch, small_dqn
 
 pytestmark = cuda
@@ -185,13 +185,13 @@ def test_the_captured_step_replays_what_eager_steps_do():
     eager = copy.deepcopy(graphed)
     torch.cuda.manual_seed(1)
     graphed.train(gradient_steps=8, batch_size=32)
-    captured = graphed.updates.current
+    captured = graphed.step_choice.current
     assert (captured.eager_steps, captured.replays, captured.failure) == (WARMUP_STEPS, 8 - WARMUP_STEPS, "")
-    reference = CapturedUpdate(eager, batch_size=32)
+    reference = CapturedSteps(eager, batch_size=32)
     reference.refresh()
     torch.cuda.manual_seed(1)
     for _ in range(8):
-        reference.step()
+        reference.recorded_step()
     expected = float(reference.loss_sum) / 8
     assert graphed.logger.name_to_value["train/loss"] == pytest.approx(expected, rel=1e-3)
     learning_rate = graphed.policy.optimizer.param_groups[0]["lr"]
@@ -218,18 +218,18 @@ def test_the_graph_captures_each_optimization_and_option(settings, dqn_kwargs):
     model = gpu_model(use_cuda_graph=True, n_steps=n_steps, dqn_kwargs=dqn_kwargs, **settings)
     model.train(gradient_steps=WARMUP_STEPS + 3, batch_size=32)
     assert model.active_optimizations.cuda_graph.active, model.active_optimizations.cuda_graph.reason
-    assert model.updates.current.replays == 3 and np.isfinite(model.logger.name_to_value["train/loss"])
+    assert model.step_choice.current.replays == 3 and np.isfinite(model.logger.name_to_value["train/loss"])
 
 
 def test_a_new_learning_rate_is_captured_again_and_a_new_batch_size_too():
     model = gpu_model(use_cuda_graph=True)
     model.train(gradient_steps=WARMUP_STEPS + 1, batch_size=32)
-    first = model.updates.current
+    first = model.step_choice.current
     model.lr_schedule = lambda _progress_remaining: 1e-3  # a schedule that moves, as SB3 applies one
     model.train(gradient_steps=2, batch_size=32)
-    assert model.updates.current is first and first.learning_rates == (1e-3,) and first.replays == 3
+    assert model.step_choice.current is first and first.learning_rates == (1e-3,) and first.replays == 3
     model.train(gradient_steps=WARMUP_STEPS + 1, batch_size=64)
-    assert model.updates.current is not first and model.updates.current.replays == 1
+    assert model.step_choice.current is not first and model.step_choice.current.replays == 1
 
 
 def test_a_failed_capture_trains_on_eagerly_and_says_why(monkeypatch):
@@ -241,7 +241,7 @@ def test_a_failed_capture_trains_on_eagerly_and_says_why(monkeypatch):
     model.train(gradient_steps=WARMUP_STEPS + 3, batch_size=32)
     decision = model.active_optimizations.cuda_graph
     assert not decision.active and decision.reason == "the capture failed: capture refused here"
-    assert model._n_updates == WARMUP_STEPS + 3 and model.updates.current is None
+    assert model._n_updates == WARMUP_STEPS + 3 and model.step_choice.current is None
     model.train(gradient_steps=2, batch_size=32)
     assert model._n_updates == WARMUP_STEPS + 5
 
@@ -249,8 +249,8 @@ def test_a_failed_capture_trains_on_eagerly_and_says_why(monkeypatch):
 def test_compiling_later_captures_the_compiled_networks():
     model = gpu_model(use_cuda_graph=True, use_torch_compile=True, dqn_kwargs={"compile_after": WARMUP_STEPS + 1})
     model.train(gradient_steps=WARMUP_STEPS + 1, batch_size=32)
-    eager_graph = model.updates.current
+    eager_graph = model.step_choice.current
     assert eager_graph.replays == 1 and model.q_net._compiled_call_impl is None
     model.train(gradient_steps=WARMUP_STEPS + 2, batch_size=32)
-    assert model.updates.current is not eager_graph and model.updates.current.replays == 2
+    assert model.step_choice.current is not eager_graph and model.step_choice.current.replays == 2
     assert model.q_net._compiled_call_impl is not None

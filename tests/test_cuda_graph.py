@@ -1,7 +1,7 @@
 """The captured gradient step's parts that run anywhere: its sampler and its decision.
 
 Capturing and replaying need a GPU (tests/test_cuda.py); what a graph replays, the sampler
-drawing from a device tensor and the eager ``UpdateStep``, runs eagerly on the CPU here
+drawing from a device tensor and the eager ``EagerSteps``, runs eagerly on the CPU here
 (the eager step is held to SB3's ``DQN.train`` by test_snake_dqn.py).
 """
 
@@ -10,8 +10,8 @@ import torch
 
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.dqn.replay import DeviceReplayBuffer
-from sb3_snake.dqn.update.captured import CapturedUpdate
-from sb3_snake.dqn.update.step import UpdateStep
+from sb3_snake.dqn.update.captured import CapturedSteps
+from sb3_snake.dqn.update.eager import EagerSteps
 from tests.conftest import small_dqn
 
 PLAIN = OptimizationSettings(use_bf16=False, use_flash_attention=False, use_torch_compile=False, num_threads=1)
@@ -38,7 +38,7 @@ def drawn(captured, monkeypatch):
         return original(rows, envs, last_row=last_row)
 
     monkeypatch.setattr(captured.buffer, "samples_at", recording)
-    samples = captured.sample()
+    samples = captured.sample(1, captured.batch_size)
     monkeypatch.setattr(captured.buffer, "samples_at", original)
     return samples, calls[0]
 
@@ -48,7 +48,7 @@ def test_the_sampler_draws_every_filled_row_and_only_those(monkeypatch, n_steps)
     model = device_buffer_model(n_steps)
     buffer = model.replay_buffer
     assert (buffer.pos, buffer.full) == (16, False)  # 128 transitions of 8 games
-    captured = CapturedUpdate(model, batch_size=4096)
+    captured = CapturedSteps(model, batch_size=4096)
     captured.refresh()
     assert captured.extent.tolist() == [16, 15]
     samples, (rows, envs, last_row) = drawn(captured, monkeypatch)
@@ -65,7 +65,7 @@ def test_a_full_buffer_is_drawn_from_every_row_with_the_last_row_written(monkeyp
     model = device_buffer_model(n_steps=3, transitions=8 * 64)
     buffer = model.replay_buffer
     assert buffer.full and buffer.pos == 0
-    captured = CapturedUpdate(model, batch_size=8192)
+    captured = CapturedSteps(model, batch_size=8192)
     captured.refresh()
     assert captured.extent.tolist() == [64, 63]
     _, (rows, _, last_row) = drawn(captured, monkeypatch)
@@ -74,11 +74,11 @@ def test_a_full_buffer_is_drawn_from_every_row_with_the_last_row_written(monkeyp
 
 def test_a_step_trains_and_adds_its_loss():
     model = device_buffer_model()
-    captured = CapturedUpdate(model, batch_size=32)
+    captured = CapturedSteps(model, batch_size=32)
     captured.refresh()
     before = [p.detach().clone() for p in model.q_net.parameters()]
-    captured.step()
-    captured.step()
+    captured.recorded_step()
+    captured.recorded_step()
     assert float(captured.loss_sum) > 0
     assert any(not torch.equal(p, b) for p, b in zip(model.q_net.parameters(), before, strict=True))
     assert all(group["capturable"] for group in model.policy.optimizer.param_groups)
@@ -87,7 +87,7 @@ def test_a_step_trains_and_adds_its_loss():
 def test_it_needs_the_device_buffer():
     model = small_dqn(PLAIN)  # a CPU model keeps SB3's buffer
     with pytest.raises(TypeError, match="DeviceReplayBuffer"):
-        CapturedUpdate(model, batch_size=32)
+        CapturedSteps(model, batch_size=32)
 
 
 def test_on_the_cpu_the_graph_is_off_with_its_reason_and_training_runs_eagerly():
@@ -95,18 +95,18 @@ def test_on_the_cpu_the_graph_is_off_with_its_reason_and_training_runs_eagerly()
     decision = model.active_optimizations.cuda_graph
     assert decision.requested and not decision.active and "CUDA" in decision.reason
     model.train(gradient_steps=2, batch_size=32)
-    assert type(model.updates.current) is UpdateStep and model._n_updates == 2
+    assert type(model.step_choice.current) is EagerSteps and model._n_updates == 2
 
 
 def test_new_hyperparameters_or_parameters_drop_a_captured_update():
     """What a graph read on the host while capturing (gamma, clipping, Double DQN) or the optimizer
     state it points at may change; the next update then captures afresh."""
     model = device_buffer_model()
-    model.updates.current = CapturedUpdate(model, batch_size=32)
+    model.step_choice.current = CapturedSteps(model, batch_size=32)
     model.set_hyperparameters(gamma=0.9)
-    assert model.updates.current is None and model.gamma == 0.9
-    model.updates.current = CapturedUpdate(model, batch_size=32)
+    assert model.step_choice.current is None and model.gamma == 0.9
+    model.step_choice.current = CapturedSteps(model, batch_size=32)
     model.set_parameters(model.get_parameters())
-    assert model.updates.current is None
+    assert model.step_choice.current is None
     model.train(gradient_steps=1, batch_size=32)  # chosen again: eager on the CPU
-    assert type(model.updates.current) is UpdateStep
+    assert type(model.step_choice.current) is EagerSteps

@@ -1,13 +1,13 @@
-"""Imports point down: each module imports only modules of its own layer or lower ones.
+"""Imports point down, folder by folder, and no module imports itself back through others.
 
-The layers read bottom to top as the package is built: what every layer shares and the rules
-of the game; the speed switches; the DQN's parts (its policies and save format over them), the
-gradient step and the ways to run it, and ``SnakeDQN``; what
-measures and reports on a model (``auto``, the capability report) and the save format; the
-training run; RL Zoo's hyperparameter modules (the benchmarks' PPO peer trains with them); the
-benchmarks; the search; the command line.
-A module's layer is that of the longest dotted prefix of its name listed here
-(``dqn.update.compiled`` is ``dqn.update``).
+The layers are the package's folders (and its few top-level modules), bottom to top: what every
+layer shares; the rules of the game; the speed switches and their decisions; the learner
+(``SnakeDQN``, its gradient step and the ways to run it); what saves, loads or measures a model
+(``persistence``, ``auto``'s measurement); what reports on the machine (the capability report) and
+the training run with all around it; RL Zoo's hyperparameter modules (the benchmarks' PPO peer
+trains with them); the benchmarks; the command line. A module may import from its own folder or
+lower ones; within a folder, :func:`test_no_import_cycles` keeps the imports a tree, type-only
+imports included.
 """
 
 import ast
@@ -19,26 +19,14 @@ PACKAGE = Path(__file__).resolve().parent.parent / "sb3_snake"
 
 #: Layer of each module or package, lowest first; a module may import from its own layer or below.
 LAYERS = [
-    {"common", "envs"},
-    {"acceleration.setting_values", "acceleration.env_file", "acceleration.settings"},
-    {"dqn.replay", "dqn.extractor", "dqn.symmetry", "dqn.targets", "dqn.rollout"},
-    {"dqn.policies", "dqn.save_format"},
-    {"acceleration.optimizations", "acceleration.threads"},
-    {"acceleration.autotune.search", "acceleration.autotune.cache"},
-    {"dqn.update"},
+    {"common"},
+    {"envs"},
+    {"acceleration"},
     {"dqn"},
-    {"persistence", "acceleration.autotune", "training.evaluation", "training.tracking"},
-    {"acceleration", "acceleration.report", "training.run_directory", "training.plotting"},
-    {"training.callbacks"},
-    {"training"},
+    {"persistence", "autotune"},
+    {"capabilities", "training"},
     {"zoo"},
-    {"benchmark.learning.clock", "benchmark.learning.summary"},
-    {"benchmark.learning.runs"},
-    {"benchmark.learning.plan"},
     {"benchmark"},
-    {"training.tuning.space"},
-    {"training.tuning.storage", "training.tuning.report"},
-    {"training.tuning"},
     {"cli", "__init__"},
 ]
 LAYER = {name: index for index, names in enumerate(LAYERS) for name in names}
@@ -92,3 +80,36 @@ def test_every_listed_layer_names_a_module():
         name for name in LAYER if name != "__init__" and not any(m == name or m.startswith(name + ".") for m in modules)
     }
     assert not stale, f"layers name modules that do not exist: {sorted(stale)}"
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Every module of the package and the package modules it imports (type-only imports included)."""
+    modules = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+
+    def owner(name: str) -> str:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name
+
+    return {
+        module: {owner(name) for name in imported_modules(path) if owner(name) not in ("", module)}
+        for module, path in modules.items()
+    }
+
+
+def test_no_import_cycles():
+    graph, state, cycles = import_graph(), {}, []
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = "open"
+        for imported in sorted(graph[module]):
+            if state.get(imported) == "open":
+                cycles.append(path[path.index(imported) :] + [imported])
+            elif imported not in state:
+                visit(imported, [*path, imported])
+        state[module] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(cycle) for cycle in cycles)

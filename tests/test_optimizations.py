@@ -8,6 +8,7 @@ from torch.nn.attention import SDPBackend
 from torch.profiler import profile
 
 from sb3_snake import BatchedSnakeVecEnv
+from sb3_snake.acceleration.description import summary_lines
 from sb3_snake.acceleration.optimizations import (
     ActiveOptimizations,
     Decision,
@@ -21,15 +22,15 @@ from sb3_snake.acceleration.optimizations import (
     probe_flash,
     threads_for,
     torch_threads,
+    use_device_replay_buffer,
 )
-from sb3_snake.acceleration.report import summary_lines
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.common.system import cpu_cores, cpu_has_native_bf16
 from sb3_snake.dqn.extractor import AttentionPool, SelfAttention
 from sb3_snake.dqn.snake_dqn import SnakeDQN
 from sb3_snake.dqn.update.compile import WHOLE_UPDATE, CompileState, decide_compiled_update
-from sb3_snake.dqn.update.compiled import CompiledUpdate
-from sb3_snake.dqn.update.step import UpdateStep
+from sb3_snake.dqn.update.compiled import CompiledSteps
+from sb3_snake.dqn.update.eager import EagerSteps
 from tests.conftest import SMALL_POLICY, small_dqn
 
 FLASH_KERNEL = "aten::_scaled_dot_product_flash_attention_for_cpu"
@@ -90,18 +91,18 @@ def test_without_bf16_everything_is_float32():
 
 def test_a_deferred_compile_trains_eagerly_first_then_compiles_once(instant_compile):
     model = small_dqn(COMPILED, board_size=6, transitions=64, compile_after=3)
-    assert type(model.updates.current) is UpdateStep and instant_compile.started == []
+    assert type(model.step_choice.current) is EagerSteps and instant_compile.started == []
     deferred = f"after the first 3 gradient steps, in a child process: {WHOLE_UPDATE}"  # when, where, what
-    assert model.active_optimizations.compile == Decision(True, True, deferred)
+    assert model.active_optimizations.compile == Decision.on(deferred)
     summary = summary_lines(model.active_optimizations)
     assert any(f"enabled ({deferred})" in line for line in summary)
     pending = model.optimizations_in_effect().compile
-    assert pending == Decision(True, False, "deferred to gradient step 3, not reached (0 trained)")
+    assert pending == Decision.off("deferred to gradient step 3, not reached (0 trained)")
     assert not model.compile_state.active
     for _ in range(5):
         model.train(gradient_steps=1, batch_size=32)
     assert instant_compile.started == [32]
-    assert isinstance(model.updates.current, CompiledUpdate) and model.updates.current.calls == 2
+    assert isinstance(model.step_choice.current, CompiledSteps) and model.step_choice.current.calls == 2
     in_effect = model.optimizations_in_effect().compile
     assert model.compile_state.active and in_effect.active and in_effect.reason.startswith(deferred)
     assert "compiled in a child process in 0 s, adopted at gradient step 3 (training paused" in in_effect.reason
@@ -110,7 +111,7 @@ def test_a_deferred_compile_trains_eagerly_first_then_compiles_once(instant_comp
 def test_on_the_cpu_a_model_whose_update_is_not_compiled_whole_is_not_compiled(instant_compile):
     policy_kwargs = {"optimizer_class": torch.optim.SGD, "features_extractor_kwargs": {"embed_dim": 8}}
     model = small_dqn(COMPILED, board_size=6, transitions=64, compile_after=3, policy_kwargs=policy_kwargs)
-    off = Decision(True, False, "the whole update is compiled for Adam only, not SGD")
+    off = Decision.off("the whole update is compiled for Adam only, not SGD")
     assert model.active_optimizations.compile == off
     for _ in range(4):
         model.train(gradient_steps=1, batch_size=32)
@@ -119,18 +120,18 @@ def test_on_the_cpu_a_model_whose_update_is_not_compiled_whole_is_not_compiled(i
 
 def test_on_the_cpu_compile_compiles_the_whole_update_at_the_first_update(instant_compile):
     model = small_dqn(COMPILED, board_size=6, transitions=64)
-    assert model.active_optimizations.compile == Decision(True, True, f"in a child process: {WHOLE_UPDATE}")
-    assert type(model.updates.current) is UpdateStep and model.q_net._compiled_call_impl is None
+    assert model.active_optimizations.compile == Decision.on(f"in a child process: {WHOLE_UPDATE}")
+    assert type(model.step_choice.current) is EagerSteps and model.q_net._compiled_call_impl is None
     model.train(gradient_steps=2, batch_size=32)
-    assert isinstance(model.updates.current, CompiledUpdate) and model.q_net._compiled_call_impl is None
-    assert model.updates.current.steps_per_call == 2 and model.updates.current.calls == 1
+    assert isinstance(model.step_choice.current, CompiledSteps) and model.q_net._compiled_call_impl is None
+    assert model.step_choice.current.steps_per_call == 2 and model.step_choice.current.calls == 1
     assert model.compile_state.active and model.optimizations_in_effect().compile.active
 
 
 def networks_compiled_here(monkeypatch):
     """The device compiles the two networks rather than the whole update, as CUDA does."""
     monkeypatch.setattr(
-        "sb3_snake.dqn.update.compile.decide_compiled_update", lambda device, reason: Decision(False, False)
+        "sb3_snake.dqn.update.compile.decide_compiled_update", lambda device, reason: Decision.not_requested()
     )
 
 
@@ -139,40 +140,40 @@ def test_where_the_networks_are_compiled_they_compile_once_in_place(monkeypatch,
     monkeypatch.setattr("sb3_snake.dqn.update.compile.compile_networks", lambda model, mode: calls.append(mode) or "")
     networks_compiled_here(monkeypatch)
     model = small_dqn(COMPILED, board_size=6, transitions=64)
-    assert calls == ["default"] and model.active_optimizations.compile == Decision(True, True)
-    assert type(model.updates.current) is UpdateStep
+    assert calls == ["default"] and model.active_optimizations.compile == Decision.on()
+    assert type(model.step_choice.current) is EagerSteps
     model.train(gradient_steps=2, batch_size=32)
     assert calls == ["default"] and instant_compile.started == []
 
 
 def test_the_whole_update_is_compiled_on_the_cpu_only_and_for_what_it_supports():
-    assert decide_compiled_update("cpu", "") == Decision(True, True, WHOLE_UPDATE)
-    assert decide_compiled_update("cpu", "not Adam") == Decision(True, False, "not Adam")
-    assert decide_compiled_update("cuda", "") == Decision(False, False)
+    assert decide_compiled_update("cpu", "") == Decision.on(WHOLE_UPDATE)
+    assert decide_compiled_update("cpu", "not Adam") == Decision.off("not Adam")
+    assert decide_compiled_update("cuda", "") == Decision.not_requested()
 
 
 def test_the_compile_state_describes_itself():
     """The one wording of the compile decision: off and why, what, when, where, pending, done, failed."""
     whole, networks = decide_compiled_update("cpu", ""), decide_compiled_update("cuda", "")
-    assert CompileState(Decision(False, False), whole).planned == Decision(False, False)
-    unavailable = Decision(True, False, "no torch.compile here")
+    assert CompileState(Decision.not_requested(), whole).planned == Decision.not_requested()
+    unavailable = Decision.off("no torch.compile here")
     assert CompileState(unavailable, whole, after=5).in_effect(0) == unavailable
-    state = CompileState(Decision(True, True), whole, after=1_000, background=True)
+    state = CompileState(Decision.on(), whole, after=1_000, background=True)
     planned = f"after the first 1,000 gradient steps, in a child process while training goes on: {WHOLE_UPDATE}"
-    assert state.planned == Decision(True, True, planned)
-    assert state.in_effect(10) == Decision(True, False, "deferred to gradient step 1,000, not reached (10 trained)")
+    assert state.planned == Decision.on(planned)
+    assert state.in_effect(10) == Decision.off("deferred to gradient step 1,000, not reached (10 trained)")
     assert not state.due(999) and state.due(1_000) and not state.active
     state.compiling_since, state.child_pid = 1_000, 42
     compiling = "compiling in a child process (pid 42) since gradient step 1,000 (1,200 trained)"
-    assert state.in_effect(1_200) == Decision(True, False, compiling) and not state.due(1_200)
+    assert state.in_effect(1_200) == Decision.off(compiling) and not state.due(1_200)
     state.compiling_since, state.stopped_since = None, 1_000
     stopped = "was compiling in a child process since gradient step 1,000 when training stopped, and was stopped"
-    assert state.in_effect(1_300) == Decision(True, False, f"{stopped} (1,300 trained)") and state.due(1_300)
+    assert state.in_effect(1_300) == Decision.off(f"{stopped} (1,300 trained)") and state.due(1_300)
     state.compiled, state.outcome = True, "compiled in a child process in 50 s, adopted at gradient step 1,400 in 0.9 s"
-    assert state.in_effect(2_000) == Decision(True, True, f"{planned}; {state.outcome}") and state.active
-    assert CompileState(Decision(True, True), networks).planned == Decision(True, True)
+    assert state.in_effect(2_000) == Decision.on(f"{planned}; {state.outcome}") and state.active
+    assert CompileState(Decision.on(), networks).planned == Decision.on()
     state.failure = "compile failed: RuntimeError: no"
-    assert state.planned == state.in_effect(2_000) == Decision(True, False, "compile failed: RuntimeError: no")
+    assert state.planned == state.in_effect(2_000) == Decision.off("compile failed: RuntimeError: no")
     assert not state.active and not state.due(2_000)
 
 
@@ -185,16 +186,16 @@ def test_a_compiled_update_whose_first_call_fails_is_reported_off_and_training_g
     monkeypatch.setattr("sb3_snake.dqn.update.choice.load", lambda path: fail)
     model = small_dqn(COMPILED, board_size=6, transitions=64, compile_after=1)
     model.train(gradient_steps=1, batch_size=32)
-    assert model.active_optimizations.compile.active and type(model.updates.current) is UpdateStep
+    assert model.active_optimizations.compile.active and type(model.step_choice.current) is EagerSteps
     with caplog.at_level("WARNING"):
         model.train(gradient_steps=2, batch_size=32)  # adopts, fails at its first call, trains these steps eagerly
     failure = "compile failed: RuntimeError: no C++ compiler"
-    assert model.active_optimizations.compile == Decision(True, False, failure)
-    assert model.optimizations_in_effect().compile == Decision(True, False, failure)
+    assert model.active_optimizations.compile == Decision.off(failure)
+    assert model.optimizations_in_effect().compile == Decision.off(failure)
     assert f"torch.compile requested but not active: {failure}; training eagerly" in caplog.text
-    assert model.updates.current is None and model._n_updates == 3 and not model.compile_state.active
+    assert model.step_choice.current is None and model._n_updates == 3 and not model.compile_state.active
     model.train(gradient_steps=1, batch_size=32)  # goes on eagerly
-    assert type(model.updates.current) is UpdateStep and model._n_updates == 4
+    assert type(model.step_choice.current) is EagerSteps and model._n_updates == 4
 
 
 def test_a_deferred_network_compile_that_fails_is_reported_off(monkeypatch):
@@ -206,9 +207,9 @@ def test_a_deferred_network_compile_that_fails_is_reported_off(monkeypatch):
     model.train(gradient_steps=1, batch_size=32)
     assert model.active_optimizations.compile.active
     model.train(gradient_steps=1, batch_size=32)
-    assert model.active_optimizations.compile == Decision(True, False, failure)
+    assert model.active_optimizations.compile == Decision.off(failure)
     model.train(gradient_steps=1, batch_size=32)  # goes on eagerly
-    assert type(model.updates.current) is UpdateStep and model._n_updates == 3
+    assert type(model.step_choice.current) is EagerSteps and model._n_updates == 3
 
 
 def test_a_deferred_compile_is_not_saved_and_a_loaded_model_defers_what_is_left(tmp_path, instant_compile):
@@ -225,14 +226,14 @@ def test_a_deferred_compile_is_not_saved_and_a_loaded_model_defers_what_is_left(
     done.save(tmp_path / "done.zip")
     reloaded = SnakeDQN.load(tmp_path / "done.zip", optimizations=COMPILED)
     assert reloaded.compile_state.due(reloaded._n_updates)  # compiles again, at its first update
-    assert reloaded.active_optimizations.compile == Decision(True, True, f"in a child process: {WHOLE_UPDATE}")
+    assert reloaded.active_optimizations.compile == Decision.on(f"in a child process: {WHOLE_UPDATE}")
 
 
 def test_without_compile_nothing_is_compiled(instant_compile):
     model = make_model()
     model.train(gradient_steps=2, batch_size=32)
-    assert not model.active_optimizations.compile.active and type(model.updates.current) is UpdateStep
-    assert instant_compile.started == [] and model.updates.job is None
+    assert not model.active_optimizations.compile.active and type(model.step_choice.current) is EagerSteps
+    assert instant_compile.started == [] and model.step_choice.job is None
 
 
 @pytest.mark.parametrize("settings", [{}, {"use_flash_attention": True}, {"use_bf16": True}])
@@ -299,11 +300,11 @@ def test_torch_threads_sets_and_restores():
 
 
 def test_flash_on_cuda_needs_bf16():
-    assert decide_flash(True, "cuda", bf16_active=True) == Decision(True, True)
+    assert decide_flash(True, "cuda", bf16_active=True) == Decision.on()
     off = decide_flash(True, "cuda", bf16_active=False)
     assert not off.active and "needs bf16 or fp16" in off.reason and "other SDPA backends" in off.reason
-    assert decide_flash(True, "cpu", bf16_active=False) == Decision(True, True)
-    assert decide_flash(False, "cuda", bf16_active=True) == Decision(False, False)
+    assert decide_flash(True, "cpu", bf16_active=False) == Decision.on()
+    assert decide_flash(False, "cuda", bf16_active=True) == Decision.not_requested()
     assert "cannot run" in decide_flash(True, "cuda", True, kernel_available=False).reason
 
 
@@ -311,13 +312,11 @@ def test_bf16_needs_hardware_support():
     assert decide_bf16(True, "cuda", hardware_bf16=True).active
     assert decide_bf16(True, "cuda", hardware_bf16=False).reason == "this GPU has no bf16 support"
     assert "AVX512-BF16" in decide_bf16(True, "cpu", hardware_bf16=False).reason
-    assert decide_bf16(False, "cpu", hardware_bf16=True) == Decision(False, False)
+    assert decide_bf16(False, "cpu", hardware_bf16=True) == Decision.not_requested()
 
 
 def test_compile_unavailable_is_reported():
-    assert decide_compile(True, "torch 1.13 has no torch.compile") == Decision(
-        True, False, "torch 1.13 has no torch.compile"
-    )
+    assert decide_compile(True, "torch 1.13 has no torch.compile") == Decision.off("torch 1.13 has no torch.compile")
     assert decide_compile(True).active and not decide_compile(False).active
 
 
@@ -327,13 +326,13 @@ def test_compile_off_never_asks_whether_compile_is_available(monkeypatch):
 
     monkeypatch.setattr(system, "compile_unavailable_reason", lambda: pytest.fail("asked about the compiler"))
     off = OptimizationSettings(use_torch_compile=False, use_bf16=False, use_flash_attention=False)
-    assert ActiveOptimizations.decide(off, "cpu").compile == Decision(False, False)
+    assert ActiveOptimizations.decide(off, "cpu").compile == Decision.not_requested()
 
 
 def test_the_cuda_graph_needs_cuda_a_device_buffer_and_no_graphing_compile_mode():
-    assert decide_cuda_graph(True, "cuda", device_buffer=True) == Decision(True, True)
-    assert decide_cuda_graph(True, "cuda", device_buffer=True, compile_mode="default") == Decision(True, True)
-    assert decide_cuda_graph(False, "cuda", device_buffer=True) == Decision(False, False)
+    assert decide_cuda_graph(True, "cuda", device_buffer=True) == Decision.on()
+    assert decide_cuda_graph(True, "cuda", device_buffer=True, compile_mode="default") == Decision.on()
+    assert decide_cuda_graph(False, "cuda", device_buffer=True) == Decision.not_requested()
     assert decide_cuda_graph(True, "cpu", device_buffer=True).reason == "CUDA graphs need a CUDA device, not cpu"
     assert "host memory" in decide_cuda_graph(True, "cuda", device_buffer=False).reason
     for mode in ("reduce-overhead", "max-autotune"):
@@ -402,12 +401,9 @@ def test_a_named_sdpa_backend_restricts_attention_to_that_kernel():
 
 def test_a_backend_that_cannot_run_falls_back_with_its_reason():
     decision = decide_sdpa_backend("efficient", "cpu", kernel_runs=False)
-    assert (
-        decision == Decision(True, False, decision.reason)
-        and "efficient SDPA kernel cannot run on cpu" in decision.reason
-    )
-    assert decide_sdpa_backend("auto", "cpu", kernel_runs=False) == Decision(False, False)
-    assert decide_sdpa_backend("math", "cuda", kernel_runs=True) == Decision(True, True)
+    assert decision == Decision.off(decision.reason) and "efficient SDPA kernel cannot run on cpu" in decision.reason
+    assert decide_sdpa_backend("auto", "cpu", kernel_runs=False) == Decision.not_requested()
+    assert decide_sdpa_backend("math", "cuda", kernel_runs=True) == Decision.on()
     settings = OptimizationSettings(sdpa_backend="efficient", use_bf16=False, num_threads=1)
     active = ActiveOptimizations.decide(settings, "cpu")  # no efficient kernel on CPU
     assert not active.sdpa.active and "PyTorch chooses among the others" in active.sdpa_description
@@ -434,3 +430,8 @@ def test_an_unmeasured_auto_asks_for_nothing_that_may_not_run(caplog, monkeypatc
         model = small_dqn(fallback, board_size=6, transitions=64)
     assert not model.active_optimizations.bf16.requested and not model.active_optimizations.flash.requested
     assert "requested but not active" not in caplog.text
+
+
+def test_the_replay_buffer_lives_on_cuda_devices_and_in_host_memory_for_the_cpu():
+    assert use_device_replay_buffer("cuda")[0] and "saves a host-to-device copy" in use_device_replay_buffer("cuda")[1]
+    assert use_device_replay_buffer("cpu") == (False, "CPU: SB3's NumPy sampling measured as fast or faster")

@@ -8,7 +8,7 @@ from stable_baselines3.common.buffers import NStepReplayBuffer, ReplayBuffer
 
 from sb3_snake import BatchedSnakeVecEnv, SnakeDQN
 from sb3_snake.acceleration.settings import OptimizationSettings
-from sb3_snake.dqn.replay import EXTRA_BYTES_PER_TRANSITION, DeviceReplayBuffer, use_device_replay_buffer
+from sb3_snake.dqn.replay import EXTRA_BYTES_PER_TRANSITION, DeviceReplayBuffer
 from sb3_snake.persistence import load_model, load_replay_buffer, save_model, save_replay_buffer
 from tests.conftest import SMALL_POLICY, cuda
 
@@ -82,12 +82,6 @@ def test_save_and_load_keep_every_transition(tmp_path):
     for name in ("observations", "next_observations", "actions", "rewards", "dones", "timeouts"):
         original = torch.cat([getattr(ours, name)[ours.pos :], getattr(ours, name)[: ours.pos]])  # oldest first
         torch.testing.assert_close(getattr(fresh, name)[rows], original, msg=name)
-
-
-def test_the_rule_uses_it_on_cuda_and_on_the_cpu_only_when_measured_faster():
-    assert use_device_replay_buffer("cuda")[0]
-    assert not use_device_replay_buffer("cpu")[0]
-    assert use_device_replay_buffer("cpu", cpu_measured_faster=True)[0]
 
 
 def model_with_device_buffer(**kwargs):

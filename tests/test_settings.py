@@ -275,7 +275,7 @@ def test_flash_and_sdpa_backend_must_not_contradict_each_other(tmp_path, text, o
 
 
 def test_a_default_flash_switch_follows_the_named_backend(tmp_path):
-    from sb3_snake.acceleration.autotune import resolve_auto
+    from sb3_snake.autotune import resolve_auto
 
     settings = OptimizationSettings.load(write_env(tmp_path, "SDPA_BACKEND=math\nUSE_BF16=false\n"))
     assert settings.use_flash_attention == "auto"  # the default: no contradiction

@@ -94,10 +94,10 @@ def test_native_bf16_is_asked_per_device():
 
 def test_every_caller_asks_native_bf16(monkeypatch):
     """The optimization layer's decision, auto's search and the capability report take one answer."""
-    from sb3_snake.acceleration.autotune import Machine
     from sb3_snake.acceleration.optimizations import ActiveOptimizations
-    from sb3_snake.acceleration.report import capability_report
     from sb3_snake.acceleration.settings import OptimizationSettings
+    from sb3_snake.autotune import Machine
+    from sb3_snake.capabilities import capability_report
 
     asked = OptimizationSettings(use_bf16=True, num_threads=1)
     for answer in (False, True):

@@ -189,8 +189,8 @@ def test_the_callback_keeps_the_count_once_the_networks_are_compiled(monkeypatch
     callback.on_step()
     assert callback.tuner.current == 3 and callback.tuner.probing
     assert not model.compile_state.active  # compile is off for this model
-    compiled = CompileState(Decision(True, True), Decision(False, False), compiled=True)
-    monkeypatch.setattr(model.updates, "compile", compiled)
+    compiled = CompileState(Decision.on(), Decision.not_requested(), compiled=True)
+    monkeypatch.setattr(model.step_choice, "compile", compiled)
     assert model.compile_state.active
     for _ in range(20):
         model.num_timesteps += 5
@@ -206,8 +206,8 @@ def test_the_callback_neither_measures_nor_sets_a_count_while_the_update_compile
     model.num_timesteps = 10
     callback.on_step()
     assert callback.tuner.current == 3 and callback.tuner.probing
-    compiling = CompileState(Decision(True, True), Decision(True, True), background=True, compiling_since=0)
-    monkeypatch.setattr(model.updates, "compile", compiling)
+    compiling = CompileState(Decision.on(), Decision.on(), background=True, compiling_since=0)
+    monkeypatch.setattr(model.step_choice, "compile", compiling)
     torch.set_num_threads(1)  # as the compile sets it: one core left to the compiler
     measured = callback.tuner.as_dict()
     for _ in range(20):
@@ -216,7 +216,9 @@ def test_the_callback_neither_measures_nor_sets_a_count_while_the_update_compile
     assert torch.get_num_threads() == 1 and callback.tuner.as_dict() == measured
     assert lines == []
     torch.set_num_threads(3)  # the compile failed: training is back at its count
-    monkeypatch.setattr(model.updates, "compile", CompileState(Decision(True, False), Decision(True, True)))
+    monkeypatch.setattr(
+        model.step_choice, "compile", CompileState(Decision.off("torch.compile is not supported here"), Decision.on())
+    )
     callback.on_step()
     assert len(callback.tuner.probes) == 2 and callback.tuner.probing  # a fresh probe, not the stale window
     callback.on_training_end()
@@ -230,8 +232,8 @@ def test_a_compile_that_is_due_fixes_the_chosen_count_not_a_probes(monkeypatch):
         model.num_timesteps += 5
         callback.on_step()
     assert callback.tuner.probing and torch.get_num_threads() == 1  # a window of the other count
-    due = CompileState(Decision(True, True), Decision(True, True), background=True)
-    monkeypatch.setattr(model.updates, "compile", due)
+    due = CompileState(Decision.on(), Decision.on(), background=True)
+    monkeypatch.setattr(model.step_choice, "compile", due)
     assert model.compile_state.due(model._n_updates)
     callback.on_step()
     assert torch.get_num_threads() == 3 and callback.tuner.current == 3 and not callback.tuner.probing

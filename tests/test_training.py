@@ -17,10 +17,10 @@ from sb3_snake.dqn.extractor import HeadView
 from sb3_snake.dqn.snake_dqn import TrainingDiverged
 from sb3_snake.envs import BatchedSnakeVecEnv
 from sb3_snake.persistence import load_model
-from sb3_snake.training.callbacks import RunCancelled, StopRequest
+from sb3_snake.training.callbacks import RunCallbacks, RunCancelled, StopRequest
 from sb3_snake.training.config import TrainConfig
 from sb3_snake.training.evaluation import evaluate
-from sb3_snake.training.run import RunCallbacks, build_model, train
+from sb3_snake.training.run import build_model, train
 from sb3_snake.training.summary import Outcome, build_summary
 from sb3_snake.training.tracking import WandbRun
 from tests.conftest import FAST, tiny_config
@@ -206,7 +206,7 @@ def test_training_beats_a_random_policy_by_a_clear_margin(tmp_path):
 def test_an_auto_batch_size_is_resolved_into_the_config_with_how_it_was_chosen(tmp_path, monkeypatch):
     """auto is measured (here: read from a cache the search wrote) and the run trains with the
     size chosen, its source the evidence; the config's batch size is a size from then on."""
-    from sb3_snake.acceleration.autotune import Machine, resolve_auto
+    from sb3_snake.autotune import Machine, resolve_auto
     from sb3_snake.training.run import resolve_settings
 
     monkeypatch.setenv("SB3_SNAKE_CACHE_DIR", str(tmp_path / "cache"))

@@ -40,10 +40,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.common import system
-from sb3_snake.dqn.replay import DeviceReplayBuffer, use_device_replay_buffer
 
 if TYPE_CHECKING:
-    from stable_baselines3.dqn import DQN
+    pass
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +71,21 @@ class Decision:
     active: bool
     reason: str = ""
 
+    @classmethod
+    def on(cls, reason: str = "") -> Decision:
+        """Asked for and active (``reason``: a qualification, such as when it starts)."""
+        return cls(True, True, reason)
+
+    @classmethod
+    def off(cls, reason: str) -> Decision:
+        """Asked for but not active, because of ``reason``."""
+        return cls(True, False, reason)
+
+    @classmethod
+    def not_requested(cls) -> Decision:
+        """Not asked for, so not active."""
+        return cls(False, False)
+
     def describe(self) -> str:
         if self.active:
             return f"enabled ({self.reason})" if self.reason else "enabled"
@@ -84,53 +98,62 @@ class Decision:
 def decide_bf16(requested: bool, device_type: str, hardware_bf16: bool) -> Decision:
     """BF16 autocast is active when requested and the device computes bf16 natively."""
     if not requested:
-        return Decision(False, False)
+        return Decision.not_requested()
     if not hardware_bf16:
         reason = "this GPU has no bf16 support" if device_type == "cuda" else "this CPU has neither AVX512-BF16 nor AMX"
-        return Decision(True, False, reason)
-    return Decision(True, True)
+        return Decision.off(reason)
+    return Decision.on()
 
 
 def decide_flash(requested: bool, device_type: str, bf16_active: bool, kernel_available: bool = True) -> Decision:
     """FlashAttention is active when requested and its kernel can run for the device and dtype."""
     if not requested:
-        return Decision(False, False)
+        return Decision.not_requested()
     if device_type == "cuda" and not bf16_active:
-        return Decision(
-            True,
-            False,
-            "FlashAttention on CUDA needs bf16 or fp16 inputs and BF16 is off; using the other SDPA backends",
+        return Decision.off(
+            "FlashAttention on CUDA needs bf16 or fp16 inputs and BF16 is off; using the other SDPA backends"
         )
     if not kernel_available:
-        return Decision(
-            True, False, f"the flash SDPA kernel cannot run on {device_type} with torch {torch.__version__}"
-        )
-    return Decision(True, True)
+        return Decision.off(f"the flash SDPA kernel cannot run on {device_type} with torch {torch.__version__}")
+    return Decision.on()
 
 
 def decide_sdpa_backend(backend: str, device_type: str, kernel_runs: bool) -> Decision:
     """A named non-flash SDPA kernel is active when it runs for the device and dtype
     (``auto`` and ``flash`` are not requests of this decision: flash has its own)."""
     if backend in ("auto", "flash"):
-        return Decision(False, False)
+        return Decision.not_requested()
     if not kernel_runs:
-        return Decision(
-            True, False, f"the {backend} SDPA kernel cannot run on {device_type} here; PyTorch chooses among the others"
+        return Decision.off(
+            f"the {backend} SDPA kernel cannot run on {device_type} here; PyTorch chooses among the others"
         )
-    return Decision(True, True)
+    return Decision.on()
 
 
 def decide_compile(requested: bool, unavailable_reason: str = "") -> Decision:
     if not requested:
-        return Decision(False, False)
+        return Decision.not_requested()
     if unavailable_reason:
-        return Decision(True, False, unavailable_reason)
-    return Decision(True, True)
+        return Decision.off(unavailable_reason)
+    return Decision.on()
 
 
 #: ``torch.compile`` modes that capture CUDA graphs of their own (CUDA graph trees), which a
 #: captured gradient step cannot hold.
 GRAPHING_COMPILE_MODES = ("reduce-overhead", "max-autotune")
+
+
+def use_device_replay_buffer(device_type: str) -> tuple[bool, str]:
+    """Whether a model on ``device_type`` keeps its replay buffer on the device, and why.
+
+    On CUDA, always: SB3's buffer copies every batch from host memory. On the CPU, no:
+    ``sb3-snake benchmark-replay`` found the two samplers within a small fraction of a CPU
+    gradient step of each other, 1-step and n-step (benchmark_results/replay_sampling_*.json), so
+    the CPU keeps SB3's own buffer, with which every CPU result was measured.
+    """
+    if device_type == "cuda":
+        return True, "CUDA: sampling on the device saves a host-to-device copy per batch"
+    return False, "CPU: SB3's NumPy sampling measured as fast or faster"
 
 
 def decide_cuda_graph(requested: bool, device_type: str, device_buffer: bool, compile_mode: str = "") -> Decision:
@@ -139,14 +162,14 @@ def decide_cuda_graph(requested: bool, device_type: str, device_buffer: bool, co
     cannot redo), unless the active compile mode (``compile_mode``; empty when compile is off)
     captures graphs itself."""
     if not requested:
-        return Decision(False, False)
+        return Decision.not_requested()
     if device_type != "cuda":
-        return Decision(True, False, f"CUDA graphs need a CUDA device, not {device_type}")
+        return Decision.off(f"CUDA graphs need a CUDA device, not {device_type}")
     if not device_buffer:
-        return Decision(True, False, "the replay buffer is in host memory; a graph needs it on the device")
+        return Decision.off("the replay buffer is in host memory; a graph needs it on the device")
     if compile_mode in GRAPHING_COMPILE_MODES:
-        return Decision(True, False, f"torch.compile mode {compile_mode} captures CUDA graphs of its own")
-    return Decision(True, True)
+        return Decision.off(f"torch.compile mode {compile_mode} captures CUDA graphs of its own")
+    return Decision.on()
 
 
 def choose_num_threads(setting: int | str, device_type: str, cpu_cores: int | None) -> tuple[int, str]:
@@ -246,8 +269,8 @@ class ActiveOptimizations:
     compile: Decision
     num_threads: int
     num_threads_reason: str
-    sdpa: Decision = Decision(False, False)  #: a named non-flash SDPA kernel
-    cuda_graph: Decision = Decision(False, False)  #: the gradient step replayed as one CUDA graph
+    sdpa: Decision = Decision.not_requested()  #: a named non-flash SDPA kernel
+    cuda_graph: Decision = Decision.not_requested()  #: the gradient step replayed as one CUDA graph
     adaptive_threads: tuple[int, ...] = ()  #: counts a training run measures and chooses between
 
     @classmethod
@@ -255,7 +278,7 @@ class ActiveOptimizations:
         cls, settings: OptimizationSettings, device: torch.device | str, device_buffer: bool | None = None
     ) -> ActiveOptimizations:
         """What is active with ``settings`` on ``device``; ``auto`` settings nobody resolved
-        (:mod:`sb3_snake.acceleration.autotune`) take their unmeasured values
+        (:mod:`sb3_snake.autotune`) take their unmeasured values
         (``settings.UNMEASURED``), and their sources say so.
         ``device_buffer``: whether the model's replay buffer is on the device (``None``: the
         default buffer for ``device``, as a model built there gets)."""
@@ -347,30 +370,3 @@ def torch_threads(count: int) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(previous)
-
-
-def apply_optimizations(model: DQN, settings: OptimizationSettings) -> ActiveOptimizations:
-    """Apply ``settings`` to a DQN model in place and return what is really active.
-
-    Gives both Q-networks the forward context. Compiling is the model's own
-    (:class:`~sb3_snake.dqn.update.compile.CompileState`): the compile decision returned says
-    only whether it is asked for and available. The thread count is decided
-    (``active.num_threads``) but not set: that is :func:`torch_threads`'s, for the entry point.
-    """
-    if settings.auto_fields:
-        logger.warning(
-            "%s: auto, but not measured for this model, so the values that run everywhere are used "
-            "(fp32, PyTorch's attention kernel, no compile); "
-            "sb3_snake.acceleration.autotune.resolve_auto measures them, as sb3-snake train does",
-            ", ".join(OptimizationSettings.env_key(name) for name in settings.auto_fields),
-        )
-    device_buffer = isinstance(getattr(model, "replay_buffer", None), DeviceReplayBuffer)
-    active = ActiveOptimizations.decide(settings, model.device, device_buffer)
-    for network in (model.q_net, model.q_net_target):
-        network.forward_context = active.forward_context
-    for decision, field in ((active.bf16, "use_bf16"), (active.flash, "use_flash_attention")):
-        # An auto setting that fell back to the default asked for "where it runs", not for it.
-        asked = not active.settings.source(field).startswith("auto")
-        if decision.requested and not decision.active and asked:
-            logger.warning("optimization requested but not active: %s", decision.reason)
-    return active

@@ -17,7 +17,7 @@ from sb3_snake.common.errors import UsageError
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 #: ``SDPA_BACKEND`` values: ``auto`` or one ``torch.nn.attention.SDPBackend`` kernel.
 SDPA_BACKENDS = ("auto", "flash", "efficient", "math", "cudnn")
-#: The value of a setting that is measured on the machine that runs it (:mod:`sb3_snake.acceleration.autotune`).
+#: The value of a setting that is measured on the machine that runs it (:mod:`sb3_snake.autotune`).
 AUTO = "auto"
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}

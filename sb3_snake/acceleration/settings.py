@@ -12,7 +12,7 @@ validation, ``.env`` writing, the CLI's options, and the rows of the table of ke
 it, and a test holds the two together).
 
 ``auto`` for the three switches means "measured on this machine": see
-:mod:`sb3_snake.acceleration.autotune`, which resolves it into a plain value before a model is built and
+:mod:`sb3_snake.autotune`, which resolves it into a plain value before a model is built and
 records how in the field's source. ``SDPA_BACKEND`` restricts scaled-dot-product attention to
 one kernel; ``auto`` leaves the choice to ``USE_FLASH_ATTENTION`` (flash, or PyTorch's pick of
 the others), or to the measurement when that is ``auto`` too. The two must agree: a backend
@@ -153,7 +153,7 @@ class OptimizationSettings:
     #: Where each field's value came from: override, environment, .env or default.
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
     #: What ``auto`` measured for the fields it resolved, once for all of them (see
-    #: :func:`sb3_snake.acceleration.autotune.resolve.apply_choice`): ``date``, ``where`` (the cache),
+    #: :func:`sb3_snake.autotune.resolve.apply_choice`): ``date``, ``where`` (the cache),
     #: ``evidence`` per field, ``rule`` and the ``measurements``; empty when nothing was measured.
     auto_record: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -205,7 +205,7 @@ class OptimizationSettings:
         """The built-in defaults as a model built in Python without settings takes them: each
         ``auto`` at its :data:`UNMEASURED` value and no compile, so building a model measures
         nothing and stalls for no cold compile. Ask for compile or ``auto`` explicitly (and
-        resolve it with :func:`sb3_snake.acceleration.autotune.resolve_auto`)."""
+        resolve it with :func:`sb3_snake.autotune.resolve_auto`)."""
         return cls().resolved(UNMEASURED, {name: UNMEASURED_SOURCE for name in UNMEASURED})
 
     @property
@@ -276,7 +276,7 @@ SETTINGS: Mapping[str, Setting] = {
 UNMEASURED: Mapping[str, Any] = {
     name: declared.unmeasured for name, declared in SETTINGS.items() if declared.unmeasured is not None
 }
-#: Fields whose ``auto`` is measured on the machine (:mod:`sb3_snake.acceleration.autotune`).
+#: Fields whose ``auto`` is measured on the machine (:mod:`sb3_snake.autotune`).
 AUTO_FIELDS = tuple(UNMEASURED)
 _DEFAULTS = {declared.name: declared.default for declared in fields(OptimizationSettings)}
 

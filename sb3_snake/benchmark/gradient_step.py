@@ -7,7 +7,7 @@ The step measured is the one ``sb3-snake train`` trains with at its defaults: it
 The replay buffer is filled with real transitions from ``BatchedSnakeVecEnv`` under random
 actions; then, per configuration, a fresh model is built (and compiled, when asked), warmed up
 with an untimed call of ``gradient_steps`` steps (the first compiled call fixes how many steps
-each holds: :attr:`~sb3_snake.dqn.update.compiled.CompiledUpdate.steps_per_call`), and timed
+each holds: :attr:`~sb3_snake.dqn.update.compiled.CompiledSteps.steps_per_call`), and timed
 over ``repeats`` runs through ``SnakeDQN.train``, each of as many calls of ``gradient_steps``
 steps as last about ``seconds`` (calibrated first, :func:`~sb3_snake.common.timing.time_runs`).
 The figure is the median run, with the slowest and fastest runs beside it, and the peak memory
@@ -31,8 +31,8 @@ from typing import Any
 
 import torch
 
-from sb3_snake.acceleration.autotune import BATCH_TOLERANCE, smallest_fast_enough
 from sb3_snake.acceleration.settings import OptimizationSettings
+from sb3_snake.autotune import BATCH_TOLERANCE, smallest_fast_enough
 from sb3_snake.benchmark.matmul import (
     PEAK_MATRIX_SIZE,
     count_flops_per_sample,

@@ -30,8 +30,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map_only
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
-from sb3_snake.acceleration.autotune import filled_model
 from sb3_snake.acceleration.settings import OptimizationSettings
+from sb3_snake.autotune import filled_model
 from sb3_snake.common.system import native_bf16
 from sb3_snake.common.timing import device_sync, time_runs
 from sb3_snake.dqn.snake_dqn import SnakeDQN
@@ -76,7 +76,7 @@ def train_step_model(
     settings: OptimizationSettings, device: str, board_size: int, transitions: int, batch_size: int
 ) -> SnakeDQN:
     """A model whose gradient step is the one ``sb3-snake train`` trains with (its default
-    policy, view and augmentation; :func:`~sb3_snake.acceleration.autotune.filled_model`),
+    policy, view and augmentation; :func:`~sb3_snake.autotune.filled_model`),
     ``transitions`` of random play in its buffer."""
     config = TrainConfig()
     return filled_model(

@@ -4,7 +4,7 @@ number of seconds (:func:`time_runs`), or of whole calls until the seconds have 
 
 Every throughput figure of the package is timed here: ``benchmark-grad``'s gradient steps, the
 matmul peak and ceiling, ``benchmark-env``'s env steps, and the measurement behind ``auto``
-(:class:`~sb3_snake.acceleration.autotune.measure.GradientStepMeter`, one :func:`time_for` per
+(:class:`~sb3_snake.autotune.measure.GradientStepMeter`, one :func:`time_for` per
 slice). Warm-up is the caller's: what runs before :func:`time_runs` (a compile, a CUDA graph's
 capture) is never timed, and the calibration is not timed into the result either.
 

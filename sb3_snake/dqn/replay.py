@@ -32,22 +32,6 @@ from stable_baselines3.common.type_aliases import ReplayBufferSamples
 EXTRA_BYTES_PER_TRANSITION = 8 + 3 * 4
 
 
-def use_device_replay_buffer(device_type: str, cpu_measured_faster: bool = False) -> tuple[bool, str]:
-    """Whether a model on ``device_type`` keeps its replay buffer on the device, and why.
-
-    On CUDA, always: SB3's buffer copies every batch from host memory. On the CPU only where a
-    measurement says so, and none does: ``sb3-snake benchmark-replay`` found the two samplers
-    within a small fraction of a CPU gradient step of each other, 1-step and n-step (the
-    figures are in benchmark_results/), so the CPU keeps SB3's own buffer, with which every CPU
-    result was measured.
-    """
-    if device_type == "cuda":
-        return True, "CUDA: sampling on the device saves a host-to-device copy per batch"
-    if cpu_measured_faster:
-        return True, "CPU: torch gathers measured faster than SB3's NumPy sampling"
-    return False, "CPU: SB3's NumPy sampling measured as fast or faster"
-
-
 class DeviceReplayBuffer(ReplayBuffer):
     """A replay buffer whose arrays are tensors on ``device``; 1-step or n-step returns.
 

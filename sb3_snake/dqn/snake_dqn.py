@@ -14,6 +14,7 @@ shaping (:mod:`~sb3_snake.dqn.targets`), and the plain-JSON description every sa
 
 from __future__ import annotations
 
+import logging
 import math
 import warnings
 from collections.abc import Callable
@@ -25,22 +26,24 @@ from stable_baselines3 import DQN
 from stable_baselines3.common.utils import LinearSchedule
 from stable_baselines3.dqn.policies import DQNPolicy
 
-from sb3_snake.acceleration.optimizations import ActiveOptimizations, apply_optimizations
+from sb3_snake.acceleration.optimizations import ActiveOptimizations, use_device_replay_buffer
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.common.errors import UsageError, did_you_mean
 from sb3_snake.dqn import save_format
 from sb3_snake.dqn.policies import POLICY_ALIASES
-from sb3_snake.dqn.replay import DeviceReplayBuffer, use_device_replay_buffer
+from sb3_snake.dqn.replay import DeviceReplayBuffer
 from sb3_snake.dqn.rollout import TensorRollouts
 from sb3_snake.dqn.save_format import HYPERPARAMETERS
 from sb3_snake.dqn.symmetry import SymmetryAugmentation
-from sb3_snake.dqn.update.choice import UpdateChoice
+from sb3_snake.dqn.update.choice import StepChoice
 from sb3_snake.dqn.update.compile import CompileState
+
+logger = logging.getLogger(__name__)
 
 #: Replay samples per gradient step when none is given, here and in ``sb3-snake train``
 #: (:class:`~sb3_snake.training.config.TrainConfig`): DQN learns per update, and at one replay
 #: ratio a smaller batch makes more updates in about the same time; on score-against-minutes
-#: curves 128 reached each score sooner than 512 (README's "Time to skill").
+#: curves 128 reached each score sooner than 512 (docs/history.md, "Time to skill").
 DEFAULT_BATCH_SIZE = 128
 #: A halving learning rate changes in this many steps per half-life, not continuously: a
 #: captured CUDA graph bakes the rate in and is captured again whenever it changes.
@@ -120,7 +123,7 @@ class SnakeDQN(TensorRollouts, DQN):
 
     After construction, ``model.active_optimizations`` says what is really active and why
     anything requested is not (the compile decision's reason says what is compiled), and
-    ``model.updates`` runs the gradient steps (:class:`~sb3_snake.dqn.update.choice.UpdateChoice`).
+    ``model.step_choice`` runs the gradient steps (:class:`~sb3_snake.dqn.update.choice.StepChoice`).
     Compilation is not saved; :meth:`load` applies the optimizations it is given again.
     """
 
@@ -157,7 +160,7 @@ class SnakeDQN(TensorRollouts, DQN):
         self.double_dqn = double_dqn
         self.symmetry_augmentation = symmetry_augmentation
         self._augmentation: SymmetryAugmentation | None = None
-        self.updates: UpdateChoice | None = None
+        self.step_choice: StepChoice | None = None
         self.optimizations = optimizations if optimizations is not None else OptimizationSettings.unmeasured()
         kwargs.setdefault("batch_size", DEFAULT_BATCH_SIZE)
         self.active_optimizations: ActiveOptimizations | None = None
@@ -173,9 +176,34 @@ class SnakeDQN(TensorRollouts, DQN):
             # SB3 warns that n_steps is ignored with a custom buffer class; ours takes it above.
             warnings.filterwarnings("ignore", message=r"`n_steps=\d+` is ignored because a custom")
             super()._setup_model()
-        self.active_optimizations = apply_optimizations(self, self.optimizations)
+        self.active_optimizations = self._apply_optimizations(self.optimizations)
         self._setup_augmentation()
-        self.updates = UpdateChoice(self, self.compile_after, self.compile_in_background)
+        self.step_choice = StepChoice(self, self.compile_after, self.compile_in_background)
+
+    def _apply_optimizations(self, settings: OptimizationSettings) -> ActiveOptimizations:
+        """What is really active with ``settings`` for this model (decided by
+        :meth:`ActiveOptimizations.decide`), with both Q-networks given its forward context.
+        Compiling is the model's own (:class:`~sb3_snake.dqn.update.compile.CompileState`): the
+        compile decision says only whether it is asked for and available. The thread count is
+        decided (``active.num_threads``) but not set: that is the entry point's
+        (:func:`~sb3_snake.acceleration.optimizations.torch_threads`)."""
+        if settings.auto_fields:
+            logger.warning(
+                "%s: auto, but not measured for this model, so the values that run everywhere are used "
+                "(fp32, PyTorch's attention kernel, no compile); "
+                "sb3_snake.autotune.resolve_auto measures them, as sb3-snake train does",
+                ", ".join(OptimizationSettings.env_key(name) for name in settings.auto_fields),
+            )
+        device_buffer = isinstance(self.replay_buffer, DeviceReplayBuffer)
+        active = ActiveOptimizations.decide(settings, self.device, device_buffer)
+        for network in (self.q_net, self.q_net_target):
+            network.forward_context = active.forward_context
+        for decision, field in ((active.bf16, "use_bf16"), (active.flash, "use_flash_attention")):
+            # An auto setting that fell back to the default asked for "where it runs", not for it.
+            asked = not active.settings.source(field).startswith("auto")
+            if decision.requested and not decision.active and asked:
+                logger.warning("optimization requested but not active: %s", decision.reason)
+        return active
 
     def _setup_augmentation(self) -> None:
         self._augmentation = None
@@ -192,7 +220,7 @@ class SnakeDQN(TensorRollouts, DQN):
     @property
     def compile_state(self) -> CompileState:
         """What ``torch.compile`` compiles for this model, when, and how it went."""
-        return self.updates.compile
+        return self.step_choice.compile
 
     def _on_step(self) -> None:
         super()._on_step()
@@ -216,7 +244,7 @@ class SnakeDQN(TensorRollouts, DQN):
         self.logger.record("train/learning_rate", optimizers[0].param_groups[0]["lr"])
 
     def train(self, gradient_steps: int, batch_size: int = 100) -> None:
-        """SB3's DQN update loop around one update object (``self.updates``: eager, compiled or
+        """SB3's DQN update loop around one update object (``self.step_choice``: eager, compiled or
         captured), with no host sync per step.
 
         SB3 calls ``loss.item()`` after every gradient step, which waits for the device each
@@ -235,12 +263,12 @@ class SnakeDQN(TensorRollouts, DQN):
         self.policy.set_training_mode(True)
         self._update_learning_rate(self.policy.optimizer)
         done = min(gradient_steps, UPDATE_CHUNK)
-        mean_loss = self.updates.run(done, batch_size)
+        mean_loss = self.step_choice.run(done, batch_size)
         if done < gradient_steps:  # a long update: in chunks, asking update_interrupt between them
             total = mean_loss * done
             while done < gradient_steps and not (self.update_interrupt and self.update_interrupt()):
                 steps = min(UPDATE_CHUNK, gradient_steps - done)
-                total = total + self.updates.run(steps, batch_size) * steps
+                total = total + self.step_choice.run(steps, batch_size) * steps
                 done += steps
             mean_loss = total / done
         self._n_updates += done
@@ -255,12 +283,12 @@ class SnakeDQN(TensorRollouts, DQN):
 
     def learn(self, *args: Any, **kwargs: Any) -> SnakeDQN:
         """SB3's ``learn``; when it ends, however it ends, a compile child still running is stopped
-        and reaped (:meth:`~sb3_snake.dqn.update.choice.UpdateChoice.close`)."""
+        and reaped (:meth:`~sb3_snake.dqn.update.choice.StepChoice.close`)."""
         try:
             return super().learn(*args, **kwargs)
         finally:
-            if self.updates is not None:
-                self.updates.close()
+            if self.step_choice is not None:
+                self.step_choice.close()
 
     def optimizations_in_effect(self) -> ActiveOptimizations:
         """``active_optimizations`` as they stand now: a compile still waiting for its gradient
@@ -272,7 +300,7 @@ class SnakeDQN(TensorRollouts, DQN):
         excluded = [
             "optimizations",
             "active_optimizations",
-            "updates",
+            "step_choice",
             "_augmentation",
             "_last_obs",
             "update_interrupt",
@@ -296,7 +324,7 @@ class SnakeDQN(TensorRollouts, DQN):
         rebuild_buffer = "buffer_size" in values and values["buffer_size"] != self.buffer_size
         for name, value in values.items():
             setattr(self, name, value)
-        self.updates.reload()  # a graph baked in gamma, clipping, Double DQN and augmentation
+        self.step_choice.reload()  # a graph baked in gamma, clipping, Double DQN and augmentation
         self._setup_lr_schedule()
         self._convert_train_freq()
         self.exploration_schedule = LinearSchedule(
@@ -321,8 +349,8 @@ class SnakeDQN(TensorRollouts, DQN):
     def set_parameters(self, *args: Any, **kwargs: Any) -> None:
         """SB3's; loading gives the optimizer new state tensors, which a captured update would
         not see (it is dropped) and a compiled one reads again."""
-        if self.updates is not None:
-            self.updates.reload()
+        if self.step_choice is not None:
+            self.step_choice.reload()
         super().set_parameters(*args, **kwargs)
 
     def hyperparameters(self) -> dict[str, Any]:

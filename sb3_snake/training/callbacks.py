@@ -1,9 +1,9 @@
-"""SB3 callbacks of a training run: episode budget and stop requests, progress, checkpoints,
-greedy evaluation (and best-model selection on it), W&B episodes.
+"""SB3 callbacks of a training run: episode budget and stop requests, progress, the compile's
+course, checkpoints, greedy evaluation (and best-model selection on it), W&B episodes.
 
 Each callback does one thing and reads what SB3 hands every callback (``self.locals``:
 ``dones`` and ``infos`` of the step just taken). They are combined in
-:meth:`sb3_snake.training.run.RunCallbacks.build`.
+:meth:`RunCallbacks.build`, which the training run (:mod:`sb3_snake.training.run`) calls.
 """
 
 from __future__ import annotations
@@ -20,8 +20,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from stable_baselines3.common.callbacks import BaseCallback
 
+from sb3_snake.acceleration.threads import AdaptiveThreads
 from sb3_snake.persistence import save_model
+from sb3_snake.training.config import TrainConfig
 from sb3_snake.training.evaluation import SELECTION_SEED_OFFSET, evaluate
+from sb3_snake.training.tracking import WandbRun
 
 logger = logging.getLogger(__name__)
 
@@ -340,3 +343,46 @@ class EpisodeMetrics(BaseCallback):
                 }
             )
         return True
+
+
+@dataclass
+class RunCallbacks:
+    """The run's callbacks, by role; ``all`` in the order SB3 calls them."""
+
+    record: EpisodeRecord
+    budget: EpisodeBudget
+    progress: ProgressReport
+    selection: BestModelSelection | None
+    threads: AdaptiveThreads | None
+    all: list[BaseCallback]
+
+    @classmethod
+    def build(
+        cls,
+        config: TrainConfig,
+        run_dir: Path,
+        tracking: WandbRun,
+        stop: StopRequest,
+        console: Console,
+        adaptive_threads: tuple[int, ...] = (),
+        extra: list[BaseCallback] = (),
+    ) -> RunCallbacks:
+        """Budget and stop request, progress, the compile's course, W&B episodes, checkpoints,
+        best-model selection, the thread count measured while training (when ``adaptive_threads``
+        names counts to choose between), then ``extra``."""
+        record = EpisodeRecord()
+        max_seconds = config.time_limit_minutes * 60 if config.time_limit_minutes is not None else None
+        budget = EpisodeBudget(config.episodes, record, time.perf_counter(), config.timesteps, max_seconds, stop)
+        progress = ProgressReport(budget, console)
+        callbacks: list[BaseCallback] = [budget, progress, CompileReport(console), EpisodeMetrics(budget, tracking.log)]
+        if config.checkpoint_every:
+            callbacks.append(EpisodeCheckpoint(budget, run_dir, config.checkpoint_every, config.save_replay_buffer))
+        selection = None
+        if config.select_every:
+            selection = BestModelSelection(run_dir, config.select_every, config.select_episodes, tracking.log)
+            callbacks.append(selection)
+        threads = None
+        if adaptive_threads:
+            threads = AdaptiveThreads(adaptive_threads, notify=lambda line: console.print(line, highlight=False))
+            callbacks.append(threads)
+        return cls(record, budget, progress, selection, threads, [*callbacks, *extra])

@@ -11,9 +11,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from sb3_snake.acceleration.autotune.search import batch_candidates
 from sb3_snake.acceleration.setting_values import AUTO, BATCH_SIZE, Values
 from sb3_snake.acceleration.settings import BATCH_SIZE_KEY
+from sb3_snake.autotune.search import batch_candidates
 from sb3_snake.common.errors import UsageError
 from sb3_snake.common.system import check_device
 from sb3_snake.dqn.extractor import SnakeAttentionExtractor

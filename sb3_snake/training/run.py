@@ -13,7 +13,7 @@ really trained with, read back from the model.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +22,9 @@ from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 from stable_baselines3.common.logger import HumanOutputFormat, KVWriter, Logger, TensorBoardOutputFormat
 from stable_baselines3.common.utils import get_latest_run_id
 
-from sb3_snake.acceleration.autotune import resolve_auto
-from sb3_snake.acceleration.report import summary_lines
+from sb3_snake.acceleration.description import summary_lines
 from sb3_snake.acceleration.settings import OptimizationSettings
-from sb3_snake.acceleration.threads import AdaptiveThreads
+from sb3_snake.autotune import resolve_auto
 from sb3_snake.common.errors import OutputError, UsageError
 from sb3_snake.common.system import capabilities, resolve_device
 from sb3_snake.dqn.snake_dqn import SnakeDQN, TrainingDiverged
@@ -37,17 +36,7 @@ from sb3_snake.persistence import (
     replay_buffer_path,
     write_json,
 )
-from sb3_snake.training.callbacks import (
-    BestModelSelection,
-    CompileReport,
-    EpisodeBudget,
-    EpisodeCheckpoint,
-    EpisodeMetrics,
-    EpisodeRecord,
-    ProgressReport,
-    RunCancelled,
-    StopRequest,
-)
+from sb3_snake.training.callbacks import EpisodeRecord, RunCallbacks, RunCancelled, StopRequest
 from sb3_snake.training.config import MAX_TIMESTEPS, TrainConfig, WandbOptions
 from sb3_snake.training.memory import check_memory
 from sb3_snake.training.resume import apply_config
@@ -142,7 +131,7 @@ def resolve_settings(
 ) -> tuple[TrainConfig, OptimizationSettings]:
     """``config``'s batch size and ``settings`` with each ``auto`` measured on this machine for
     this run's policy (or read from the cache of an earlier measurement):
-    :func:`sb3_snake.acceleration.autotune.resolve_auto`; the batch size's source says how."""
+    :func:`sb3_snake.autotune.resolve_auto`; the batch size's source says how."""
     notify = (lambda line: console.print(line, highlight=False, soft_wrap=True)) if console else (lambda line: None)
     device = resolve_device(config.device)
     settings, batch_size, batch_source = resolve_auto(
@@ -254,49 +243,6 @@ def build_logger(
 
 
 # ---------------------------------------------------------------------- callbacks and learning
-
-
-@dataclass
-class RunCallbacks:
-    """The run's callbacks, by role; ``all`` in the order SB3 calls them."""
-
-    record: EpisodeRecord
-    budget: EpisodeBudget
-    progress: ProgressReport
-    selection: BestModelSelection | None
-    threads: AdaptiveThreads | None
-    all: list[BaseCallback]
-
-    @classmethod
-    def build(
-        cls,
-        config: TrainConfig,
-        run_dir: Path,
-        tracking: WandbRun,
-        stop: StopRequest,
-        console: Console,
-        adaptive_threads: tuple[int, ...] = (),
-        extra: list[BaseCallback] = (),
-    ) -> RunCallbacks:
-        """Budget and stop request, progress, the compile's course, W&B episodes, checkpoints, best-model selection, the
-        thread count measured while training (when ``adaptive_threads`` names counts to choose
-        between), then ``extra``."""
-        record = EpisodeRecord()
-        max_seconds = config.time_limit_minutes * 60 if config.time_limit_minutes is not None else None
-        budget = EpisodeBudget(config.episodes, record, time.perf_counter(), config.timesteps, max_seconds, stop)
-        progress = ProgressReport(budget, console)
-        callbacks: list[BaseCallback] = [budget, progress, CompileReport(console), EpisodeMetrics(budget, tracking.log)]
-        if config.checkpoint_every:
-            callbacks.append(EpisodeCheckpoint(budget, run_dir, config.checkpoint_every, config.save_replay_buffer))
-        selection = None
-        if config.select_every:
-            selection = BestModelSelection(run_dir, config.select_every, config.select_episodes, tracking.log)
-            callbacks.append(selection)
-        threads = None
-        if adaptive_threads:
-            threads = AdaptiveThreads(adaptive_threads, notify=lambda line: console.print(line, highlight=False))
-            callbacks.append(threads)
-        return cls(record, budget, progress, selection, threads, [*callbacks, *extra])
 
 
 def learn(model: SnakeDQN, config: TrainConfig, callbacks: RunCallbacks, stop: StopRequest, resumed: bool) -> Outcome:

@@ -5,15 +5,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sb3_snake.dqn.snake_dqn import SnakeDQN, TrainingDiverged
 from sb3_snake.persistence import save_model, write_json
-from sb3_snake.training.callbacks import EpisodeRecord
+from sb3_snake.training.callbacks import EpisodeRecord, RunCallbacks
 from sb3_snake.training.config import MODEL_FIELDS, TrainConfig
-
-if TYPE_CHECKING:
-    from sb3_snake.training.run import RunCallbacks
 
 
 @dataclass(frozen=True)

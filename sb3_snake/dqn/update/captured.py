@@ -1,4 +1,4 @@
-"""``CapturedUpdate``: SnakeDQN's whole gradient step captured as one CUDA graph and replayed.
+"""``CapturedSteps``: SnakeDQN's whole gradient step captured as one CUDA graph and replayed.
 
 On a GPU an update of this policy is bound by the host, not the GPU: sampling, two forward
 passes, the loss, backward, gradient clipping and Adam launch a few hundred small kernels, so
@@ -9,7 +9,7 @@ costs what its kernels cost on the GPU.
 What a graph needs, and how this module meets it:
 
 - **No host values inside.** The replay buffer's fill level and last row change between
-  updates; they live in a small device tensor (:attr:`CapturedUpdate.extent`) written before
+  updates; they live in a small device tensor (:attr:`CapturedSteps.extent`) written before
   each call, and rows are drawn as ``floor(rand * filled)`` on the device
   (:meth:`DeviceReplayBuffer.samples_at` takes the last row as a tensor). Only buffers on the
   device qualify (:func:`sb3_snake.acceleration.optimizations.decide_cuda_graph`).
@@ -26,12 +26,12 @@ What a graph needs, and how this module meets it:
   side stream (they are real updates and count as such), which creates Adam's state and
   cuBLAS's workspace before the capture records anything.
 
-What the graph records is the eager :class:`~sb3_snake.dqn.update.step.UpdateStep` on a batch
+What the graph records is the eager :class:`~sb3_snake.dqn.update.eager.EagerSteps` on a batch
 drawn on the device. The random draws come from the default CUDA generator, whose offset a
 replay advances as the same eager calls would, so a captured run draws the numbers an eager run
 of the same steps draws. Compiling the networks later (``compile_after``) drops the graph, and
 the next update captures the compiled networks. A capture that fails sets
-:attr:`~UpdateStep.failure`, and the call's steps run eagerly.
+:attr:`~EagerSteps.failure`, and the call's steps run eagerly.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ import torch
 from stable_baselines3.common.type_aliases import ReplayBufferSamples
 
 from sb3_snake.dqn.replay import DeviceReplayBuffer
-from sb3_snake.dqn.update.step import UpdateStep
+from sb3_snake.dqn.update.eager import EagerSteps
 
 if TYPE_CHECKING:
     from stable_baselines3 import DQN
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 WARMUP_STEPS = 3
 
 
-class CapturedUpdate(UpdateStep):
+class CapturedSteps(EagerSteps):
     """The gradient steps of ``model`` at ``batch_size``: a few eager, then one graph replayed.
 
     :param model: a :class:`~sb3_snake.SnakeDQN` whose replay buffer is a :class:`DeviceReplayBuffer`.
@@ -87,18 +87,21 @@ class CapturedUpdate(UpdateStep):
         self.extent[1].fill_(self.buffer.last_row)
         self.loss_sum.zero_()
 
-    def sample(self) -> ReplayBufferSamples:
-        """A uniform batch, drawn on the device from :attr:`extent` alone."""
+    def sample(self, steps: int, batch_size: int) -> ReplayBufferSamples:
+        """The batches of ``steps`` gradient steps, uniform, drawn on the device from :attr:`extent`
+        alone (augmented when the model augments)."""
         rows_filled, last_row = self.extent[0], self.extent[1]
-        draws = torch.rand(self.batch_size, device=self.extent.device)
+        draws = torch.rand(steps * batch_size, device=self.extent.device)
         rows = torch.minimum((draws * rows_filled).long(), rows_filled - 1)
-        envs = torch.randint(self.buffer.n_envs, (self.batch_size,), device=self.extent.device)
-        return self.buffer.samples_at(rows, envs, last_row=last_row)
+        envs = torch.randint(self.buffer.n_envs, (steps * batch_size,), device=self.extent.device)
+        data = self.buffer.samples_at(rows, envs, last_row=last_row)
+        augmentation = self.model._augmentation
+        return data if augmentation is None else augmentation(data)
 
-    def step(self) -> None:
-        """One eager update on a batch drawn on the device, its loss added to :attr:`loss_sum`
-        (what the graph records)."""
-        self.loss_sum.add_(self(self.sample()))
+    def recorded_step(self) -> None:
+        """One eager gradient step on a batch drawn on the device, its loss added to
+        :attr:`loss_sum`: what the graph records."""
+        self.loss_sum.add_(self.gradient_step(self.sample(1, self.batch_size)))
 
     def fits(self, batch_size: int) -> bool:
         return batch_size == self.batch_size
@@ -106,8 +109,9 @@ class CapturedUpdate(UpdateStep):
     def reload(self) -> bool:
         return False  # the graph baked in gamma, clipping, Double DQN and the optimizer's state tensors
 
-    def run(self, gradient_steps: int, batch_size: int | None = None) -> torch.Tensor:
-        """``gradient_steps`` updates of :attr:`batch_size`; their mean loss, on the device (not read here)."""
+    def run(self, gradient_steps: int, batch_size: int) -> torch.Tensor:
+        """A call of ``gradient_steps`` gradient steps of :attr:`batch_size` (which ``batch_size``
+        is: :meth:`fits`); their mean loss, on the device (not read here)."""
         self.refresh()
         rates = tuple(group["lr"] for group in self.model.policy.optimizer.param_groups)
         if self.graph is not None and rates != self.learning_rates:
@@ -121,7 +125,7 @@ class CapturedUpdate(UpdateStep):
             self._capture(rates)
         if self.graph is None:  # the capture failed (or the warm-up took every step): eagerly
             for _ in range(left):
-                self.step()
+                self.recorded_step()
             self.eager_steps += left
         else:
             for _ in range(left):
@@ -134,7 +138,7 @@ class CapturedUpdate(UpdateStep):
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             for _ in range(steps):
-                self.step()
+                self.recorded_step()
         torch.cuda.current_stream().wait_stream(stream)
         self.eager_steps += steps
 
@@ -145,7 +149,7 @@ class CapturedUpdate(UpdateStep):
         graph = torch.cuda.CUDAGraph()
         try:
             with torch.cuda.graph(graph):
-                self.step()
+                self.recorded_step()
         except RuntimeError as error:
             self.failure = f"the capture failed: {str(error).splitlines()[0] if str(error) else type(error).__name__}"
             return

@@ -1,19 +1,19 @@
-"""``UpdateChoice``: which way a model's gradient steps run, chosen in one place, with one fallback.
+"""``StepChoice``: which way a model's gradient steps run, chosen in one place, with one fallback.
 
-Three ways run the same :class:`~sb3_snake.dqn.update.step.UpdateStep`:
+Three ways run the same :class:`~sb3_snake.dqn.update.eager.EagerSteps`:
 
-- **captured** (:class:`~sb3_snake.dqn.update.captured.CapturedUpdate`): when the CUDA graph is
+- **captured** (:class:`~sb3_snake.dqn.update.captured.CapturedSteps`): when the CUDA graph is
   active (CUDA, a replay buffer on the device) and no VecNormalize changes the samples;
-- **compiled** (:class:`~sb3_snake.dqn.update.compiled.CompiledUpdate`): on a CPU, once the
+- **compiled** (:class:`~sb3_snake.dqn.update.compiled.CompiledSteps`): on a CPU, once the
   compile child (:class:`~sb3_snake.dqn.update.child.CompileJob`) has compiled the whole
-  update and this process has loaded it (:meth:`UpdateChoice._adopt`). The child is started
+  update and this process has loaded it (:meth:`StepChoice._adopt`). The child is started
   here when the compile is due, with batches of the replay buffer; training goes on eagerly
   meanwhile (or waits, without ``background``), and is polled at each call;
 - **eager**: otherwise (with the networks compiled in place on CUDA where the compile says so).
 
-:meth:`UpdateChoice._choose` is the only place that picks one; it picks again only when what it
+:meth:`StepChoice._choose` is the only place that picks one; it picks again only when what it
 depends on changes (the compile is adopted, a captured graph's batch size, new parameters or
-hyperparameters, a fallback). :meth:`UpdateChoice._turn_off` is the only fallback: a compile or
+hyperparameters, a fallback). :meth:`StepChoice._turn_off` is the only fallback: a compile or
 capture that fails is reported once (a warning, and the model's ``active_optimizations`` say it
 is off, with the reason), and training goes on eagerly. Every compile, dynamo's trace included,
 happens in the child or on the calling thread, which for training is the process's main thread.
@@ -32,12 +32,12 @@ from sb3_snake.acceleration.optimizations import Decision
 from sb3_snake.common import system
 from sb3_snake.common.compile_record import record_compile
 from sb3_snake.dqn.update.artifact import load, prepare_load
-from sb3_snake.dqn.update.captured import CapturedUpdate
+from sb3_snake.dqn.update.captured import CapturedSteps
 from sb3_snake.dqn.update.child import CompileJob
 from sb3_snake.dqn.update.compile import CompileState, compile_failure
-from sb3_snake.dqn.update.compiled import CompiledUpdate, steps_per_call_for
+from sb3_snake.dqn.update.compiled import CompiledSteps, steps_per_call_for
+from sb3_snake.dqn.update.eager import EagerSteps
 from sb3_snake.dqn.update.graph import UpdateGraph, graph_arguments, split
-from sb3_snake.dqn.update.step import UpdateStep
 
 if TYPE_CHECKING:
     from stable_baselines3 import DQN
@@ -48,8 +48,8 @@ logger = logging.getLogger(__name__)
 COMPILE_BACKEND = "inductor"
 
 
-class UpdateChoice:
-    """The gradient steps of ``model``: its :class:`CompileState` and the :class:`UpdateStep` that runs them.
+class StepChoice:
+    """The gradient steps of ``model``: its :class:`CompileState` and the :class:`EagerSteps` that runs them.
 
     Built with the model (``SnakeDQN._setup_model``), after ``active_optimizations`` were decided;
     keeps the model's ``active_optimizations.compile`` and ``.cuda_graph`` saying what really runs.
@@ -66,7 +66,7 @@ class UpdateChoice:
             model, active.compile, compile_after, active.settings.compile_mode, compile_in_background
         )
         self._record("compile", self.compile.planned)
-        self.current: UpdateStep | None = None
+        self.current: EagerSteps | None = None
         self.job: CompileJob | None = None  #: the compile child, while it runs
         self._start_pause = 0.0  # seconds training paused to start the child (sampling, the request, imports)
         self._lowered_to: int | None = None  # the thread count training took while the child compiles
@@ -93,18 +93,18 @@ class UpdateChoice:
         that baked them in is dropped (the next call chooses again; a compiled one compiles again),
         the others read them again."""
         if self.current is not None and not self.current.reload():
-            if isinstance(self.current, CompiledUpdate):
+            if isinstance(self.current, CompiledSteps):
                 self.compile.compiled, self.compile.outcome = False, ""
                 self.compile.after = self.model._n_updates  # due again, with the new values
             self.current = None
 
-    def _choose(self, batch_size: int) -> UpdateStep:
+    def _choose(self, batch_size: int) -> EagerSteps:
         """The one place that picks how updates run (see the module docstring)."""
         model = self.model
         if model.active_optimizations.cuda_graph.active and model._vec_normalize_env is None:
-            self.current = CapturedUpdate(model, batch_size)
+            self.current = CapturedSteps(model, batch_size)
         else:
-            self.current = UpdateStep(model)
+            self.current = EagerSteps(model)
         return self.current
 
     def _compile_networks(self) -> None:
@@ -127,7 +127,7 @@ class UpdateChoice:
         steps = steps_per_call_for(gradient_steps)
         graph = UpdateGraph(model)
         learning_rate = torch.full((), model.policy.optimizer.param_groups[0]["lr"], device=model.device)
-        batches = split(UpdateStep(model).sample(steps, batch_size), steps)
+        batches = split(EagerSteps(model).sample(steps, batch_size), steps)
         arguments = (batches, learning_rate, *graph_arguments(model, graph))
         options = {
             "device_type": model.device.type,
@@ -181,7 +181,7 @@ class UpdateChoice:
             self._turn_off("compile", "torch.compile", failure)
             return
         active = self.model.active_optimizations
-        self.current = CompiledUpdate(self.model, active, job.graph, function, job.steps_per_call, job.batch_size)
+        self.current = CompiledSteps(self.model, active, job.graph, function, job.steps_per_call, job.batch_size)
         self.compile.compiled = True
         cache = "found in the compile cache" if result.get("cached") else "compiled"
         self.compile.outcome = (
@@ -220,7 +220,7 @@ class UpdateChoice:
         if decision == "compile":
             self.compile.failure = failure
             record_compile(failure, compiled=False)
-        self._record(decision, Decision(True, False, failure))
+        self._record(decision, Decision.off(failure))
         self.current = None
 
     def _record(self, decision: str, value: Decision) -> None:

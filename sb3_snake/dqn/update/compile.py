@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: The compile decision's reason when :class:`~sb3_snake.dqn.update.compiled.CompiledUpdate` is what runs.
+#: The compile decision's reason when :class:`~sb3_snake.dqn.update.compiled.CompiledSteps` is what runs.
 WHOLE_UPDATE = "the whole update as one graph: forward, backward, clipping and Adam"
 
 
@@ -69,10 +69,10 @@ def decide_compiled_update(device_type: str, unsupported: str) -> Decision:
     compiled then). On CUDA the update is captured as a CUDA graph instead, with the networks
     compiled inside it."""
     if device_type != "cpu":
-        return Decision(False, False)
+        return Decision.not_requested()
     if unsupported:
-        return Decision(True, False, unsupported)
-    return Decision(True, True, WHOLE_UPDATE)
+        return Decision.off(unsupported)
+    return Decision.on(WHOLE_UPDATE)
 
 
 def compile_failure(error: BaseException) -> str:
@@ -149,7 +149,7 @@ class CompileState:
 
     @property
     def compiles_whole_update(self) -> bool:
-        """Whether the whole update runs compiled now (:class:`~sb3_snake.dqn.update.compiled.CompiledUpdate`)."""
+        """Whether the whole update runs compiled now (:class:`~sb3_snake.dqn.update.compiled.CompiledSteps`)."""
         return self.active and self.whole_update.active
 
     def due(self, n_updates: int) -> bool:
@@ -163,15 +163,13 @@ class CompileState:
         if not self.requested.active:
             return self.requested
         if self.failure:
-            return Decision(True, False, self.failure)
+            return Decision.off(self.failure)
         when = f"after the first {self.after:,} gradient steps" if self.after else ""
         where = ""
         if self.in_child:
             where = "in a child process while training goes on" if self.background else "in a child process"
         what = self.whole_update.reason if self.whole_update.active else ""
-        return Decision(
-            True, True, ": ".join(part for part in (", ".join(p for p in (when, where) if p), what) if part)
-        )
+        return Decision.on(": ".join(part for part in (", ".join(p for p in (when, where) if p), what) if part))
 
     def in_effect(self, n_updates: int) -> Decision:
         """:attr:`planned`, except that a compile still waiting for its gradient step, still
@@ -181,14 +179,14 @@ class CompileState:
             return self.planned
         if self.compiled:
             planned = self.planned
-            return Decision(True, True, f"{planned.reason}; {self.outcome}" if self.outcome else planned.reason)
+            return Decision.on(f"{planned.reason}; {self.outcome}" if self.outcome else planned.reason)
         if self.compiling_since is not None:
             since = f"compiling in a child process (pid {self.child_pid}) since gradient step {self.compiling_since:,}"
-            return Decision(True, False, f"{since} ({n_updates:,} trained)")
+            return Decision.off(f"{since} ({n_updates:,} trained)")
         if self.stopped_since is not None:
             since = f"was compiling in a child process since gradient step {self.stopped_since:,}"
-            return Decision(True, False, f"{since} when training stopped, and was stopped ({n_updates:,} trained)")
-        return Decision(True, False, f"deferred to gradient step {self.after:,}, not reached ({n_updates:,} trained)")
+            return Decision.off(f"{since} when training stopped, and was stopped ({n_updates:,} trained)")
+        return Decision.off(f"deferred to gradient step {self.after:,}, not reached ({n_updates:,} trained)")
 
     def compile_networks_now(self, model: DQN) -> str:
         """Compile both Q-networks in place (CUDA, in this process); the failure (one line), or ``""``."""

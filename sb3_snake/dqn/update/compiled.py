@@ -1,4 +1,4 @@
-"""``CompiledUpdate``: SnakeDQN's gradient steps run by a compiled ``UpdateGraph`` (CPU).
+"""``CompiledSteps``: SnakeDQN's gradient steps run by a compiled ``UpdateGraph`` (CPU).
 
 The function it runs was compiled by a child process and loaded from the file it saved
 (:mod:`sb3_snake.dqn.update.child`); this class only calls it, on the model's own tensors: both
@@ -6,8 +6,8 @@ networks' parameters and Adam's state in ``optimizer.state``, updated in place, 
 loading, SB3's target-network copies and an eager step in between see the same tensors. The
 learning rate is a tensor filled before each call, so a schedule changes nothing compiled.
 
-**Several gradient steps per call** (:attr:`CompiledUpdate.steps_per_call`): each call pays for
-its guards and wrapper before any kernel runs, so :meth:`CompiledUpdate.run` samples and
+**Several gradient steps per call** (:attr:`CompiledSteps.steps_per_call`): each call pays for
+its guards and wrapper before any kernel runs, so :meth:`CompiledSteps.run` samples and
 augments the batches of several steps at once and runs them as one graph, each step reading
 what the one before wrote. The count is fixed when the compile starts (:func:`steps_per_call_for`,
 at most :data:`MAX_STEPS_PER_CALL`); a call of another count makes whole compiled calls and
@@ -15,7 +15,7 @@ runs the rest eagerly, never compiling a second graph. Because a call's batches 
 once, a seeded run that compiles draws other batches than one that does not.
 
 A call that fails (the loaded function's guards refuse the tensors, say) at the first call sets
-:attr:`~sb3_snake.dqn.update.step.UpdateStep.failure`, and that call's steps run eagerly.
+:attr:`~sb3_snake.dqn.update.eager.EagerSteps.failure`, and that call's steps run eagerly.
 On CUDA the gradient step is captured as a CUDA graph instead (:mod:`sb3_snake.dqn.update.captured`).
 The design and its measurements: docs/how-it-works.md, "The compiled update".
 """
@@ -30,8 +30,8 @@ from stable_baselines3.common.type_aliases import ReplayBufferSamples
 
 from sb3_snake.dqn.update.artifact import forward_context
 from sb3_snake.dqn.update.compile import compile_failure
+from sb3_snake.dqn.update.eager import EagerSteps
 from sb3_snake.dqn.update.graph import UpdateGraph, batch_at, graph_arguments, split
-from sb3_snake.dqn.update.step import UpdateStep
 
 if TYPE_CHECKING:
     from stable_baselines3 import DQN
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 MAX_STEPS_PER_CALL = 4
 
 
-class CompiledUpdate(UpdateStep):
+class CompiledSteps(EagerSteps):
     """The gradient steps of ``model`` through ``function``, a compiled ``graph``.
 
     :param model: a :class:`~sb3_snake.SnakeDQN` whose update can be compiled whole
@@ -82,18 +82,18 @@ class CompiledUpdate(UpdateStep):
             return self._eager(self.sample(gradient_steps, batch_size), gradient_steps)
         per_call = self.steps_per_call
         calls, rest = divmod(gradient_steps, per_call)
-        total = sum(self.update(self.sample(per_call, batch_size), per_call) * per_call for _ in range(calls))
+        total = sum(self.graph_call(self.sample(per_call, batch_size), per_call) * per_call for _ in range(calls))
         if rest:  # eagerly, rather than compile a second graph for them
             total = total + self._eager(self.sample(rest, batch_size), rest) * rest
         return total / gradient_steps
 
-    def update(self, data: ReplayBufferSamples, steps: int = 1) -> torch.Tensor:
-        """``steps`` compiled updates whose batches lie one after another in ``data``; their mean
-        loss. Eagerly once the first call failed."""
+    def graph_call(self, data: ReplayBufferSamples, steps: int) -> torch.Tensor:
+        """One call of the compiled graph: ``steps`` gradient steps whose batches lie one after
+        another in ``data``; their mean loss. Eagerly once the first call failed."""
         if self.failure:
             return self._eager(data, steps)
         try:
-            loss = self.compiled_update(data, steps)
+            loss = self._call_function(data, steps)
         except Exception as error:  # noqa: BLE001 - reported as the reason compile is off
             if self.calls:  # it ran before: not a compile failure
                 raise
@@ -102,8 +102,8 @@ class CompiledUpdate(UpdateStep):
         self.calls += 1
         return loss
 
-    def compiled_update(self, data: ReplayBufferSamples, steps: int) -> torch.Tensor:
-        """One call of the compiled function on ``steps`` batches, on the model's own tensors."""
+    def _call_function(self, data: ReplayBufferSamples, steps: int) -> torch.Tensor:
+        """The compiled function on ``steps`` batches, on the model's own tensors."""
         self.learning_rate.fill_(self.model.policy.optimizer.param_groups[0]["lr"])
         self._tensors = self._tensors or graph_arguments(self.model, self.graph)
         with forward_context(self.model.device.type, self.bf16, self.sdpa_backends):
@@ -118,7 +118,7 @@ class CompiledUpdate(UpdateStep):
     def _eager(self, data: ReplayBufferSamples, steps: int) -> torch.Tensor:
         """The eager updates of the ``steps`` batches of ``data``, one after another; their mean loss."""
         batches = split(data, steps)
-        loss = torch.stack([super(CompiledUpdate, self).update(batch_at(batches, k)) for k in range(steps)]).mean()
+        loss = torch.stack([self.gradient_step(batch_at(batches, k)) for k in range(steps)]).mean()
         self.model.policy.optimizer.zero_grad(set_to_none=True)  # the compiled steps keep no gradients
         return loss
 

@@ -5,9 +5,9 @@ transitions of random play in its buffer) and runs untimed warm-up steps (compil
 CUDA graph's capture included); every measurement then times one slice of gradient steps with
 the one timing harness (:func:`sb3_snake.common.timing.time_for`: whole steps until the slice's
 seconds have passed). The model is kept for the candidate's later slices, so
-:data:`~sb3_snake.acceleration.autotune.search.ROUNDS` slices in turn cost one warm-up each.
+:data:`~sb3_snake.autotune.search.ROUNDS` slices in turn cost one warm-up each.
 Steps are timed one to a call, warm-up included, so a compiled candidate runs a graph of one
-step (:attr:`~sb3_snake.dqn.update.compiled.CompiledUpdate.steps_per_call`): the same measure
+step (:attr:`~sb3_snake.dqn.update.compiled.CompiledSteps.steps_per_call`): the same measure
 for every batch size, which leaves out what a graph of several steps saves.
 """
 
@@ -20,8 +20,8 @@ import numpy as np
 import torch
 from stable_baselines3.common.logger import Logger
 
-from sb3_snake.acceleration.autotune.search import ROUNDS, Candidate
 from sb3_snake.acceleration.settings import OptimizationSettings
+from sb3_snake.autotune.search import ROUNDS, Candidate
 from sb3_snake.common.timing import device_sync, time_for
 from sb3_snake.dqn.snake_dqn import DEFAULT_BATCH_SIZE, SnakeDQN
 from sb3_snake.dqn.update.captured import WARMUP_STEPS
@@ -80,7 +80,7 @@ def filled_model(
 
 
 class GradientStepMeter:
-    """The :data:`~sb3_snake.acceleration.autotune.search.Measure` of a real run: samples/s of
+    """The :data:`~sb3_snake.autotune.search.Measure` of a real run: samples/s of
     ``SnakeDQN.train`` per candidate (with the CUDA graph as the run asks), one timed slice of at
     least ``seconds`` a call (:func:`~sb3_snake.common.timing.time_for`). A candidate's first
     call builds its model and runs untimed warm-up steps (compilation and the graph's capture

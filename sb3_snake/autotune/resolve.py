@@ -2,7 +2,7 @@
 
 Settings given a plain value (flags, the environment, ``.env``) are not measured: they win
 over ``auto``. A choice is measured once per machine and kept in the cache
-(:mod:`~sb3_snake.acceleration.autotune.cache`), unless other processes (or the host) took
+(:mod:`~sb3_snake.autotune.cache`), unless other processes (or the host) took
 :data:`CONTENDED_CORES` or more while it was measured: then it decides that run only. Each
 resolved field's source says what was chosen (``auto: chose true (bf16)``), and the settings'
 ``auto_record`` keeps what was measured, when, and where it is cached; the configuration summary
@@ -23,10 +23,10 @@ from typing import Any, NamedTuple
 
 import torch
 
-from sb3_snake.acceleration.autotune.cache import cache_key, cache_path, read_cache, write_cache
-from sb3_snake.acceleration.autotune.measure import GradientStepMeter
-from sb3_snake.acceleration.autotune.search import Candidate, Machine, Measure, batch_candidates, search
 from sb3_snake.acceleration.settings import AUTO, BATCH_SIZE_KEY, OptimizationSettings
+from sb3_snake.autotune.cache import cache_key, cache_path, read_cache, write_cache
+from sb3_snake.autotune.measure import GradientStepMeter
+from sb3_snake.autotune.search import Candidate, Machine, Measure, batch_candidates, search
 from sb3_snake.common import system
 from sb3_snake.dqn.snake_dqn import DEFAULT_BATCH_SIZE
 

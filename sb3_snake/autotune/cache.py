@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
-from sb3_snake.acceleration.autotune.search import Candidate, batch_candidates
 from sb3_snake.acceleration.settings import AUTO, OptimizationSettings
+from sb3_snake.autotune.search import Candidate, batch_candidates
 from sb3_snake.common import system
 from sb3_snake.common.paths import cache_dir, regular_file_problem, write_text_atomically
 

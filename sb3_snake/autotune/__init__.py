@@ -10,19 +10,19 @@ gradient step of the very policy the run trains, at the thread count it trains w
 
 The package, in the order a resolution runs:
 
-- :mod:`~sb3_snake.acceleration.autotune.resolve`: :func:`resolve_auto`, the entry: a cached
+- :mod:`~sb3_snake.autotune.resolve`: :func:`resolve_auto`, the entry: a cached
   choice, or a search whose choice is cached; then each ``auto`` replaced, its source the evidence.
-- :mod:`~sb3_snake.acceleration.autotune.search`: the stages, their candidates and margins, pure
+- :mod:`~sb3_snake.autotune.search`: the stages, their candidates and margins, pure
   given a measurement (tests inject one), and what the device offers (:class:`Machine`).
-- :mod:`~sb3_snake.acceleration.autotune.measure`: the real measurement of a candidate, samples/s
+- :mod:`~sb3_snake.autotune.measure`: the real measurement of a candidate, samples/s
   of ``SnakeDQN.train`` timed by the one timing harness, :mod:`sb3_snake.common.timing`.
-- :mod:`~sb3_snake.acceleration.autotune.cache`: where a choice is kept, under which key.
+- :mod:`~sb3_snake.autotune.cache`: where a choice is kept, under which key.
 """
 
-from sb3_snake.acceleration.autotune.cache import cache_key, cache_path
-from sb3_snake.acceleration.autotune.measure import GradientStepMeter, fill_replay_buffer, filled_model
-from sb3_snake.acceleration.autotune.resolve import CONTENDED_CORES, Resolved, apply_choice, resolve_auto
-from sb3_snake.acceleration.autotune.search import (
+from sb3_snake.autotune.cache import cache_key, cache_path
+from sb3_snake.autotune.measure import GradientStepMeter, fill_replay_buffer, filled_model
+from sb3_snake.autotune.resolve import CONTENDED_CORES, Resolved, apply_choice, resolve_auto
+from sb3_snake.autotune.search import (
     BATCH_CANDIDATES,
     BATCH_TOLERANCE,
     COMPILE_MARGIN,

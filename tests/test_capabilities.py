@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from sb3_snake.acceleration.description import summary_lines
 from sb3_snake.acceleration.optimizations import ActiveOptimizations
-from sb3_snake.acceleration.report import capability_report, format_capability_report, summary_lines
 from sb3_snake.acceleration.settings import OptimizationSettings
+from sb3_snake.capabilities import capability_report, format_capability_report
 from sb3_snake.dqn.update.compile import WHOLE_UPDATE
 
 SCRIPT = Path(__file__).resolve().parent.parent / "test_optimizations.py"
@@ -106,7 +107,7 @@ def test_summary_lines_cover_every_setting():
 
 
 def test_auto_settings_show_the_cached_measurement_or_say_they_were_not_measured(tmp_path, monkeypatch):
-    from sb3_snake.acceleration.autotune import Machine, resolve_auto
+    from sb3_snake.autotune import Machine, resolve_auto
     from tests.conftest import SMALL_POLICY
 
     monkeypatch.setenv("SB3_SNAKE_CACHE_DIR", str(tmp_path))

@@ -13,6 +13,8 @@ from sb3_snake.dqn.policies import AttentionPolicy
 from sb3_snake.dqn.snake_dqn import SnakeDQN
 from sb3_snake.envs import BatchedSnakeVecEnv, SnakeEnv
 from sb3_snake.persistence import load_model
+from sb3_snake.training.config import TrainConfig
+from sb3_snake.training.run import build_model, train
 
 __version__ = "0.2.0"
 __all__ = [
@@ -24,8 +26,11 @@ __all__ = [
     "SnakeAttentionExtractor",
     "SnakeDQN",
     "SnakeEnv",
+    "TrainConfig",
     "__version__",
+    "build_model",
     "load_model",
+    "train",
 ]
 
 SNAKE_ENV_ID = "sb3_snake/Snake-v0"

@@ -72,6 +72,15 @@ class TrainingDiverged(RuntimeError):
 class SnakeDQN(TensorRollouts, DQN):
     """DQN with the attention policy and the optimizations of :class:`OptimizationSettings`.
 
+    Built like SB3's ``DQN``, with SB3's defaults and each option below off. ``sb3-snake
+    train`` trains something else: the egocentric view with long starts and stall growth (the
+    env's), symmetry augmentation, food shaping 1.0, a learning rate of 5e-4 halving every
+    800,000 env steps, a replay ratio of 32 (16 for the first 50,000 env steps), batch 128, 16
+    games, its network sizes, and a compile after 8,000 gradient steps in a child process.
+    :func:`sb3_snake.build_model` builds exactly that env and model
+    (``build_model(TrainConfig(...))``, ``auto`` resolved), and ``TrainConfig``'s fields are
+    those options with their ``sb3-snake train`` defaults.
+
     :param policy: ``"AttentionPolicy"``, ``"MlpPolicy"``, ``"CnnPolicy"`` or a policy class.
     :param env: the environment, typically a :class:`~sb3_snake.BatchedSnakeVecEnv`.
     :param optimizations: the settings to apply; ``None`` uses the built-in defaults as

@@ -153,10 +153,21 @@ def resolve_settings(
 
 
 def build_model(
-    config: TrainConfig, settings: OptimizationSettings, resume: Path | None = None, trusted: bool = False
+    config: TrainConfig | None = None,
+    settings: OptimizationSettings | None = None,
+    resume: Path | None = None,
+    trusted: bool = False,
 ) -> SnakeDQN:
-    """The env and model of a run: a new one, or one resumed from a checkpoint (with its saved
-    replay buffer, and the config applied)."""
+    """The env and model ``sb3-snake train`` trains for ``config`` (``None``: its defaults), with
+    ``auto`` settings resolved (measured on this machine, or read from the cache): a new one, or
+    one resumed from a checkpoint (with its saved replay buffer, and the config applied).
+
+    ``settings`` ``None`` reads them as the CLI does without flags
+    (:meth:`OptimizationSettings.load`: environment, then ``.env``, then the defaults). What
+    ``train`` adds around the model is the run: its limits, folder, logging, callbacks and files.
+    """
+    config = config if config is not None else TrainConfig()
+    settings = settings if settings is not None else OptimizationSettings.load()
     device = resolve_device(config.device)
     config, settings = resolve_settings(config, settings)
     env = BatchedSnakeVecEnv(

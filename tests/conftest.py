@@ -53,13 +53,15 @@ def game_kind(request) -> str:
     return request.param
 
 
+def direction_between(cell, neighbour) -> int:
+    """The direction (0 up, 1 right, 2 down, 3 left) from ``cell`` to the adjacent ``neighbour``."""
+    delta = (neighbour[0] - cell[0], neighbour[1] - cell[1])
+    return [tuple(d) for d in DIRECTION_DELTAS.tolist()].index(delta)
+
+
 def neck_direction(body) -> int:
     """The direction (0 up, 1 right, 2 down, 3 left) from the head ``body[0]`` to the neck ``body[1]``."""
-    return next(
-        d
-        for d, delta in enumerate(DIRECTION_DELTAS.tolist())
-        if (body[0][0] + delta[0], body[0][1] + delta[1]) == tuple(body[1])
-    )
+    return direction_between(body[0], body[1])
 
 
 def random_state(rng: np.random.Generator, board_size: int, max_length: int | None = None):

@@ -510,17 +510,25 @@ def test_sigterm_to_the_benchmark_stops_its_run_and_exits_143(tmp_path):
             listed = subprocess.run(["pgrep", "-P", str(parent.pid)], capture_output=True, text=True).stdout
             children = [int(pid) for pid in listed.split()]
         assert children, "the run's process never started"
-        time.sleep(2.0)
+        # The run opens its log once it has imported everything and starts to train.
+        while time.monotonic() < deadline and not list((tmp_path / "runs").rglob("train.log")):
+            time.sleep(0.1)
+        assert list((tmp_path / "runs").rglob("train.log")), "the run never started to train"
         parent.send_signal(signal.SIGTERM)
         output, _ = parent.communicate(timeout=60)
     finally:
         parent.kill()
     assert parent.returncode == 143, output
     assert "Traceback" not in output and "stopped: no results written" in output
-    time.sleep(1.0)
-    alive = [pid for pid in children if Path(f"/proc/{pid}").exists() and "Z" not in _state(pid)]
+    deadline = time.monotonic() + 30  # the parent stops its run before it exits: a process may take a moment to go
+    while (alive := [pid for pid in children if _running(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert not alive, f"runs left training after the benchmark stopped: {alive}"
     assert not list((tmp_path / "out").glob("learning_*.json"))
+
+
+def _running(pid: int) -> bool:
+    return Path(f"/proc/{pid}").exists() and "Z" not in _state(pid)
 
 
 def _state(pid: int) -> str:

@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 from typer.testing import CliRunner
@@ -21,22 +20,20 @@ runner = CliRunner()
 
 
 def test_second_signal_aborts_and_signals_before_training_abort_at_once():
+    # raise_signal runs the handler before it returns, so what the handler did can be asserted at once.
     stop = StopRequest()
     with stop_on_signals(stop) as received:
         with pytest.raises(KeyboardInterrupt):
-            os.kill(os.getpid(), signal.SIGINT)  # still preparing: abort at once
-            time.sleep(1)
+            signal.raise_signal(signal.SIGINT)  # still preparing: abort at once
     assert received == [signal.SIGINT] and stop.requested
     for phase in ("training", "saving"):
         stop = StopRequest()
         stop.phase = phase
         with stop_on_signals(stop) as received:
-            os.kill(os.getpid(), signal.SIGTERM)  # first: honoured after this step / this save
-            time.sleep(0.1)
+            signal.raise_signal(signal.SIGTERM)  # first: honoured after this step / this save
             assert stop.requested and stop.reason == "SIGTERM"
             with pytest.raises(KeyboardInterrupt):
-                os.kill(os.getpid(), signal.SIGINT)  # second: abort
-                time.sleep(1)
+                signal.raise_signal(signal.SIGINT)  # second: abort
         assert signal_exit_code(received) == 130 and received == [signal.SIGTERM, signal.SIGINT]
 
 

@@ -263,8 +263,10 @@ def start_training(tmp_path, *extra):
 @pytest.mark.slow
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_stops_cleanly_saves_and_exits_non_zero(tmp_path, sig, code):
-    process, run_dir, lines = start_training(tmp_path)
-    time.sleep(4)
+    process, run_dir, lines = start_training(tmp_path, "--checkpoint-every", "1")
+    deadline = time.monotonic() + 120
+    while not (run_dir / "checkpoint.zip").exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)  # until the first game has ended (its checkpoint is written)
     process.send_signal(sig)
     output, _ = process.communicate(timeout=120)
     assert process.returncode == code, "".join(lines) + output

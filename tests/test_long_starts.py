@@ -10,13 +10,8 @@ import torch
 from sb3_snake import BatchedSnakeVecEnv, SnakeEnv
 from sb3_snake.common.errors import UsageError
 from sb3_snake.envs.batched_state import DIRECTION_ROW, FOOD_ROW
-from sb3_snake.envs.rules import (
-    closed_tour,
-    direction_between,
-    long_start_lengths,
-    tour_directions,
-    tour_variants,
-)
+from sb3_snake.envs.rules import closed_tour, long_start_lengths, tour_directions, tour_variants
+from tests.conftest import direction_between
 
 
 def long_games(board_size: int, count: int = 64, seed: int = 0, **rules):

@@ -1,4 +1,4 @@
-"""The suite's markers do what README says: ``pytest -m cuda`` selects the GPU tests, anywhere."""
+"""The suite's markers do what docs/gpu.md says: ``pytest -m cuda`` selects the GPU tests, anywhere."""
 
 import subprocess
 import sys

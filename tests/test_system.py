@@ -1,6 +1,7 @@
 """Machine facts and the one device check."""
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -71,19 +72,27 @@ def test_descendants_follow_the_parents_down():
 
 @pytest.mark.skipif(not Path("/proc/stat").exists(), reason="reads /proc (Linux)")
 def test_the_load_meter_counts_other_processes_and_not_our_own(no_other_load):
-    busy = [sys.executable, "-c", "import time\nend = time.time() + 2\nwhile time.time() < end: pass"]
+    # Busy until killed (a minute at most, should the test die before it kills it).
+    busy = [sys.executable, "-c", "import time\nend = time.time() + 60\nwhile time.time() < end: pass"]
     child = subprocess.Popen(busy)  # ours: a descendant, as torch.compile's workers are
     try:
         table = processes()
         assert child.pid in descendants(os.getpid(), {pid: parent for pid, (parent, _) in table.items()})
     finally:
+        child.kill()
         child.wait()
     # The shell exits at once, so the busy process it started is no descendant of ours.
-    subprocess.run(["sh", "-c", '"$0" -c "$1" &', busy[0], busy[2]], check=True)
-    time.sleep(0.3)
-    taken = no_other_load()
-    time.sleep(1.2)
-    assert taken() >= 0.5
+    shell = ["sh", "-c", '"$0" -c "$1" >/dev/null 2>&1 & echo $!', busy[0], busy[2]]
+    other = int(subprocess.run(shell, check=True, capture_output=True, text=True).stdout)
+    try:
+        taken, started = no_other_load(), time.monotonic()
+        # The meter reads an average since it started: over half a second at least, so that a
+        # clock tick of some other process cannot make the figure alone.
+        while ((cores := taken()) < 0.5 or time.monotonic() - started < 0.5) and time.monotonic() < started + 30:
+            time.sleep(0.05)
+        assert cores >= 0.5
+    finally:
+        os.kill(other, signal.SIGKILL)
 
 
 def test_native_bf16_is_asked_per_device():

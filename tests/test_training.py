@@ -3,7 +3,6 @@
 import io
 import json
 import threading
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 from rich.console import Console
+from stable_baselines3.common.callbacks import BaseCallback
 
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.dqn.extractor import HeadView
@@ -117,17 +117,28 @@ def test_a_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, m
     assert all(torch.isfinite(p).all() for p in checkpoint.q_net.parameters())
 
 
+class FirstGameEnded(BaseCallback):
+    """Sets :attr:`ended` when the first game of the run ends."""
+
+    def __init__(self):
+        super().__init__()
+        self.ended = threading.Event()
+
+    def _on_step(self) -> bool:
+        if self.locals["dones"].any():
+            self.ended.set()
+        return True
+
+
 def test_a_stop_requested_from_another_thread_ends_the_run_and_saves(tmp_path):
-    stop = StopRequest()
+    stop, first_game = StopRequest(), FirstGameEnded()
     result = {}
+    config = tiny_config(episodes=10**6)
     thread = threading.Thread(
-        target=lambda: result.update(train(tiny_config(episodes=10**6), FAST, tmp_path, stop=stop))
+        target=lambda: result.update(train(config, FAST, tmp_path, stop=stop, callbacks=[first_game]))
     )
     thread.start()
-    deadline = time.monotonic() + 120
-    while stop.phase != "training" and thread.is_alive() and time.monotonic() < deadline:
-        time.sleep(0.05)  # however long building the run takes on this machine
-    time.sleep(1.0)
+    assert first_game.ended.wait(timeout=120), "no game ended"  # however long building the run takes here
     stop.request("asked by the test")
     thread.join(timeout=120)
     assert not thread.is_alive()

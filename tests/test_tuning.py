@@ -427,9 +427,9 @@ def test_sigterm_marks_the_running_trial_failed_and_exits_143(tmp_path):
     process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not _trial_created(storage):
+        while time.monotonic() < deadline and not _trial_running(storage):
             time.sleep(0.2)
-        time.sleep(1.0)
+        assert _trial_running(storage), "no trial started"
         process.send_signal(signal.SIGTERM)
         output, _ = process.communicate(timeout=60)
     finally:
@@ -441,16 +441,19 @@ def test_sigterm_marks_the_running_trial_failed_and_exits_143(tmp_path):
     assert [trial.state.name for trial in study.trials] == ["FAIL"]
 
 
-def _trial_created(journal: Path) -> bool:
-    """Whether the journal records a created trial (Optuna's CREATE_TRIAL operation): a trial runs."""
+def _trial_running(journal: Path) -> bool:
+    """Whether the journal records a trial's ``worker`` (Optuna's SET_TRIAL_USER_ATTR operation),
+    which a trial sets first once it runs: from then on, an interrupt marks it failed (between
+    its creation and then, an interrupt would leave it RUNNING)."""
     from optuna.storages.journal._storage import JournalOperation
 
     if not journal.exists():
         return False
     for line in journal.read_bytes().splitlines():
         try:
-            if json.loads(line).get("op_code") == JournalOperation.CREATE_TRIAL:
-                return True
+            operation = json.loads(line)
         except ValueError:
-            continue
+            continue  # a line being written
+        if operation.get("op_code") == JournalOperation.SET_TRIAL_USER_ATTR and "worker" in operation["user_attr"]:
+            return True
     return False

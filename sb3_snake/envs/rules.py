@@ -25,7 +25,6 @@ ACTION_NAMES = ("up", "right", "down", "left")
 
 #: Observation channels, in order. COUNTDOWN is there only with ``countdown=True``.
 HEAD, BODY, FOOD, TAIL, NECK, COUNTDOWN = 0, 1, 2, 3, 4, 5
-CHANNEL_NAMES = ("head", "body", "food", "tail", "neck", "countdown")
 #: Channels of the board without and with the countdown.
 BASE_CHANNELS, NUM_CHANNELS = 5, 6
 #: The countdown's largest value: it counts moves up to this and stays there on boards of more cells.
@@ -39,7 +38,6 @@ MAX_STALL_GROWTH = 64
 
 #: Relative actions (``egocentric=True``): turn left, go straight, turn right.
 TURN_LEFT, STRAIGHT, TURN_RIGHT = 0, 1, 2
-RELATIVE_ACTION_NAMES = ("left", "straight", "right")
 
 _ACTIONS_HELP = "0 (up), 1 (right), 2 (down) or 3 (left)"
 _RELATIVE_ACTIONS_HELP = "0 (turn left), 1 (straight) or 2 (turn right)"
@@ -312,12 +310,6 @@ class SnakeRules:
 
 #: Long starts: the snake's length as a share of the board's cells, drawn uniformly between these.
 LONG_START_SHARES = (0.5, 0.85)
-
-
-def direction_between(cell: tuple[int, int], neighbour: tuple[int, int]) -> int:
-    """The direction (0 up, 1 right, 2 down, 3 left) from ``cell`` to the adjacent ``neighbour``."""
-    delta = (neighbour[0] - cell[0], neighbour[1] - cell[1])
-    return [tuple(d) for d in DIRECTION_DELTAS.tolist()].index(delta)
 
 
 def closed_tour(board_size: int) -> list[tuple[int, int]]:

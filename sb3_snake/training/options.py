@@ -105,8 +105,9 @@ def configure_run(
 
 
 def configuration_table() -> str:
-    """README's "Configuration" table (Markdown): each key a ``.env`` may hold, its flag, values,
-    default and help, as declared: the batch size's (TrainConfig's), then the settings'."""
+    """The table of ``.env`` keys (Markdown) of docs/configuration.md, "Where settings come from":
+    each key a ``.env`` may hold, its flag, values, default and help, as declared: the batch
+    size's (TrainConfig's), then the settings'."""
     defaults = {f.name: f.default for f in option_fields()}
     rows = [table_row(declared, defaults[name]) for name, declared in environment_options().items()]
     header = ["| key | flag | values | default | meaning |", "|-----|------|--------|---------|---------|"]

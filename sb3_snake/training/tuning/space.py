@@ -29,7 +29,8 @@ ONE_RATIO = {"early_steps": 0}
 
 
 def sample_hyperparameters(trial: optuna.Trial) -> dict[str, Any]:
-    """The search space: every hyperparameter a trial draws, and its range (README shows this table)."""
+    """The search space: every hyperparameter a trial draws, and its range (docs/tuning.md, "One machine,
+    then many", shows it as a table)."""
     return {
         "learning_rate": trial.suggest_float("learning_rate", 1e-4, 2e-3, log=True),
         "gamma": trial.suggest_categorical("gamma", [0.95, 0.98, 0.99, 0.995]),

@@ -1,0 +1,122 @@
+"""The scripts of ``scripts/`` run on today's package: each once, at tiny sizes, into a temporary folder.
+
+The two that compile the update take ``aot_eager`` for the compile child's backend (as the compile
+tests do: no C++ is built), set before the script runs, so they test the script, not inductor.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = ROOT / "scripts"
+#: The compile child's backend in these tests: dynamo's trace and AOTAutograd, no inductor.
+GRAPH_ONLY = "aot_eager"
+
+
+def run_script(name: str, *arguments: str, graph_only: bool = False) -> subprocess.CompletedProcess:
+    """``scripts/name`` with ``arguments`` in a fresh process that imports this checkout's package."""
+    script = str(SCRIPTS / name)
+    if graph_only:
+        code = (
+            "import runpy, sys; import sb3_snake.dqn.update.choice as choice; "
+            f"choice.COMPILE_BACKEND = {GRAPH_ONLY!r}; sys.argv[0] = {script!r}; "
+            f"runpy.run_path({script!r}, run_name='__main__')"
+        )
+        command = [sys.executable, "-c", code, *arguments]
+    else:
+        command = [sys.executable, script, *arguments]
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": path}
+    return subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+
+
+def write_learning_run(path: Path, scores: list[float]) -> None:
+    curve = [{"minutes": minute + 1.0, "mean_score": score} for minute, score in enumerate(scores)]
+    path.write_text(json.dumps({"runs": [{"curve": curve}]}))
+
+
+def test_plot_paired_learning_curves_draws_every_arm(tmp_path):
+    for seed in range(2):
+        write_learning_run(tmp_path / f"learning_x-old-seed{seed}.json", [1.0, 2.0])
+        write_learning_run(tmp_path / f"learning_x-new-seed{seed}.json", [2.0, 4.0])
+    picture = tmp_path / "out" / "pair.png"
+    arms = ["--arm", "old=learning_*-old-seed*.json", "--arm", "new=learning_*-new-seed*.json"]
+    done = run_script("plot_paired_learning_curves.py", "--folder", str(tmp_path), *arms, "--output", str(picture))
+    assert done.returncode == 0, done.stderr
+    assert picture.read_bytes().startswith(b"\x89PNG")
+
+
+def test_plot_paired_learning_curves_refuses_an_arm_without_files(tmp_path):
+    done = run_script(
+        "plot_paired_learning_curves.py", "--folder", str(tmp_path), "--arm", "gone=nothing*.json", "--output", "x.png"
+    )
+    assert done.returncode == 2 and "no files in" in done.stderr and "gone" in done.stderr
+
+
+def test_eager_step_rate_appends_one_line_per_run(tmp_path):
+    output = tmp_path / "ab.jsonl"
+    tiny = ["--threads", "1", "--n-envs", "4", "--board-size", "5", "--buffer-size", "200", "--fill-steps", "64"]
+    tiny += ["--batch-size", "8", "--warmup-steps", "1", "--steps", "2", "--rounds", "2", "--shaping", "0", "1"]
+    for label in ("before", "after"):
+        done = run_script("eager_step_rate.py", "--label", label, "--output", str(output), *tiny)
+        assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in output.read_text().splitlines()]
+    assert [line["version"] for line in lines] == ["before", "after"]
+    for line in lines:
+        assert set(line) == {"version", "shaping_0.0", "shaping_1.0"}
+        assert len(line["shaping_1.0"]["rates"]) == 2 and line["shaping_1.0"]["median"] > 0
+
+
+TINY_MODEL = ["--batch-size", "8", "--board-size", "5", "--transitions", "64", "--rounds", "1", "--seconds", "0.01"]
+
+
+@pytest.mark.slow
+def test_compiled_step_breakdown_times_every_part(tmp_path):
+    output = tmp_path / "breakdown.json"
+    done = run_script("compiled_step_breakdown.py", "--output", str(output), *TINY_MODEL, graph_only=True)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(output.read_text())
+    assert report["benchmark"] == "compiled_step_breakdown" and report["steps_per_call"] == 4
+    assert "in a child process" in report["compile"]
+    parts = {"whole call (train)", "sampling", "compiled function", "guards and a wrapper", "matmuls alone"}
+    assert set(report["milliseconds_per_call"]) == parts
+    assert all(value > 0 for value in report["milliseconds_per_call"].values())
+
+
+@pytest.mark.slow
+def test_steps_per_compiled_call_ab_compiles_both_arms_and_compares_them(tmp_path):
+    output = tmp_path / "ab.json"
+    done = run_script(
+        "steps_per_compiled_call_ab.py", "--processes", "1", "--output", str(output), *TINY_MODEL, graph_only=True
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(output.read_text())
+    assert [(run["steps_per_call"], run["compiled_as"]) for run in report["runs"]] == [(1, 1), (4, 2)]
+    assert all(run["compile_seconds"] > 0 and len(run["samples_per_second"]) == 1 for run in report["runs"])
+    assert len(report["summary"]["ratio_4_to_1"]["each_round"]) == 1
+
+
+@pytest.mark.slow
+def test_compile_child_runs_records_each_run(tmp_path):
+    if shutil.which("sb3-snake") is None:
+        pytest.skip("sb3-snake is not installed as a program (pip install -e .)")
+    output = tmp_path / "runs.json"
+    train = ["--episodes", "1", "--device", "cpu", "--board-size", "5", "--n-envs", "2", "--learning-starts", "16"]
+    train += ["--batch-size", "8", "--no-compile", "--no-bf16", "--no-flash-attention", "--threads", "1"]
+    train += ["--buffer-size", "500"]
+    done = run_script("compile_child_runs.py", "--runs", "1", "--output", str(output), "--", *train)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(output.read_text())
+    assert [run["exit_code"] for run in report["runs"]] == [0], report["runs"]
+    assert report["runs"][0]["compile_active"] is False and report["runs"][0]["left_running"] == []
+
+
+def test_benchmark_results_hold_results_and_no_scripts():
+    programs = [p.relative_to(ROOT) for p in (ROOT / "benchmark_results").rglob("*") if p.suffix in (".py", ".diff")]
+    assert not programs, f"scripts belong in scripts/, with a smoke test here: {programs}"

@@ -6,7 +6,7 @@ compiles the whole update in the compile child and adopts it, as training does; 
 
 - the whole call, as ``benchmark-grad`` times it (``SnakeDQN.train(gradient_steps=steps)``);
 - sampling and augmenting the call's batches (the compiled update's ``sample``);
-- the compiled function on a fixed batch (its ``compiled_update``): guards, the wrapper and the kernels;
+- the compiled function on a fixed batch (its ``graph_call``): guards, the wrapper and the kernels;
 - guards and a wrapper alone: a function of the same arguments that adds one to the learning
   rate, compiled ahead of time as the update is (``aot_compile``);
 - the step's own matrix products replayed alone
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     compile_decision = model.active_optimizations.compile
     if not compile_decision.active:
         parser.exit(1, f"error: the update was not compiled: {compile_decision.reason}\n")
-    update = model.updates.current
+    update = model.step_choice.current
     if update.steps_per_call != steps:
         parser.exit(1, f"error: a compiled call holds {update.steps_per_call} gradient steps, not {steps}\n")
     data = update.sample(steps, batch)
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     parts = {
         "whole call (train)": lambda: model.train(gradient_steps=steps, batch_size=batch),
         "sampling": lambda: update.sample(steps, batch),
-        "compiled function": lambda: update.compiled_update(data, steps),
+        "compiled function": lambda: update.graph_call(data, steps),
         "guards and a wrapper": lambda: trivial(*arguments),
         "matmuls alone": lambda: [product() for _ in range(steps) for product in products],
     }

@@ -53,7 +53,7 @@ def measure(order: tuple[int, ...], options: argparse.Namespace) -> list[dict]:
         decision = model.active_optimizations.compile
         if not decision.active:
             raise SystemExit(f"error: the arm of {arm} steps per call was not compiled: {decision.reason}")
-        assert model.updates.current.steps_per_call == arm, "the first call's steps fix a compiled call's"
+        assert model.step_choice.current.steps_per_call == arm, "the first call's steps fix a compiled call's"
         models[arm] = model
         results[arm]["samples_per_second"] = []
     for _ in range(options.rounds):

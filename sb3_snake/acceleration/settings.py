@@ -8,7 +8,7 @@ Each setting is declared once, as a field of :class:`OptimizationSettings` made 
 :func:`setting`: its ``.env`` key, its flag, the values it takes (parsed from text, checked as
 a Python value), its default and its help. Everything else is read from there: loading,
 validation, ``.env`` writing, the CLI's options, and the rows of the table of keys that
-:func:`sb3_snake.training.options.configuration_table` renders (README's "Configuration" shows
+:func:`sb3_snake.training.options.configuration_table` renders (docs/configuration.md, "Where settings come from", shows
 it, and a test holds the two together).
 
 ``auto`` for the three switches means "measured on this machine": see
@@ -287,7 +287,8 @@ def as_text(value: Any) -> str:
 
 
 def table_row(declared: Setting, default: Any) -> str:
-    """One row of README's "Configuration" table (Markdown): key, flag, values, default and help."""
+    """One row of the table of ``.env`` keys (Markdown) in docs/configuration.md: key, flag,
+    values, default and help."""
     cells = (f"`{declared.key}`", f"`{declared.flag}`", declared.values.words, as_text(default), declared.help)
     return "| " + " | ".join(text.replace("|", "\\|") for text in cells) + " |"
 

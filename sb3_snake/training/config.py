@@ -1,7 +1,7 @@
 """``TrainConfig``: everything a training run is asked to do, each option declared once (value,
 one-line help, :class:`Role`, and for the batch size its ``.env`` key and the values it takes),
-from which the CLI builds its options and the library sorts the fields; and the memory a run
-will need."""
+from which the CLI builds its options and the library sorts the fields. The memory a run will
+need is estimated in :mod:`sb3_snake.training.memory`."""
 
 from __future__ import annotations
 

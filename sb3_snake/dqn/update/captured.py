@@ -2,8 +2,8 @@
 
 On a GPU an update of this policy is bound by the host, not the GPU: sampling, two forward
 passes, the loss, backward, gradient clipping and Adam launch a few hundred small kernels, so
-an update takes about as long whatever its batch size, up to thousands of samples (README, "On
-a GPU"). A CUDA graph records those launches once and replays them with one call, so an update
+an update takes about as long whatever its batch size, up to thousands of samples (docs/gpu.md,
+"Measured on an NVIDIA H100"). A CUDA graph records those launches once and replays them with one call, so an update
 costs what its kernels cost on the GPU.
 
 What a graph needs, and how this module meets it:

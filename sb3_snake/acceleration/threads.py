@@ -7,8 +7,8 @@ away), each operation waits for the thread that lost its core. With the machine 
 threads on two cores beat one; beside one other busy process, one thread beats two by several
 times (the measurements, with their machines, are in benchmark_results/threads_20261123/ and
 docs/history.md, "The full benchmark", "Threads"). A count fixed at start-up is right in one of
-those conditions and wrong in the other, and a run can meet both: another program starts, or the host of a virtual machine
-takes a vCPU away for seconds at a time.
+those conditions and wrong in the other, and a run can meet both: another program starts, or
+the host of a virtual machine takes a vCPU away for seconds at a time.
 
 So a CPU run with ``TORCH_NUM_THREADS=auto`` measures: :class:`ThreadTuner` decides from env
 steps per second measured with each count, :class:`AdaptiveThreads` is the SB3 callback that

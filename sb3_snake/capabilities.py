@@ -54,6 +54,36 @@ def capability_report(
         :func:`sb3_snake.training.options.load_config` reads it; reported beside the settings.
     """
     target = system.resolve_device(device)
+    available = _probe_available(target, probe_compile_now)
+    batch, batch_source = batch_size
+    resolved, chosen_batch, chosen_source = _resolve_auto(settings, target, policy, measure_auto, batch, batch_source)
+    active = _active_when_training(resolved, target, compile_after, compile_in_background)
+    # Read after auto's measurement, which trains models and so may record a compile of its own.
+    available["torch_compile"]["last_training_compile"] = last_compile()
+    return {
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "device": str(target),
+        "device_name": torch.cuda.get_device_name(target) if target.type == "cuda" else system.cpu_model(),
+        "cuda_available": torch.cuda.is_available(),
+        "available": available,
+        "settings": _settings_table(settings, batch, batch_source),
+        "auto": {
+            "cache_dir": str(cache_dir()),
+            "record": dict(resolved.auto_record),
+            "settings": {
+                **({"batch_size": chosen_source} if batch == AUTO else {}),
+                **{name: active.settings.source(name) for name in settings.auto_fields},
+            },
+        },
+        "active": active.as_dict(),
+        "summary": setting_lines(active, {"batch size": f"{chosen_batch} (from {chosen_source})"}),
+    }
+
+
+def _probe_available(target: torch.device, probe_compile_now: bool) -> dict[str, Any]:
+    """What ``target`` supports, found by tiny real operations: bf16, the flash kernel, and
+    torch.compile (run only with ``probe_compile_now``; otherwise whether it is present)."""
     bf16_native = system.native_bf16(target)
     bf16_runs, bf16_error = probe_bf16(target)
     flash_fp32, flash_fp32_error = probe_flash(target, torch.float32)
@@ -65,60 +95,64 @@ def capability_report(
         compile_error = system.compile_unavailable_reason()
         compile_ok = not compile_error
         compile_note = compile_error or "torch.compile is present (not probed; --probe-compile runs it)"
-    batch, batch_source = batch_size
-    resolved, chosen_batch, chosen_source = settings, batch, batch_source
+    return {
+        "bf16": {"native": bf16_native, "autocast_runs": bf16_runs, "note": bf16_error},
+        "flash_attention": {
+            "float32": flash_fp32,
+            "bfloat16": flash_bf16,
+            "note": flash_fp32_error or flash_bf16_error,
+        },
+        "torch_compile": {"available": compile_ok, "note": compile_note},
+    }
+
+
+def _resolve_auto(
+    settings: OptimizationSettings,
+    target: torch.device,
+    policy: tuple[dict[str, Any], int, bool] | None,
+    measure_auto: bool,
+    batch: int | str,
+    batch_source: str,
+) -> tuple[OptimizationSettings, int | str, str]:
+    """``settings`` and the batch size with ``auto`` resolved for ``policy`` (cached or measured
+    now), and where the batch size came from; without a policy, auto stays unmeasured."""
     if policy is not None:
         policy_kwargs, board_size, countdown = policy
         resolved, chosen_batch, auto_source = resolve_auto(
             settings, batch, target, policy_kwargs, board_size, countdown=countdown, allow_measure=measure_auto
         )
-        chosen_source = auto_source or batch_source
-    elif batch == AUTO:
-        chosen_batch, chosen_source = DEFAULT_BATCH_SIZE, "auto, not measured: the value that runs everywhere"
+        return resolved, chosen_batch, auto_source or batch_source
+    if batch == AUTO:
+        return settings, DEFAULT_BATCH_SIZE, "auto, not measured: the value that runs everywhere"
+    return settings, batch, batch_source
+
+
+def _active_when_training(
+    resolved: OptimizationSettings, target: torch.device, compile_after: int, compile_in_background: bool
+) -> ActiveOptimizations:
+    """What a model trained with ``resolved`` would have active, its compile as the model plans it."""
     active = ActiveOptimizations.decide(resolved, target)
     # What a model trained with these settings would compile, and when, in its own words;
     # sb3-snake train's models (Adam, board observations) are ones the whole update compiles for.
     compiles = CompileState(
         active.compile, decide_compiled_update(target.type, ""), compile_after, background=compile_in_background
     )
-    active = replace(active, compile=compiles.planned)
+    return replace(active, compile=compiles.planned)
+
+
+def _settings_table(settings: OptimizationSettings, batch: int | str, batch_source: str) -> dict[str, Any]:
+    """Each setting asked for: its value, where it came from, its ``.env`` key and its flag."""
     return {
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "device": str(target),
-        "device_name": torch.cuda.get_device_name(target) if target.type == "cuda" else system.cpu_model(),
-        "cuda_available": torch.cuda.is_available(),
-        "available": {
-            "bf16": {"native": bf16_native, "autocast_runs": bf16_runs, "note": bf16_error},
-            "flash_attention": {
-                "float32": flash_fp32,
-                "bfloat16": flash_bf16,
-                "note": flash_fp32_error or flash_bf16_error,
-            },
-            "torch_compile": {"available": compile_ok, "note": compile_note, "last_training_compile": last_compile()},
+        "batch_size": {"value": batch, "source": batch_source, "key": BATCH_SIZE_KEY, "cli": BATCH_SIZE_FLAG},
+        **{
+            name: {
+                "value": value,
+                "source": settings.source(name),
+                "key": settings.env_key(name),
+                "cli": settings.flag(name),
+            }
+            for name, value in settings.as_dict().items()
         },
-        "settings": {
-            "batch_size": {"value": batch, "source": batch_source, "key": BATCH_SIZE_KEY, "cli": BATCH_SIZE_FLAG},
-            **{
-                name: {
-                    "value": value,
-                    "source": settings.source(name),
-                    "key": settings.env_key(name),
-                    "cli": settings.flag(name),
-                }
-                for name, value in settings.as_dict().items()
-            },
-        },
-        "auto": {
-            "cache_dir": str(cache_dir()),
-            "record": dict(resolved.auto_record),
-            "settings": {
-                **({"batch_size": chosen_source} if batch == AUTO else {}),
-                **{name: active.settings.source(name) for name in settings.auto_fields},
-            },
-        },
-        "active": active.as_dict(),
-        "summary": setting_lines(active, {"batch size": f"{chosen_batch} (from {chosen_source})"}),
     }
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import torch
@@ -114,103 +114,143 @@ def search(
     """Measure the candidates for ``settings``' auto switches and ``batch_size`` (a size, or
     ``auto``: measured over ``batch_candidates``), stage by stage; return the choice, every
     measurement and, per field, the evidence in words."""
-    measured: dict[Candidate, float] = {}
-    records: list[dict[str, Any]] = []
-
-    def measure_stage(stage: int, candidates: Sequence[Candidate]) -> None:
-        """Time ``candidates`` in turn, :data:`ROUNDS` times, every other round backwards; each
-        one's rate is the median of its slices."""
-        slices: dict[Candidate, list[float]] = {candidate: [] for candidate in candidates}
-        for round_ in range(ROUNDS):
-            for candidate in candidates if round_ % 2 == 0 else candidates[::-1]:
-                slices[candidate].append(measure(candidate))
-        for candidate, rates in slices.items():
-            measured[candidate] = statistics.median(rates)
-            records.append({"stage": stage, "candidate": asdict(candidate), "samples_per_second": measured[candidate]})
-
-    rate = measured.__getitem__
+    timings = _Timings(measure)
     auto = set(settings.auto_fields)
     evidence: dict[str, str] = {}
     bf16_options = _bf16_options(settings, machine, evidence)
     kernel_options = _kernel_options(settings, machine)
     batch = min(PROBE_BATCH_SIZE, max(batch_candidates)) if batch_size == AUTO else batch_size
 
-    # Stage 1: precision and attention kernel, eager (compiling each candidate would take minutes).
+    stage1 = _stage1_candidates(machine, bf16_options, kernel_options, batch)
+    best, rule = _choose_precision_and_kernel(timings, stage1, bf16_options, kernel_options, batch)
+    if "use_bf16" in auto and len(bf16_options) > 1:
+        evidence["use_bf16"] = _precision_evidence(timings, stage1, best)
+    if "use_flash_attention" in auto:
+        evidence["use_flash_attention"] = _kernel_evidence(timings, stage1, best)
+    if "use_torch_compile" in auto:
+        best = _choose_compile(timings, machine, best, evidence)
+    elif settings.use_torch_compile:
+        best = replace(best, use_torch_compile=True)
+    if batch_size == AUTO:
+        best = _choose_batch_size(timings, best, batch_candidates, evidence)
+    return {"chosen": asdict(best), "evidence": evidence, "rule": rule, "measurements": timings.records}
+
+
+@dataclass
+class _Timings:
+    """The measurements of one search: each candidate's rate, and a record of every stage's."""
+
+    measure: Measure
+    rates: dict[Candidate, float] = field(default_factory=dict)
+    records: list[dict[str, Any]] = field(default_factory=list)
+
+    def rate(self, candidate: Candidate) -> float:
+        return self.rates[candidate]
+
+    def stage(self, stage: int, candidates: Sequence[Candidate]) -> None:
+        """Time ``candidates`` in turn, :data:`ROUNDS` times, every other round backwards; each
+        one's rate is the median of its slices."""
+        slices: dict[Candidate, list[float]] = {candidate: [] for candidate in candidates}
+        for round_ in range(ROUNDS):
+            for candidate in candidates if round_ % 2 == 0 else candidates[::-1]:
+                slices[candidate].append(self.measure(candidate))
+        for candidate, rates in slices.items():
+            self.rates[candidate] = statistics.median(rates)
+            self.records.append(
+                {"stage": stage, "candidate": asdict(candidate), "samples_per_second": self.rates[candidate]}
+            )
+
+
+def _stage1_candidates(
+    machine: Machine, bf16_options: list[bool], kernel_options: list[str], batch: int | str
+) -> list[Candidate]:
+    """Stage 1's candidates: each precision with each kernel, eager (compiling each candidate
+    would take minutes)."""
     every = [Candidate(bf16, kernel, False, batch) for bf16 in bf16_options for kernel in kernel_options]
     # A kernel that runs on bf16 inputs only is a candidate with bf16 only (timing it without would
     # time PyTorch's fallback under its name). Where nothing else is left (flash asked for, no
     # bf16) it stays, and the optimization layer reports it inactive with its reason.
     stage1 = [c for c in every if c.use_bf16 or c.sdpa_backend not in machine.bf16_only]
-    stage1 = stage1 or every
-    rule = ""
+    return stage1 or every
+
+
+def _choose_precision_and_kernel(
+    timings: _Timings, stage1: list[Candidate], bf16_options: list[bool], kernel_options: list[str], batch: int | str
+) -> tuple[Candidate, str]:
+    """Stage 1: the fastest of ``stage1``, unless it does not beat the plain candidate by
+    :data:`PLAIN_MARGIN`; and that rule in words ("" where it did not apply)."""
     if len(stage1) == 1:
-        best = stage1[0]  # nothing to choose: not measured
-    else:
-        measure_stage(1, stage1)
-        best = max(stage1, key=rate)
-        plain = Candidate(min(bf16_options), "auto" if "auto" in kernel_options else kernel_options[0], False, batch)
-        if plain in stage1:
-            rule = (
-                f"a change from {_precision_name(plain.use_bf16)} with {_kernel_name(plain.sdpa_backend)} "
-                f"({rate(plain):,.0f} samples/s) is kept only when it is at least {PLAIN_MARGIN:.2f}x as fast"
-            )
-            if rate(best) < PLAIN_MARGIN * rate(plain):
-                best = plain
-    # Each setting is set against the fastest candidate without its choice (on a tie, the one
-    # that shares the other setting), which may differ in the other setting too: then the rival
-    # is named whole, so one name never carries two rates.
-    if "use_bf16" in auto and len(bf16_options) > 1:
-        others = [c for c in stage1 if c.use_bf16 != best.use_bf16]
-        if others:
-            other = max(others, key=lambda c: (rate(c), c.sdpa_backend == best.sdpa_backend))
-            kernel = f" with {_kernel_name(other.sdpa_backend)}" if other.sdpa_backend != best.sdpa_backend else ""
-            named = _precision_name(other.use_bf16) + kernel
-            chosen_precision = _precision_name(best.use_bf16)
-            evidence["use_bf16"] = _versus(best.use_bf16, chosen_precision, named, rate(best), rate(other))
-        else:
-            evidence["use_bf16"] = (
-                f"chose {str(best.use_bf16).lower()}: the only precision {best.sdpa_backend} runs in here"
-            )
+        return stage1[0], ""  # nothing to choose: not measured
+    timings.stage(1, stage1)
+    best = max(stage1, key=timings.rate)
+    plain = Candidate(min(bf16_options), "auto" if "auto" in kernel_options else kernel_options[0], False, batch)
+    if plain not in stage1:
+        return best, ""
+    rule = (
+        f"a change from {_precision_name(plain.use_bf16)} with {_kernel_name(plain.sdpa_backend)} "
+        f"({timings.rate(plain):,.0f} samples/s) is kept only when it is at least {PLAIN_MARGIN:.2f}x as fast"
+    )
+    return (plain if timings.rate(best) < PLAIN_MARGIN * timings.rate(plain) else best), rule
+
+
+def _precision_evidence(timings: _Timings, stage1: list[Candidate], best: Candidate) -> str:
+    """Stage 1's precision against the fastest candidate in the other (on a tie, the one with the
+    same kernel), which may differ in kernel too: then the rival is named whole, so one name never
+    carries two rates."""
+    others = [c for c in stage1 if c.use_bf16 != best.use_bf16]
+    if not others:
+        return f"chose {str(best.use_bf16).lower()}: the only precision {best.sdpa_backend} runs in here"
+    rate = timings.rate
+    other = max(others, key=lambda c: (rate(c), c.sdpa_backend == best.sdpa_backend))
+    kernel = f" with {_kernel_name(other.sdpa_backend)}" if other.sdpa_backend != best.sdpa_backend else ""
+    named = _precision_name(other.use_bf16) + kernel
+    return _versus(best.use_bf16, _precision_name(best.use_bf16), named, rate(best), rate(other))
+
+
+def _kernel_evidence(timings: _Timings, stage1: list[Candidate], best: Candidate) -> str:
+    """Stage 1's kernel against the fastest candidate with another (on a tie, the one in the same
+    precision), named whole as in :func:`_precision_evidence`."""
     others = [c for c in stage1 if c.sdpa_backend != best.sdpa_backend]
-    if "use_flash_attention" in auto and others:
-        other = max(others, key=lambda c: (rate(c), c.use_bf16 == best.use_bf16))
-        precision = f" in {_precision_name(other.use_bf16)}" if other.use_bf16 != best.use_bf16 else ""
-        named = _kernel_name(other.sdpa_backend) + precision
-        chosen_kernel = "PyTorch's default kernel" if best.sdpa_backend == "auto" else best.sdpa_backend
-        evidence["use_flash_attention"] = _versus(chosen_kernel, None, named, rate(best), rate(other))
-    elif "use_flash_attention" in auto:
-        evidence["use_flash_attention"] = f"chose {_kernel_name(best.sdpa_backend)}: the only kernel that runs here"
+    if not others:
+        return f"chose {_kernel_name(best.sdpa_backend)}: the only kernel that runs here"
+    rate = timings.rate
+    other = max(others, key=lambda c: (rate(c), c.use_bf16 == best.use_bf16))
+    precision = f" in {_precision_name(other.use_bf16)}" if other.use_bf16 != best.use_bf16 else ""
+    named = _kernel_name(other.sdpa_backend) + precision
+    chosen_kernel = "PyTorch's default kernel" if best.sdpa_backend == "auto" else best.sdpa_backend
+    return _versus(chosen_kernel, None, named, rate(best), rate(other))
 
-    # Stage 2: compile, against the eager winner timed again beside it.
-    if "use_torch_compile" in auto:
-        if machine.compile_unavailable:
-            evidence["use_torch_compile"] = f"chose false: {machine.compile_unavailable} (not measured)"
-        else:
-            compiled = replace(best, use_torch_compile=True)
-            measure_stage(2, [best, compiled])
-            chosen, other = (compiled, best) if rate(compiled) >= COMPILE_MARGIN * rate(best) else (best, compiled)
-            evidence["use_torch_compile"] = _versus(
-                chosen.use_torch_compile, _compiled_name(chosen), _compiled_name(other), rate(chosen), rate(other)
-            )
-            evidence["use_torch_compile"] += f" (compiled must be at least {COMPILE_MARGIN:.2f}x as fast)"
-            best = chosen
-    elif settings.use_torch_compile:
-        best = replace(best, use_torch_compile=True)
 
-    # Stage 3: batch size, eager (a compiled network recompiles for each new batch size).
-    if batch_size == AUTO:
-        sizes = [replace(best, use_torch_compile=False, batch_size=size) for size in batch_candidates]
-        measure_stage(3, sizes)
-        rates = {candidate.batch_size: rate(candidate) for candidate in sizes}
-        chosen = smallest_fast_enough(rates)
-        listed = ", ".join(f"{size}: {value:,.0f}" for size, value in rates.items())
-        evidence["batch_size"] = (
-            f"chose {chosen}: the smallest batch within {BATCH_TOLERANCE:.0%} of the fastest, "
-            f"measured {listed} samples/s eager"
-        )
-        best = replace(best, batch_size=chosen)
+def _choose_compile(timings: _Timings, machine: Machine, best: Candidate, evidence: dict[str, str]) -> Candidate:
+    """Stage 2: compile, against the eager winner timed again beside it."""
+    if machine.compile_unavailable:
+        evidence["use_torch_compile"] = f"chose false: {machine.compile_unavailable} (not measured)"
+        return best
+    compiled = replace(best, use_torch_compile=True)
+    timings.stage(2, [best, compiled])
+    rate = timings.rate
+    chosen, other = (compiled, best) if rate(compiled) >= COMPILE_MARGIN * rate(best) else (best, compiled)
+    evidence["use_torch_compile"] = _versus(
+        chosen.use_torch_compile, _compiled_name(chosen), _compiled_name(other), rate(chosen), rate(other)
+    )
+    evidence["use_torch_compile"] += f" (compiled must be at least {COMPILE_MARGIN:.2f}x as fast)"
+    return chosen
 
-    return {"chosen": asdict(best), "evidence": evidence, "rule": rule, "measurements": records}
+
+def _choose_batch_size(
+    timings: _Timings, best: Candidate, batch_candidates: Sequence[int], evidence: dict[str, str]
+) -> Candidate:
+    """Stage 3: batch size, eager (a compiled network recompiles for each new batch size)."""
+    sizes = [replace(best, use_torch_compile=False, batch_size=size) for size in batch_candidates]
+    timings.stage(3, sizes)
+    rates = {candidate.batch_size: timings.rate(candidate) for candidate in sizes}
+    chosen = smallest_fast_enough(rates)
+    listed = ", ".join(f"{size}: {value:,.0f}" for size, value in rates.items())
+    evidence["batch_size"] = (
+        f"chose {chosen}: the smallest batch within {BATCH_TOLERANCE:.0%} of the fastest, "
+        f"measured {listed} samples/s eager"
+    )
+    return replace(best, batch_size=chosen)
 
 
 def smallest_fast_enough(rates: dict[int, float], tolerance: float = BATCH_TOLERANCE) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -29,6 +29,9 @@ from sb3_snake.common.errors import UsageError
 from sb3_snake.common.paths import check_writable_dir, claim_new_path
 from sb3_snake.common.system import check_device, cpu_cores, resolve_device
 from sb3_snake.training.tracking import resolve_mode
+
+if TYPE_CHECKING:
+    from sb3_snake.benchmark.learning import LearningPlan
 
 
 def _parse_int_list(text: str, option: str) -> list[int]:
@@ -241,14 +244,7 @@ def benchmark_learning(
     runs/benchmark-learning/. A run that fails is named and left out, the others kept, and
     the command exits 1.
     """
-    from sb3_snake.benchmark.learning import (
-        SYSTEMS,
-        LearningPlan,
-        format_summary,
-        plot_learning_benchmark,
-        run_learning_benchmark,
-        seed_range,
-    )
+    from sb3_snake.benchmark.learning import SYSTEMS, LearningPlan, seed_range
     from sb3_snake.training.hyperparameters import read_hyperparameters
 
     with user_errors():
@@ -268,6 +264,14 @@ def benchmark_learning(
         runs_folder = Path("runs") / "benchmark-learning"
         check_writable_dir(runs_folder, what="runs folder", create=True)
         work_dir = claim_new_path(runs_folder, utc_stamp(), folder=True)
+    _run_learning(plan, work_dir, output)
+
+
+def _run_learning(plan: LearningPlan, work_dir: Path, output: Path) -> None:
+    """Run ``benchmark-learning``'s ``plan`` in ``work_dir``, print its summary and save its JSON and
+    picture into ``output``; exit 1 when a run failed, with the signal's code when stopped."""
+    from sb3_snake.benchmark.learning import format_summary, plot_learning_benchmark, run_learning_benchmark
+
     runs = len(plan.seeds) * len(plan.systems)
     typer.echo(f"{runs} runs of {plan.minutes:g} min ({', '.join(plan.systems)}; seeds {list(plan.seeds)})")
     with interrupt_on_signals() as received:
@@ -328,16 +332,8 @@ def benchmark(
     benchmark_results/benchmark_results_full_<UTC>.json.
     """
     from sb3_snake.acceleration.optimizations import threads_for, torch_threads
-    from sb3_snake.benchmark import gradient_step
-    from sb3_snake.benchmark.full import (
-        BenchmarkPlan,
-        format_report,
-        log_to_wandb,
-        run_benchmark,
-        write_benchmark_choice,
-    )
+    from sb3_snake.benchmark.full import BenchmarkPlan, format_report, run_benchmark, write_benchmark_choice
     from sb3_snake.training.options import load_config, parse_option
-    from sb3_snake.training.tracking import WandbRun
 
     env_file, batch_size = options.pop("env_file"), options.pop("batch_size")
     target_env = env_file or Path(".env")
@@ -345,15 +341,8 @@ def benchmark(
         settings = load_settings(env_file, options)
         given = {"batch_size": parse_option("batch_size", batch_size)} if batch_size is not None else {}
         config = load_config(env_file, **given)  # the end-to-end run's batch size, as sb3-snake train reads it
-        changes: dict[str, object] = {"repeats": repeats, "end_to_end": end_to_end}
-        changes["device"] = resolve_device(device.value).type
-        if batch_sizes is not None:
-            changes["batch_sizes"] = tuple(_parse_int_list(batch_sizes, "--batch-sizes"))
-        if combinations is not None:
-            changes["combinations"] = _parse_combinations(combinations)
-        else:
-            base = (BenchmarkPlan.quick() if quick else BenchmarkPlan()).combinations
-            changes["combinations"] = gradient_step.combination_names(changes["device"], base)
+        sweep = _sweep_changes(device, quick, batch_sizes, combinations)
+        changes = {"repeats": repeats, "end_to_end": end_to_end, **sweep}
         mode = resolve_mode(wandb_mode.value) if wandb else "disabled"
         check_writable_dir(output, what="--output folder", create=True)
         if write_env:
@@ -375,7 +364,32 @@ def benchmark(
             written = write_benchmark_choice(report, target_env, path.name)
         typer.echo(written)
     if wandb:
-        config = {key: report[key] for key in ("system", "plan", "settings")}
-        tracking = WandbRun(wandb_project, mode, config, Path("runs") / path.stem, name=path.stem, notify=typer.echo)
-        log_to_wandb(report, tracking)
-        typer.echo(f"W&B: {tracking.mode}")
+        _log_to_wandb(report, path, wandb_project, mode)
+
+
+def _sweep_changes(device: Device, quick: bool, batch_sizes: str | None, combinations: str | None) -> dict[str, object]:
+    """The gradient sweep's device, batch sizes and combinations from ``benchmark``'s options; by
+    default the plan's combinations that run on the device."""
+    from sb3_snake.benchmark import gradient_step
+    from sb3_snake.benchmark.full import BenchmarkPlan
+
+    changes: dict[str, object] = {"device": resolve_device(device.value).type}
+    if batch_sizes is not None:
+        changes["batch_sizes"] = tuple(_parse_int_list(batch_sizes, "--batch-sizes"))
+    if combinations is not None:
+        changes["combinations"] = _parse_combinations(combinations)
+    else:
+        base = (BenchmarkPlan.quick() if quick else BenchmarkPlan()).combinations
+        changes["combinations"] = gradient_step.combination_names(changes["device"], base)
+    return changes
+
+
+def _log_to_wandb(report: dict[str, Any], path: Path, project: str, mode: str) -> None:
+    """Log ``benchmark``'s ``report``, saved at ``path``, to a W&B run named after the file."""
+    from sb3_snake.benchmark.full import log_to_wandb
+    from sb3_snake.training.tracking import WandbRun
+
+    config = {key: report[key] for key in ("system", "plan", "settings")}
+    tracking = WandbRun(project, mode, config, Path("runs") / path.stem, name=path.stem, notify=typer.echo)
+    log_to_wandb(report, tracking)
+    typer.echo(f"W&B: {tracking.mode}")

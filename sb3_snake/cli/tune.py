@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -13,6 +13,11 @@ from sb3_snake.common.errors import UsageError
 from sb3_snake.common.paths import check_writable_dir
 from sb3_snake.training.config import TrainConfig
 from sb3_snake.training.tuning.space import DEFAULT_TRIAL_MINUTES, PRUNERS, SAMPLERS, TuneConfig
+
+if TYPE_CHECKING:
+    import optuna
+
+    from sb3_snake.acceleration.settings import OptimizationSettings
 
 TUNE = "Search"
 TRIAL = "One trial"
@@ -72,19 +77,11 @@ def tune(
     **options: Any,
 ) -> None:
     """Hyperparameter search on Optuna: one machine by default, many with the same --storage URL."""
-    from optuna import logging as optuna_logging
-
-    from sb3_snake.acceleration.optimizations import threads_for, torch_threads
     from sb3_snake.training.tuning import best_line, load_study, trial_config, write_report
-    from sb3_snake.training.tuning import tune as run_tune
 
     env_file, batch_size = options.pop("env_file"), options.pop("batch_size")
     with user_errors():
-        if batch_size is not None:
-            raise UsageError(
-                "--batch-size does not apply to tune: every trial draws its own batch size from the search space; "
-                "leave it out (train --hyperparams runs the best trial's)"
-            )
+        _reject_batch_size(batch_size)
         settings = load_settings(env_file, options)
         trial = trial_config(timesteps, time_limit, board_size=board_size, n_envs=n_envs)
         config = TuneConfig(
@@ -106,14 +103,32 @@ def tune(
         else:
             check_writable_dir(config.folder, what="study folder", create=True)
     if not report:
-        optuna_logging.set_verbosity(optuna_logging.WARNING)  # this command prints one line per trial itself
-        with interrupt_on_signals() as received:
-            try:
-                with torch_threads(threads_for(settings, "auto")), user_errors():
-                    study = run_tune(config, settings, notify=typer.echo)
-            except KeyboardInterrupt:
-                typer.echo("stopped: the running trial was marked failed; run the same command to continue", err=True)
-                raise typer.Exit(signal_exit_code(received)) from None
+        study = _run_trials(config, settings)
     typer.echo(best_line(study))
     for path in write_report(study, config.folder):
         typer.echo(f"wrote {path}")
+
+
+def _reject_batch_size(batch_size: str | None) -> None:
+    if batch_size is not None:
+        raise UsageError(
+            "--batch-size does not apply to tune: every trial draws its own batch size from the search space; "
+            "leave it out (train --hyperparams runs the best trial's)"
+        )
+
+
+def _run_trials(config: TuneConfig, settings: OptimizationSettings) -> optuna.Study:
+    """Run this worker's trials of ``config``'s study; a signal stops them and exits with its code."""
+    from optuna import logging as optuna_logging
+
+    from sb3_snake.acceleration.optimizations import threads_for, torch_threads
+    from sb3_snake.training.tuning import tune as run_tune
+
+    optuna_logging.set_verbosity(optuna_logging.WARNING)  # this command prints one line per trial itself
+    with interrupt_on_signals() as received:
+        try:
+            with torch_threads(threads_for(settings, "auto")), user_errors():
+                return run_tune(config, settings, notify=typer.echo)
+        except KeyboardInterrupt:
+            typer.echo("stopped: the running trial was marked failed; run the same command to continue", err=True)
+            raise typer.Exit(signal_exit_code(received)) from None

@@ -51,8 +51,6 @@ def main(argv: list[str] | None = None) -> int:
             probe_compile_now=args.probe_compile,
             policy=(config.policy_kwargs(), config.board_size, config.countdown),
             measure_auto=args.measure_auto,
-            compile_after=config.compile_after,
-            compile_in_background=config.compile_in_background,
             batch_size=(config.batch_size, config.source("batch_size")),
         )
     print(json.dumps(report, indent=2) if args.json else format_capability_report(report))

@@ -36,9 +36,7 @@ def capability_report(
     probe_compile_now: bool = False,
     policy: tuple[dict[str, Any], int, bool] | None = None,
     measure_auto: bool = False,
-    compile_after: int = 0,
     batch_size: tuple[int | str, str] = (DEFAULT_BATCH_SIZE, "default"),
-    compile_in_background: bool = False,
 ) -> dict[str, Any]:
     """What the machine supports and what will be active with ``settings`` on ``device``.
 
@@ -46,10 +44,6 @@ def capability_report(
         settings show what was measured for it on this machine (from the cache), or are
         measured now with ``measure_auto``; without it, or with nothing cached, the unmeasured
         values stand in and the report says so.
-    :param compile_after: gradient steps trained eagerly before compiling, as the run will
-        (``sb3-snake train``'s ``--compile-after``), so an active compile says when it starts.
-    :param compile_in_background: whether the run trains on while a child process compiles
-        (``sb3-snake train``'s ``--compile-in-background``), so an active compile says so.
     :param batch_size: the run's batch size (a size, or ``auto``) and where it came from, as
         :func:`sb3_snake.training.options.load_config` reads it; reported beside the settings.
     """
@@ -57,7 +51,7 @@ def capability_report(
     available = _probe_available(target, probe_compile_now)
     batch, batch_source = batch_size
     resolved, chosen_batch, chosen_source = _resolve_auto(settings, target, policy, measure_auto, batch, batch_source)
-    active = _active_when_training(resolved, target, compile_after, compile_in_background)
+    active = _active_when_training(resolved, target)
     # Read after auto's measurement, which trains models and so may record a compile of its own.
     available["torch_compile"]["last_training_compile"] = last_compile()
     return {
@@ -127,15 +121,16 @@ def _resolve_auto(
     return settings, batch, batch_source
 
 
-def _active_when_training(
-    resolved: OptimizationSettings, target: torch.device, compile_after: int, compile_in_background: bool
-) -> ActiveOptimizations:
+def _active_when_training(resolved: OptimizationSettings, target: torch.device) -> ActiveOptimizations:
     """What a model trained with ``resolved`` would have active, its compile as the model plans it."""
     active = ActiveOptimizations.decide(resolved, target)
     # What a model trained with these settings would compile, and when, in its own words;
     # sb3-snake train's models (Adam, board observations) are ones the whole update compiles for.
     compiles = CompileState(
-        active.compile, decide_compiled_update(target.type, ""), compile_after, background=compile_in_background
+        active.compile,
+        decide_compiled_update(target.type, ""),
+        resolved.compile_after,
+        background=resolved.compile_in_background,
     )
     return replace(active, compile=compiles.planned)
 

@@ -286,8 +286,6 @@ def load_model(
     env: Any = None,
     device: torch.device | str = "auto",
     for_training: bool = False,
-    compile_after: int = 0,
-    compile_in_background: bool = False,
 ) -> SnakeDQN:
     """Load a saved SnakeDQN; every failure is one :class:`UsageError` that says what to do.
 
@@ -301,9 +299,6 @@ def load_model(
         is not compiled: acting (``eval``, ``play``, a benchmark's checkpoints) is over before a
         compilation pays for itself (even with a warm compile cache, a short eval ran slower
         compiled than not, and a cold compile stalls it far longer).
-    :param compile_after: for training, :class:`~sb3_snake.SnakeDQN`'s ``compile_after``, counted
-        from the model's own gradient steps (a resumed run past it compiles at its first update).
-    :param compile_in_background: for training, :class:`~sb3_snake.SnakeDQN`'s.
     """
     if optimizations is not None and not for_training:
         optimizations = optimizations.without_auto() if optimizations.auto_fields else optimizations
@@ -311,11 +306,10 @@ def load_model(
     path = Path(path)
     if not path.is_file():
         raise UsageError(f"model file {path} does not exist")
-    compiling = {"compile_after": compile_after, "compile_in_background": compile_in_background}
     if trusted:
-        model = _load_trusted(path, optimizations, env, device, compiling)
+        model = _load_trusted(path, optimizations, env, device)
     else:
-        model = _load_safely(path, read_metadata(path), optimizations, env, device, for_training, compiling)
+        model = _load_safely(path, read_metadata(path), optimizations, env, device, for_training)
     _check_snake_model(model, path)
     if env is not None:
         _check_board(path, model.observation_space.shape, env.observation_space.shape)
@@ -348,11 +342,9 @@ def _check_actions(path: Path, trained: int, given: int) -> None:
         raise UsageError(f"model {path} was trained on the {_view(trained)} view with {trained} actions; pass {flag}")
 
 
-def _load_trusted(
-    path: Path, optimizations: OptimizationSettings | None, env: Any, device: Any, compiling: dict[str, Any]
-) -> SnakeDQN:
+def _load_trusted(path: Path, optimizations: OptimizationSettings | None, env: Any, device: Any) -> SnakeDQN:
     try:
-        return SnakeDQN.load(path, env=env, device=device, optimizations=optimizations, **compiling)
+        return SnakeDQN.load(path, env=env, device=device, optimizations=optimizations)
     except Exception as error:  # noqa: BLE001 - any failure to read the zip is a bad model file
         raise UsageError(f"model file {path} cannot be loaded ({one_line(error)})") from None
 
@@ -379,7 +371,6 @@ def _load_safely(
     env: Any,
     device: Any,
     for_training: bool,
-    compiling: dict[str, Any],
 ) -> SnakeDQN:
     hyperparameters = dict(metadata["hyperparameters"])
     train_freq = (hyperparameters.pop("train_freq"), hyperparameters.pop("train_freq_unit"))
@@ -394,7 +385,6 @@ def _load_safely(
             policy_kwargs=decode_policy_kwargs(metadata["policy_kwargs"]),
             train_freq=train_freq,
             _init_setup_model=False,
-            **compiling,
             **hyperparameters,
         )
     except (TypeError, ValueError) as error:

@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -66,14 +67,18 @@ def test_requested_but_unavailable_shows_its_reason(monkeypatch):
 def test_the_report_says_when_a_deferred_compile_starts(monkeypatch):
     monkeypatch.setattr("sb3_snake.common.system.compile_unavailable_reason", lambda: "")
     settings = OptimizationSettings(use_bf16=False, use_flash_attention=False, use_torch_compile=True, num_threads=1)
-    deferred = capability_report(settings, "cpu", compile_after=50_000)
+    deferred = capability_report(replace(settings, compile_after=50_000, compile_in_background=False), "cpu")
     when = f"after the first 50,000 gradient steps, in a child process: {WHOLE_UPDATE}"
     assert f"torch.compile:    enabled ({when}) (from" in "\n".join(deferred["summary"])
-    at_once = capability_report(settings, "cpu")["active"]["torch_compile_reason"]
-    assert at_once == f"in a child process: {WHOLE_UPDATE}"
+    defaults = capability_report(settings, "cpu")["active"]["torch_compile_reason"]  # sb3-snake train's
+    assert (
+        defaults == f"after the first 8,000 gradient steps, in a child process while training goes on: {WHOLE_UPDATE}"
+    )
+    at_once = capability_report(replace(settings, compile_after=0, compile_in_background=False), "cpu")
+    assert at_once["active"]["torch_compile_reason"] == f"in a child process: {WHOLE_UPDATE}"
     unavailable = "torch.compile is not supported on this Python or platform"
     monkeypatch.setattr("sb3_snake.common.system.compile_unavailable_reason", lambda: unavailable)
-    off = capability_report(settings, "cpu", compile_after=50_000)["active"]
+    off = capability_report(replace(settings, compile_after=50_000), "cpu")["active"]
     assert not off["torch_compile_active"] and off["torch_compile_reason"] == unavailable
 
 

@@ -204,6 +204,13 @@ def test_malformed_env_file_exits_2(tmp_path):
     assert result.exit_code == 2 and "USE_BF16='maybe'" in result.output and "bad.env" in result.output
 
 
+def test_a_negative_compile_start_exits_2_in_one_line(tmp_path):
+    result = runner.invoke(app, ["train", "--compile-after", "-1", "--output", str(tmp_path / "x")])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == ["error: --compile-after '-1': expected an integer of 0 or more"]
+    assert not (tmp_path / "x").exists()
+
+
 def test_bad_input_is_refused_before_auto_settings_are_measured(tmp_path):
     env_file = tmp_path / "auto.env"
     env_file.write_text("USE_FLASH_ATTENTION=auto\nOPTIMAL_BATCH_SIZE=auto\n")

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,9 @@ from sb3_snake.dqn.update.compiled import CompiledSteps
 from tests.conftest import small_dqn
 from tests.test_compiled_update import EAGER, assert_same_training_state, serve_rows
 
-COMPILED = OptimizationSettings(use_bf16=False, use_flash_attention=False, use_torch_compile=True, num_threads=1)
+COMPILED = OptimizationSettings(
+    use_bf16=False, use_flash_attention=False, use_torch_compile=True, num_threads=1, compile_after=0
+)
 
 
 @pytest.fixture(autouse=True)
@@ -35,7 +38,8 @@ def graph_only_child(monkeypatch, tmp_path):
 
 
 def compiling_model(background=False, **options):
-    return small_dqn(COMPILED, board_size=6, transitions=96, compile_in_background=background, **options)
+    settings = replace(COMPILED, compile_in_background=background)
+    return small_dqn(settings, board_size=6, transitions=96, **options)
 
 
 def alive(pid: int) -> bool:

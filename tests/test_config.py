@@ -40,7 +40,6 @@ from tests.conftest import FAST, tiny_config
         ({"checkpoint_every": 0}, "checkpoint_every must be at least 1"),
         ({"select_every": 0}, "select_every must be at least 1"),
         ({"select_episodes": 0}, "select_episodes must be at least 1"),
-        ({"compile_after": -1}, "compile_after must be at least 0, got -1"),
         ({"early_replay_ratio": 0}, "early_replay_ratio must be from 0.001 to 4096, got 0"),
         ({"early_steps": -1}, "early_steps must be from 0 to 9223372036854775807, got -1"),
         ({"learning_rate_half_life": -1}, "learning_rate_half_life must be from 0 to 9223372036854775807, got -1"),
@@ -146,8 +145,7 @@ def test_every_field_declares_its_role_and_the_sorts_follow_from_it():
         "stall_growth",
         "long_starts",
     ]
-    assert panels[RUN] == ["episodes", "timesteps", "time_limit_minutes", "compile_after"] + [
-        "compile_in_background",
+    assert panels[RUN] == ["episodes", "timesteps", "time_limit_minutes"] + [
         "checkpoint_every",
         "select_every",
         "select_episodes",

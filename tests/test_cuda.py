@@ -247,7 +247,7 @@ def test_a_failed_capture_trains_on_eagerly_and_says_why(monkeypatch):
 
 
 def test_compiling_later_captures_the_compiled_networks():
-    model = gpu_model(use_cuda_graph=True, use_torch_compile=True, dqn_kwargs={"compile_after": WARMUP_STEPS + 1})
+    model = gpu_model(use_cuda_graph=True, use_torch_compile=True, compile_after=WARMUP_STEPS + 1)
     model.train(gradient_steps=WARMUP_STEPS + 1, batch_size=32)
     eager_graph = model.step_choice.current
     assert eager_graph.replays == 1 and model.q_net._compiled_call_impl is None

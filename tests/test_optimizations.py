@@ -1,5 +1,7 @@
 """The optimization layer, proven over real DQN gradient steps on CPU, and its CUDA rules as logic."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -34,7 +36,21 @@ from sb3_snake.dqn.update.eager import EagerSteps
 from tests.conftest import SMALL_POLICY, small_dqn
 
 FLASH_KERNEL = "aten::_scaled_dot_product_flash_attention_for_cpu"
-COMPILED = OptimizationSettings(use_bf16=False, use_flash_attention=False, use_torch_compile=True, num_threads=1)
+COMPILED = OptimizationSettings(
+    use_bf16=False,
+    use_flash_attention=False,
+    use_torch_compile=True,
+    num_threads=1,
+    compile_after=0,
+    compile_in_background=False,
+)
+
+
+def compiled_after(steps: int) -> OptimizationSettings:
+    """:data:`COMPILED`, the compile starting after ``steps`` gradient steps."""
+    return replace(COMPILED, compile_after=steps)
+
+
 needs_bf16 = pytest.mark.skipif(not cpu_has_native_bf16(), reason="this CPU has no native bf16")
 
 
@@ -90,7 +106,7 @@ def test_without_bf16_everything_is_float32():
 
 
 def test_a_deferred_compile_trains_eagerly_first_then_compiles_once(instant_compile):
-    model = small_dqn(COMPILED, board_size=6, transitions=64, compile_after=3)
+    model = small_dqn(compiled_after(3), board_size=6, transitions=64)
     assert type(model.step_choice.current) is EagerSteps and instant_compile.started == []
     deferred = f"after the first 3 gradient steps, in a child process: {WHOLE_UPDATE}"  # when, where, what
     assert model.active_optimizations.compile == Decision.on(deferred)
@@ -110,7 +126,7 @@ def test_a_deferred_compile_trains_eagerly_first_then_compiles_once(instant_comp
 
 def test_on_the_cpu_a_model_whose_update_is_not_compiled_whole_is_not_compiled(instant_compile):
     policy_kwargs = {"optimizer_class": torch.optim.SGD, "features_extractor_kwargs": {"embed_dim": 8}}
-    model = small_dqn(COMPILED, board_size=6, transitions=64, compile_after=3, policy_kwargs=policy_kwargs)
+    model = small_dqn(compiled_after(3), board_size=6, transitions=64, policy_kwargs=policy_kwargs)
     off = Decision.off("the whole update is compiled for Adam only, not SGD")
     assert model.active_optimizations.compile == off
     for _ in range(4):
@@ -184,7 +200,7 @@ def test_a_compiled_update_whose_first_call_fails_is_reported_off_and_training_g
         raise RuntimeError("no C++ compiler\nmore detail")
 
     monkeypatch.setattr("sb3_snake.dqn.update.choice.load", lambda path: fail)
-    model = small_dqn(COMPILED, board_size=6, transitions=64, compile_after=1)
+    model = small_dqn(compiled_after(1), board_size=6, transitions=64)
     model.train(gradient_steps=1, batch_size=32)
     assert model.active_optimizations.compile.active and type(model.step_choice.current) is EagerSteps
     with caplog.at_level("WARNING"):
@@ -202,7 +218,7 @@ def test_a_deferred_network_compile_that_fails_is_reported_off(monkeypatch):
     failure = "compile failed: BackendCompilerFailed: no C++ compiler"
     monkeypatch.setattr("sb3_snake.dqn.update.compile.compile_networks", lambda model, mode: failure)
     networks_compiled_here(monkeypatch)
-    model = small_dqn(COMPILED, board_size=6, transitions=64, compile_after=1)
+    model = small_dqn(compiled_after(1), board_size=6, transitions=64)
     assert model.active_optimizations.compile.active
     model.train(gradient_steps=1, batch_size=32)
     assert model.active_optimizations.compile.active
@@ -213,15 +229,15 @@ def test_a_deferred_network_compile_that_fails_is_reported_off(monkeypatch):
 
 
 def test_a_deferred_compile_is_not_saved_and_a_loaded_model_defers_what_is_left(tmp_path, instant_compile):
-    model = small_dqn(COMPILED, board_size=6, transitions=64, compile_after=4)
+    model = small_dqn(compiled_after(4), board_size=6, transitions=64)
     model.train(gradient_steps=2, batch_size=32)
     model.save(tmp_path / "m.zip")
-    loaded = SnakeDQN.load(tmp_path / "m.zip", optimizations=COMPILED)
-    assert loaded.compile_after == 4 and loaded.compile_state.due(4) and not loaded.compile_state.due(3)
+    loaded = SnakeDQN.load(tmp_path / "m.zip", optimizations=compiled_after(4))
+    assert loaded.compile_state.due(4) and not loaded.compile_state.due(3)
     assert (
         loaded.compile_state.planned.reason == f"after the first 4 gradient steps, in a child process: {WHOLE_UPDATE}"
     )
-    done = small_dqn(COMPILED, board_size=6, transitions=64, compile_after=1)
+    done = small_dqn(compiled_after(1), board_size=6, transitions=64)
     done.train(gradient_steps=2, batch_size=32)
     done.save(tmp_path / "done.zip")
     reloaded = SnakeDQN.load(tmp_path / "done.zip", optimizations=COMPILED)

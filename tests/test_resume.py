@@ -58,11 +58,10 @@ def test_resume_refuses_a_replay_buffer_recorded_on_the_other_view(tmp_path):
 
 
 @pytest.mark.parametrize("trusted", [False, True])
-def test_a_resumed_run_compiles_as_its_config_says(tmp_path, trusted):
+def test_a_resumed_run_compiles_as_its_settings_say(tmp_path, trusted):
     train(tiny_config(episodes=2), FAST, tmp_path / "a")
-    config = tiny_config(compile_after=123, compile_in_background=True)
-    model = build_model(config, FAST, resume=tmp_path / "a" / "model.zip", trusted=trusted)
-    assert (model.compile_after, model.compile_in_background) == (123, True)
+    settings = replace(FAST, use_torch_compile=True, compile_after=123, compile_in_background=True)
+    model = build_model(tiny_config(), settings, resume=tmp_path / "a" / "model.zip", trusted=trusted)
     assert model.compile_state.background and model.compile_state.after == 123
 
 

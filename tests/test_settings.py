@@ -19,6 +19,8 @@ ENV_KEYS = (
     "USE_FLASH_ATTENTION",
     "USE_BF16",
     "TORCH_COMPILE_MODE",
+    "TORCH_COMPILE_AFTER",
+    "TORCH_COMPILE_IN_BACKGROUND",
     "TORCH_NUM_THREADS",
     "SDPA_BACKEND",
     "USE_CUDA_GRAPH",
@@ -48,7 +50,8 @@ def test_env_file_values_and_spellings(tmp_path):
     path = write_env(
         tmp_path,
         "# comment\nOPTIMAL_BATCH_SIZE=1024\nUSE_TORCH_COMPILE=Yes\nUSE_FLASH_ATTENTION=off\n"
-        "USE_BF16=0\nTORCH_COMPILE_MODE=max-autotune\nTORCH_NUM_THREADS=2\nUSE_CUDA_GRAPH=no\n",
+        "USE_BF16=0\nTORCH_COMPILE_MODE=max-autotune\nTORCH_NUM_THREADS=2\nUSE_CUDA_GRAPH=no\n"
+        "TORCH_COMPILE_AFTER= 250\nTORCH_COMPILE_IN_BACKGROUND=off\n",
     )
     settings = OptimizationSettings.load(path)
     assert settings.as_dict() == {
@@ -56,6 +59,8 @@ def test_env_file_values_and_spellings(tmp_path):
         "use_flash_attention": False,
         "use_bf16": False,
         "compile_mode": "max-autotune",
+        "compile_after": 250,
+        "compile_in_background": False,
         "num_threads": 2,
         "sdpa_backend": "auto",
         "use_cuda_graph": False,
@@ -342,3 +347,13 @@ def test_readme_switches_table_names_every_key_with_its_flag():
     rows = [line for line in section.splitlines() if line.startswith("| `") and not line.startswith("| `.env`")]
     declared = [line.split(" | ")[:2] for line in configuration_table().splitlines()[2:]]
     assert [row.split(" | ")[:2] for row in rows] == declared
+
+
+@pytest.mark.parametrize("text", ["-1", "1.5", "soon", "true"])
+def test_the_compile_start_is_a_count_of_gradient_steps(text, tmp_path):
+    with pytest.raises(SettingsError, match=f"--compile-after '{text}': expected an integer of 0 or more"):
+        OptimizationSettings.parse("compile_after", text)
+    with pytest.raises(SettingsError, match="TORCH_COMPILE_AFTER"):
+        OptimizationSettings.load(write_env(tmp_path, f"TORCH_COMPILE_AFTER={text}\n"))
+    with pytest.raises(SettingsError, match="compile_after=-1: expected an integer of 0 or more"):
+        OptimizationSettings(compile_after=-1)

@@ -37,9 +37,21 @@ def test_run_stops_at_exactly_the_episode_budget(tmp_path):
     assert summary["active"]["torch_compile_active"] is False
 
 
+def test_seeded_runs_with_the_compile_off_repeat_exactly(tmp_path):
+    for name in ("a", "b"):
+        train(tiny_config(episodes=8, egocentric=True, long_starts=0.5), FAST, tmp_path / name)
+    episodes = [json.loads((tmp_path / name / "episodes.json").read_text()) for name in ("a", "b")]
+    for record in episodes:
+        record.pop("wall_seconds")  # the one thing the clock decides
+    assert episodes[0] == episodes[1] and len(episodes[0]["scores"]) == 8
+    models = [load_model(tmp_path / name / "model.zip", FAST) for name in ("a", "b")]
+    for a, b in zip(models[0].q_net.parameters(), models[1].q_net.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
 def test_a_compile_deferred_past_the_end_of_the_run_is_reported_not_active(tmp_path):
-    settings = replace(FAST, use_torch_compile=True)
-    summary = train(tiny_config(compile_after=10**6), settings, tmp_path)
+    settings = replace(FAST, use_torch_compile=True, compile_after=10**6)
+    summary = train(tiny_config(), settings, tmp_path)
     assert summary["active"]["torch_compile_requested"] is True
     assert summary["active"]["torch_compile_active"] is False
     assert "deferred to gradient step 1,000,000, not reached" in summary["active"]["torch_compile_reason"]

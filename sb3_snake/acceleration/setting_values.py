@@ -100,6 +100,22 @@ def _parse_threads(text: str) -> int | str:
     return value
 
 
+def _count_problem(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return "expected an integer of 0 or more"
+    return ""
+
+
+def _parse_count(text: str) -> int:
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        raise ValueError("expected an integer of 0 or more") from None
+    if value < 0:
+        raise ValueError("expected an integer of 0 or more")
+    return value
+
+
 def choice(options: tuple[str, ...]) -> Values:
     """One of ``options``, spelled in any case."""
     expected = f"expected one of {', '.join(options)}"
@@ -122,3 +138,4 @@ SWITCH_OR_AUTO = Values(
 )
 BATCH_SIZE = Values("integer > 0, or auto", _parse_batch_size, _check_batch_size)
 THREADS = Values(f"auto, or 1 to {MAX_THREADS_PER_CORE}x the CPU cores", _parse_threads, _threads_problem)
+COUNT = Values("integer >= 0", _parse_count, _count_problem)

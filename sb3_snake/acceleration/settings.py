@@ -38,6 +38,7 @@ from sb3_snake.acceleration.setting_values import (
     AUTO,
     BATCH_SIZE,
     COMPILE_MODES,
+    COUNT,
     SDPA_BACKENDS,
     SWITCH,
     SWITCH_OR_AUTO,
@@ -133,6 +134,21 @@ class OptimizationSettings:
     )
     compile_mode: str = setting(
         "default", "TORCH_COMPILE_MODE", "--compile-mode", choice(COMPILE_MODES), "torch.compile mode."
+    )
+    compile_after: int = setting(
+        8_000,
+        "TORCH_COMPILE_AFTER",
+        "--compile-after",
+        COUNT,
+        "With torch.compile on: gradient steps trained eagerly before the compile starts (0: at the first).",
+    )
+    compile_in_background: bool = setting(
+        True,
+        "TORCH_COMPILE_IN_BACKGROUND",
+        "--compile-in-background/--no-compile-in-background",
+        SWITCH,
+        "With torch.compile on, on a CPU: train eagerly while a child process compiles (off: training "
+        "waits for the child, and a seeded run repeats).",
     )
     num_threads: int | str = setting(
         AUTO,

@@ -56,7 +56,8 @@ def filled_model(
     symmetry_augmentation: bool = False,
 ) -> SnakeDQN:
     """A fresh SnakeDQN for timing gradient steps of ``batch_size``: ``transitions`` of random
-    play in its buffer, learning from the first step, no logging. ``auto`` times the network's
+    play in its buffer, learning from the first step, no logging, and a compile asked for made
+    at its first gradient step, which waits for it. ``auto`` times the network's
     step on the whole board without augmentation; the benchmarks pass ``sb3-snake train``'s
     view and augmentation, to time the step it trains with."""
     env = BatchedSnakeVecEnv(
@@ -65,7 +66,9 @@ def filled_model(
     model = SnakeDQN(
         "AttentionPolicy",
         env,
-        optimizations=settings,
+        # A compile asked for starts at the first gradient step, and the step waits for it: it is the
+        # compiled step that is timed.
+        optimizations=replace(settings, compile_after=0, compile_in_background=False),
         policy_kwargs=policy_kwargs,
         buffer_size=transitions,
         batch_size=batch_size,

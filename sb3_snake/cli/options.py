@@ -72,7 +72,7 @@ def config_parameters() -> list[inspect.Parameter]:
 
 def settings_parameters() -> list[inspect.Parameter]:
     """One option per optimization setting, with the flag the settings declare, and ``--env-file``."""
-    types = {"compile_mode": CompileMode, "sdpa_backend": SdpaBackend, "num_threads": str}
+    types = {"compile_mode": CompileMode, "sdpa_backend": SdpaBackend, "num_threads": str, "compile_after": str}
     parameters = []
     for name in SETTINGS:  # the declared settings, not the record fields (sources, auto_record)
         flag, help = OptimizationSettings.flag(name), OptimizationSettings.help(name)
@@ -111,8 +111,9 @@ def load_settings(env_file: Path | None, options: dict[str, Any]) -> Optimizatio
     for name in ("compile_mode", "sdpa_backend"):
         if isinstance(overrides.get(name), Enum):
             overrides[name] = overrides[name].value
-    if overrides.get("num_threads") is not None:
-        overrides["num_threads"] = OptimizationSettings.parse("num_threads", overrides["num_threads"])
+    for name in ("num_threads", "compile_after"):  # text, parsed as the setting declares
+        if overrides.get(name) is not None:
+            overrides[name] = OptimizationSettings.parse(name, overrides[name])
     return OptimizationSettings.load(env_file, **overrides)
 
 

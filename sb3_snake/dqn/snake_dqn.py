@@ -86,7 +86,13 @@ class SnakeDQN(TensorRollouts, DQN):
     :param optimizations: the settings to apply; ``None`` uses the built-in defaults as
         :meth:`OptimizationSettings.unmeasured` gives them (nothing measured, nothing compiled).
         Nothing is read from ``.env`` or the environment here: ``OptimizationSettings.load()``
-        does that when asked, as the CLI does.
+        does that when asked, as the CLI does. The compile's options are settings too:
+        ``use_torch_compile``, ``compile_mode``, ``compile_after`` (gradient steps trained
+        eagerly first: a cold compile takes long on a small CPU) and ``compile_in_background``
+        (train on while a child process compiles; without it training waits, and the switch
+        falls at a fixed gradient step, so a seeded run repeats exactly). What is compiled, and
+        when, is the model's :class:`~sb3_snake.dqn.update.compile.CompileState`
+        (``model.compile_state``).
     :param exploration_steps: when set, epsilon falls linearly from ``exploration_initial_eps``
         to ``exploration_final_eps`` over this many env steps (all envs together), whatever
         ``total_timesteps`` is; SB3's ``exploration_fraction`` needs a known total, which a run
@@ -96,16 +102,6 @@ class SnakeDQN(TensorRollouts, DQN):
     :param symmetry_augmentation: show each replayed transition under a random one of the
         board's eight symmetries (:mod:`sb3_snake.dqn.symmetry`), or of the two an egocentric
         board keeps (itself and its mirror image); needs square observations.
-    :param compile_after: with ``torch.compile`` on, train this many gradient steps eagerly and
-        compile then (0: at the first update). A cold compile stalls training for
-        a long while on a small CPU, so a deferred compile keeps the first minutes learning and
-        still speeds up the rest of a run. What is compiled, and when, is the model's
-        :class:`~sb3_snake.dqn.update.compile.CompileState` (``model.compile_state``).
-    :param compile_in_background: where the whole update is compiled (a CPU), train on eagerly
-        while a child process compiles it, and switch to it when it is ready: training never
-        stops for the compile (``sb3-snake train`` does so). The switch falls at a gradient step
-        that depends on the clock, so a seeded run repeats exactly only without it (training
-        then waits for the child); benchmarks that time compiled steps leave it off.
     :param early_steps: for this many env steps (all envs together), train
         ``early_update_fraction`` of the scheduled gradient steps: a replay ratio for the first
         minutes of a run. Early on the replay buffer is small and the policy changes fast, so
@@ -146,8 +142,6 @@ class SnakeDQN(TensorRollouts, DQN):
         exploration_steps: int | None = None,
         double_dqn: bool = False,
         symmetry_augmentation: bool = False,
-        compile_after: int = 0,
-        compile_in_background: bool = False,
         early_steps: int = 0,
         early_update_fraction: float = 1.0,
         food_shaping: float = 0.0,
@@ -164,8 +158,6 @@ class SnakeDQN(TensorRollouts, DQN):
         #: the update early. The training run sets it to its time limit and stop request, so an
         #: update of many gradient steps cannot outlast either (None: never asked).
         self.update_interrupt: Callable[[], bool] | None = None
-        self.compile_after = compile_after
-        self.compile_in_background = compile_in_background
         self.double_dqn = double_dqn
         self.symmetry_augmentation = symmetry_augmentation
         self._augmentation: SymmetryAugmentation | None = None
@@ -187,7 +179,7 @@ class SnakeDQN(TensorRollouts, DQN):
             super()._setup_model()
         self.active_optimizations = self._apply_optimizations(self.optimizations)
         self._setup_augmentation()
-        self.step_choice = StepChoice(self, self.compile_after, self.compile_in_background)
+        self.step_choice = StepChoice(self)
 
     def _apply_optimizations(self, settings: OptimizationSettings) -> ActiveOptimizations:
         """What is really active with ``settings`` for this model (decided by

@@ -225,17 +225,6 @@ class TrainConfig:
     food_shaping: float = option(
         1.0, "Potential-based reward shaping towards the food, its scale (0: off; scores are unchanged).", LEARNING
     )
-    compile_after: int = option(
-        8_000,
-        "With torch.compile on: gradient steps trained eagerly before compiling (0: compile at once).",
-        RUN_OPTION,
-        bounds=at_least(0),
-    )
-    compile_in_background: bool = option(
-        True,
-        "With torch.compile on: train eagerly while a child process compiles (off: training waits for it).",
-        RUN_OPTION,
-    )
     checkpoint_every: int | None = option(
         None, "Episodes between atomic checkpoints (checkpoint.zip).", RUN_OPTION, bounds=at_least(1)
     )
@@ -374,8 +363,6 @@ class TrainConfig:
             "batch_size": self._batch(),
             "seed": self.seed,
             "verbose": self.verbose,
-            "compile_after": self.compile_after,
-            "compile_in_background": self.compile_in_background,
             **self.schedule_kwargs(),
             "policy_kwargs": self.policy_kwargs(),
         }

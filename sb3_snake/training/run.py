@@ -183,8 +183,7 @@ def build_model(
     if resume is None:
         kwargs = config.dqn_kwargs()
         return SnakeDQN("AttentionPolicy", env, optimizations=settings, device=device, **kwargs)
-    compiling = {"compile_after": config.compile_after, "compile_in_background": config.compile_in_background}
-    model = load_model(resume, settings, trusted=trusted, env=env, device=device, for_training=True, **compiling)
+    model = load_model(resume, settings, trusted=trusted, env=env, device=device, for_training=True)
     apply_config(model, config)
     _load_saved_replay_buffer(model, Path(resume), trusted)
     return model

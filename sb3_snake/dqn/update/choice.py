@@ -54,16 +54,15 @@ class StepChoice:
     Built with the model (``SnakeDQN._setup_model``), after ``active_optimizations`` were decided;
     keeps the model's ``active_optimizations.compile`` and ``.cuda_graph`` saying what really runs.
 
-    :param model: a :class:`~sb3_snake.SnakeDQN`.
-    :param compile_after: gradient steps trained eagerly before an active compile.
-    :param compile_in_background: train on eagerly while the compile child compiles (else wait for it).
+    :param model: a :class:`~sb3_snake.SnakeDQN`; its settings say when the compile starts
+        (``compile_after``) and whether training goes on meanwhile (``compile_in_background``).
     """
 
-    def __init__(self, model: DQN, compile_after: int, compile_in_background: bool = False):
+    def __init__(self, model: DQN):
         self.model = model
-        active = model.active_optimizations
+        active, settings = model.active_optimizations, model.active_optimizations.settings
         self.compile = CompileState.for_model(
-            model, active.compile, compile_after, active.settings.compile_mode, compile_in_background
+            model, active.compile, settings.compile_after, settings.compile_mode, settings.compile_in_background
         )
         self._record("compile", self.compile.planned)
         self.current: EagerSteps | None = None

@@ -1,5 +1,6 @@
 """The optimization layer, proven over real DQN gradient steps on CPU, and its CUDA rules as logic."""
 
+import threading
 from dataclasses import replace
 
 import numpy as np
@@ -30,6 +31,7 @@ from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.common.system import cpu_cores, cpu_has_native_bf16
 from sb3_snake.dqn.extractor import AttentionPool, SelfAttention
 from sb3_snake.dqn.snake_dqn import SnakeDQN
+from sb3_snake.dqn.update.choice import MAIN_THREAD_ONLY
 from sb3_snake.dqn.update.compile import WHOLE_UPDATE, CompileState, decide_compiled_update
 from sb3_snake.dqn.update.compiled import CompiledSteps
 from sb3_snake.dqn.update.eager import EagerSteps
@@ -451,3 +453,12 @@ def test_an_unmeasured_auto_asks_for_nothing_that_may_not_run(caplog, monkeypatc
 def test_the_replay_buffer_lives_on_cuda_devices_and_in_host_memory_for_the_cpu():
     assert use_device_replay_buffer("cuda")[0] and "saves a host-to-device copy" in use_device_replay_buffer("cuda")[1]
     assert use_device_replay_buffer("cpu") == (False, "CPU: SB3's NumPy sampling measured as fast or faster")
+
+
+def test_a_model_trained_on_another_thread_than_the_main_one_is_not_compiled(instant_compile):
+    model = small_dqn(COMPILED, board_size=6, transitions=64)
+    thread = threading.Thread(target=model.train, kwargs={"gradient_steps": 2, "batch_size": 32})
+    thread.start()
+    thread.join()
+    assert instant_compile.started == [] and model._n_updates == 2  # trained, eagerly
+    assert model.active_optimizations.compile == Decision.off(MAIN_THREAD_ONLY)

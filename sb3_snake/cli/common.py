@@ -26,6 +26,7 @@ import typer
 from typer.core import TyperGroup
 
 from sb3_snake.common.errors import OutputError, UsageError
+from sb3_snake.common.interrupts import defer_interrupt
 from sb3_snake.common.system import import_compiler_despite_cache
 
 #: Click's exception classes: recent Typer vendors its own Click (``typer._click``), older
@@ -120,7 +121,8 @@ def interrupt_on_signals() -> Iterator[list[int]]:
 
     def handle(signum: int, frame: Any) -> None:
         received.append(signum)
-        raise KeyboardInterrupt
+        if not defer_interrupt():  # a store being written is left whole (common.interrupts)
+            raise KeyboardInterrupt
 
     with _handling(handle):
         yield received

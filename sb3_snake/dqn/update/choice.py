@@ -22,6 +22,7 @@ happens in the child or on the calling thread, which for training is the process
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -44,6 +45,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: The compile decision's reason when a model trains on another thread than the main one.
+MAIN_THREAD_ONLY = "a compiled update is adopted on a process's main thread only, and this model trains on another"
 #: The ``torch.compile`` backend of the compile child (the tests take ``aot_eager``, which builds no C++).
 COMPILE_BACKEND = "inductor"
 
@@ -119,6 +122,11 @@ class StepChoice:
         as a compiled call of ``gradient_steps`` steps takes; wait for it without ``background``."""
         if not self.compile.in_child:
             self._compile_networks()
+            return
+        if threading.current_thread() is not threading.main_thread():
+            # Loading compiled code, as every use of the compiler, is for a process's main thread;
+            # models that train on other threads (tune --n-jobs) train eagerly.
+            self._turn_off("compile", "torch.compile", MAIN_THREAD_ONLY)
             return
         started = time.perf_counter()
         prepare_load()  # first, while training has the cores to itself

@@ -18,6 +18,7 @@ from rich.console import Console
 
 from sb3_snake.acceleration.optimizations import threads_for
 from sb3_snake.acceleration.settings import AUTO, OptimizationSettings
+from sb3_snake.common.interrupts import uninterrupted
 from sb3_snake.dqn.snake_dqn import TrainingDiverged
 from sb3_snake.training.callbacks import GreedyEvaluation
 from sb3_snake.training.hyperparameters import check_hyperparameters
@@ -57,8 +58,10 @@ class TrialEvaluation(GreedyEvaluation):
 
     def on_evaluation(self, entry: dict[str, float]) -> None:
         mean_score, number = entry["mean_score"], len(self.history)
-        self.trial.report(mean_score, step=number - 1)
-        if self.trial.should_prune():
+        with uninterrupted():  # writes to the study's storage
+            self.trial.report(mean_score, step=number - 1)
+            prune = self.trial.should_prune()
+        if prune:
             raise optuna.TrialPruned(f"pruned after evaluation {number}: mean score {mean_score:.2f}")
 
 
@@ -68,8 +71,10 @@ class TrialFailed(RuntimeError):
 
 def run_trial(trial: optuna.Trial, config: TuneConfig, settings: OptimizationSettings, console: Console) -> float:
     """Train one trial's sampled hyperparameters and return its final greedy mean score."""
-    trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
-    config_values = check_hyperparameters(sample_hyperparameters(trial))
+    with uninterrupted():  # writes to the study's storage
+        trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
+        sampled = sample_hyperparameters(trial)
+    config_values = check_hyperparameters(sampled)
     run_config = replace(config.trial, **config_values, **ONE_RATIO, sources={"batch_size": "trial"})
     evaluations = TrialEvaluation.for_budget(trial, config)
     folder = config.folder / f"trial_{trial.number:04d}"
@@ -77,9 +82,11 @@ def run_trial(trial: optuna.Trial, config: TuneConfig, settings: OptimizationSet
         train(run_config, settings, folder, overwrite=True, callbacks=[evaluations], console=console)
         final = evaluations.mean_score()  # on the games after the last report's
     except (ValueError, TrainingDiverged, MemoryError, torch.OutOfMemoryError) as error:
-        trial.set_user_attr("failure", f"{type(error).__name__}: {error}")
+        with uninterrupted():
+            trial.set_user_attr("failure", f"{type(error).__name__}: {error}")
         raise TrialFailed(str(error)) from error
-    trial.set_user_attr("evaluations", [*evaluations.reports, final])
+    with uninterrupted():
+        trial.set_user_attr("evaluations", [*evaluations.reports, final])
     return final
 
 
@@ -96,8 +103,9 @@ def tune(
     workers both take the last slot. ``n_jobs`` threads each run this loop.
     """
     study = load_study(config)
-    for name in GAME_ATTRIBUTES:  # what best_hyperparameters.json needs to replay the study's games
-        study.set_user_attr(name, getattr(config.trial, name))
+    with uninterrupted():  # writes to the study's storage
+        for name in GAME_ATTRIBUTES:  # what best_hyperparameters.json needs to replay the study's games
+            study.set_user_attr(name, getattr(config.trial, name))
     console = console or Console(quiet=True)
     if config.n_jobs > 1 and settings.num_threads == AUTO:
         # Concurrent trials share the process's thread count: none of them may change it.
@@ -112,7 +120,7 @@ def tune(
             if trials_left[0] <= 0:
                 return None
             trials_left[0] -= 1
-        with lock():
+        with lock(), uninterrupted():
             if config.max_total_trials is not None and len(study.get_trials(deepcopy=False)) >= config.max_total_trials:
                 return None
             return study.ask()
@@ -140,15 +148,19 @@ def finish(study: optuna.Study, trial: optuna.Trial, run: Callable[[], float], n
     try:
         value = run()
     except optuna.TrialPruned as pruned:
-        trial.set_user_attr("pruned", str(pruned))
-        frozen = study.tell(trial, state=TrialState.PRUNED)
+        with uninterrupted():
+            trial.set_user_attr("pruned", str(pruned))
+            frozen = study.tell(trial, state=TrialState.PRUNED)
     except TrialFailed:
-        frozen = study.tell(trial, state=TrialState.FAIL)
+        with uninterrupted():
+            frozen = study.tell(trial, state=TrialState.FAIL)
     except BaseException:
-        trial.set_user_attr("failure", "interrupted")
-        study.tell(trial, state=TrialState.FAIL)
+        with uninterrupted():
+            trial.set_user_attr("failure", "interrupted")
+            study.tell(trial, state=TrialState.FAIL)
         raise
     else:
-        frozen = study.tell(trial, value)
+        with uninterrupted():
+            frozen = study.tell(trial, value)
     notify(describe(frozen))
     notify(best_line(study))

@@ -193,3 +193,17 @@ def test_a_run_stopped_while_the_child_compiles_exits_as_documented_with_the_chi
     compile_decision = summary["active"]["torch_compile_reason"]
     assert "when training stopped, and was stopped" in compile_decision
     assert not list(Path(tmp_path).glob("run/*.tmp.*"))  # no file left half-written
+
+
+def test_a_job_left_behind_is_closed_when_it_is_collected(monkeypatch):
+    import gc
+
+    monkeypatch.setenv(FAULT_ENV, "hang")
+    model = compiling_model(background=True)
+    model.train(gradient_steps=2, batch_size=32)
+    job = model.step_choice.job
+    pid, folder = job.child.pid, job.folder
+    model.step_choice.job = None  # dropped without close(), as by a model thrown away mid-compile
+    del job, model
+    gc.collect()
+    assert not alive(pid) and not folder.exists()

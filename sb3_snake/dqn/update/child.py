@@ -31,6 +31,7 @@ import signal
 import tempfile
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,9 @@ class CompileJob:
             COMPILE_TIMEOUT if timeout is None else timeout,
             environment,
         )
+        # Closed however the job ends: by close(), or when it is collected or Python exits (a
+        # model whose training never returned through learn()).
+        self._close = weakref.finalize(self, _close_job, self.child, self.folder)
 
     def poll(self) -> bool:
         """Whether the child has ended (a child past its timeout is stopped here)."""
@@ -113,8 +117,12 @@ class CompileJob:
     def close(self) -> None:
         """Stop the child if it still runs, reap it, and remove the job's folder (a compiled
         update kept there, when the cache folder could not take it, goes with it)."""
-        self.child.stop()
-        shutil.rmtree(self.folder, ignore_errors=True)
+        self._close()
+
+
+def _close_job(child: ChildProcess, folder: Path) -> None:
+    child.stop()
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _artifact_place(key: str, fallback: Path) -> Path:

@@ -110,9 +110,10 @@ def _parse_count(text: str) -> int:
     try:
         value = int(str(text).strip())
     except ValueError:
-        raise ValueError("expected an integer of 0 or more") from None
-    if value < 0:
-        raise ValueError("expected an integer of 0 or more")
+        raise ValueError(_count_problem(None)) from None
+    problem = _count_problem(value)
+    if problem:
+        raise ValueError(problem)
     return value
 
 

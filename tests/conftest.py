@@ -292,3 +292,9 @@ def tiny_config(**changes):
         "device": "cpu",
     }
     return TrainConfig(**{**values, **changes})
+
+
+def scripted_games(mean_score: float, episodes: int = 5, longest: int = 3, won: int = 0) -> dict:
+    """What :func:`sb3_snake.training.evaluation.evaluate` returns, the fields an evaluation
+    during training reads, for tests that script evaluations."""
+    return {"mean_score": mean_score, "episodes": episodes, "max_length": longest, "ends": {"won": won}}

@@ -14,10 +14,13 @@ from sb3_snake.training.callbacks import (
     EpisodeCheckpoint,
     EpisodeRecord,
     GreedyEvaluation,
+    ProgressEvaluation,
+    ProgressReport,
     StopRequest,
 )
 from sb3_snake.training.config import TrainConfig
 from sb3_snake.training.run import train
+from tests.conftest import scripted_games as games
 from tests.conftest import small_dqn
 
 FAST = OptimizationSettings(use_torch_compile=False, use_bf16=False, num_threads=1)
@@ -28,11 +31,15 @@ def tiny_config(**changes):
     return TrainConfig(**{**values, "batch_size": 16, "device": "cpu", **changes})
 
 
-def step(callback, dones, scores, lengths, timesteps):
+def step(callback, dones, scores, lengths, timesteps, long_starts=None):
     callback.model.num_timesteps = timesteps  # BaseCallback.on_step reads it from the model
+    long_starts = long_starts or [False] * len(dones)
     callback.locals = {
         "dones": np.array(dones),
-        "infos": [{"score": s, "episode": {"l": n}} for s, n in zip(scores, lengths, strict=True)],
+        "infos": [
+            {"score": s, "episode": {"l": n}, "long_start": long}
+            for s, n, long in zip(scores, lengths, long_starts, strict=True)
+        ],
     }
     return callback.on_step()
 
@@ -95,12 +102,13 @@ def test_best_model_selection_keeps_the_best_greedy_evaluation(tmp_path, monkeyp
 
     def scripted_evaluate(model, episodes, seed, seed_offset):
         calls.append((episodes, seed_offset + seed))
-        return {"mean_score": next(means)}
+        return games(next(means), episodes)
 
     monkeypatch.setattr(callbacks, "evaluate", scripted_evaluate)
     real_save = callbacks.save_model
     monkeypatch.setattr(callbacks, "save_model", lambda model, path: saves.append(path) or real_save(model, path))
-    summary = train(tiny_config(episodes=None, timesteps=400, select_every=100, select_episodes=5), FAST, tmp_path)
+    config = tiny_config(episodes=None, timesteps=400, select_every=100, select_episodes=5, eval_every_minutes=0)
+    summary = train(config, FAST, tmp_path)
     assert [episodes for episodes, _ in calls] == [5] * 4
     seeds = [seed for _, seed in calls]
     assert seeds == [SELECTION_SEED_OFFSET + i for i in range(4)] and min(seeds) > EVAL_SEED_OFFSET + 10**6
@@ -119,7 +127,7 @@ def test_greedy_evaluation_on_the_clock_plays_new_games_each_time(monkeypatch):
     def scripted_evaluate(model, episodes, seed, seed_offset):
         calls.append((episodes, seed_offset + seed))
         now[0] += 3.0  # evaluating takes time, which the next interval starts after
-        return {"mean_score": float(seed)}
+        return games(float(seed), episodes, longest=4 + seed, won=seed)
 
     monkeypatch.setattr(callbacks, "evaluate", scripted_evaluate)
 
@@ -134,5 +142,83 @@ def test_greedy_evaluation_on_the_clock_plays_new_games_each_time(monkeypatch):
         now[0] = seconds
         assert step(evaluation, [False], [0], [0], timesteps)
     assert calls == [(2, 100), (2, 101)]  # at 10 s and, 10 s after that one ended at 13 s, at 23 s
-    assert evaluation.history == seen == [{"env_steps": 8, "mean_score": 0.0}, {"env_steps": 16, "mean_score": 1.0}]
+    assert (
+        evaluation.history
+        == seen
+        == [
+            {"env_steps": 8, "games": 2, "mean_score": 0.0, "longest": 4, "wins": 0},
+            {"env_steps": 16, "games": 2, "mean_score": 1.0, "longest": 5, "wins": 1},
+        ]
+    )
     assert evaluation.mean_score() == 2.0 and len(evaluation.history) == 2
+
+
+def test_long_start_games_do_not_lower_the_exploring_mean_or_best():
+    """The mean and best a user reads count the games from standard starts; the record keeps
+    every game and which began long."""
+    budget = budget_for(target=None)
+    step(budget, [True, True, True], [9, 1, 40], [90, 5, 80], 3, long_starts=[False, True, True])
+    step(budget, [True, False, False], [7, 0, 0], [70, 0, 0], 6)
+    record = budget.record
+    assert record.scores == [9, 1, 40, 7] and record.long_starts == [False, True, True, False]
+    assert record.mean_score_last(100) == 8.0 and record.best_score == 9
+    assert record.mean_score_last(1) == 7.0
+
+
+def test_the_progress_line_shows_the_last_greedy_evaluation(monkeypatch):
+    """Plain lines (no terminal) lead with the latest greedy evaluation of any evaluation
+    callback: its mean, longest snake and games won; the exploring mean follows."""
+    import io
+
+    from rich.console import Console
+
+    out = io.StringIO()
+    budget = budget_for(target=None)
+    early, late = GreedyEvaluation(2, 0, every_steps=1), GreedyEvaluation(2, 0, every_steps=1)
+    early.history.append({"env_steps": 100, "games": 32, "mean_score": 5.0, "longest": 8, "wins": 0})
+    late.history.append({"env_steps": 2_000, "games": 32, "mean_score": 31.25, "longest": 57, "wins": 2})
+    progress = ProgressReport(budget, Console(file=out, force_terminal=False), log_seconds=0.0)
+    progress.init_callback(budget.model)
+    progress.on_training_start({}, {})
+    step(budget, [True], [4], [40], 8)
+    assert step(progress, [False], [0], [0], 8)
+    assert "exploring: mean (last 100) 4.00" in out.getvalue() and "greedy" not in out.getvalue()
+    progress.evaluations = [late, early]
+    step(budget, [True], [4], [40], 8)
+    assert step(progress, [False], [0], [0], 8)
+    last = out.getvalue().splitlines()[-1]
+    assert "greedy 31.25 (longest 57, 2/32 won, at 2,000 steps)" in last
+    assert last.index("greedy") < last.index("exploring")
+
+
+def test_the_progress_evaluation_sees_the_final_model_unless_stopped(monkeypatch):
+    """At the end of training one more evaluation plays the model the run ends with, unless the
+    last one saw it already or a stop asks the run to end at once."""
+    played = []
+    monkeypatch.setattr(
+        callbacks, "evaluate", lambda model, episodes, seed, seed_offset: played.append(seed) or games(1.0)
+    )
+    model = small_dqn(FAST)
+    for stopped, seen_last, expected in ((False, False, 1), (False, True, 0), (True, False, 0)):
+        played.clear()
+        stop = StopRequest()
+        if stopped:
+            stop.request("SIGTERM")
+        evaluation = ProgressEvaluation(episodes=3, every_seconds=60.0, stop=stop)
+        evaluation.init_callback(model)
+        model.num_timesteps = 500
+        if seen_last:
+            evaluation.history.append({"env_steps": 500, "games": 3, "mean_score": 1.0, "longest": 3, "wins": 0})
+        evaluation.on_training_end()
+        assert len(played) == expected, (stopped, seen_last)
+
+
+def test_a_run_reports_its_last_greedy_evaluation_in_the_summary(tmp_path):
+    """``summary.json`` holds the last greedy evaluation (of the final model, by the evaluation
+    at the end) and every evaluation of the run; ``--eval-every 0`` plays none."""
+    summary = train(tiny_config(select_episodes=3), FAST, tmp_path / "on")
+    last = summary["last_evaluation"]
+    assert last["env_steps"] == summary["total_env_steps"] and last["games"] == 3
+    assert 0 <= last["wins"] <= 3 and last["longest"] >= 3 and summary["evaluations"][-1] == last
+    summary = train(tiny_config(eval_every_minutes=0), FAST, tmp_path / "off")
+    assert summary["last_evaluation"] is None and summary["evaluations"] is None

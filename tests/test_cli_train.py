@@ -85,6 +85,10 @@ def test_train_writes_model_and_summary_with_exact_episodes(trained_run):
         assert key in summary
     assert (run_dir / "model.zip").is_file() and (run_dir / "checkpoint.zip").is_file()
     assert "12 episodes" in output
+    # Beside the exploring games' figures, what the final model plays greedily.
+    last = summary["last_evaluation"]
+    assert last["env_steps"] == summary["total_env_steps"]
+    assert f"last greedy {last['mean_score']:.2f} (longest {last['longest']}" in output
 
 
 def test_overrides_are_visible_in_the_summary_and_json(trained_run):

@@ -111,6 +111,26 @@ def test_restarted_games_start_long_too():
     assert ends > 0
 
 
+def test_a_finished_games_info_says_whether_it_began_long():
+    """``long_start`` in a finished game's info is true exactly for the games that began long
+    (more than the standard 3 cells); ``set_state`` starts a standard game."""
+    env = BatchedSnakeVecEnv(16, seed=5, long_starts=0.5, max_steps_without_food=2)
+    env.reset()
+    began_long = (env.lengths > 3).tolist()
+    env.set_state(0, [(5, 5), (5, 4), (5, 3)], 1, (0, 0))
+    began_long[0] = False
+    seen = {True: 0, False: 0}
+    for _ in range(40):
+        _, _, dones, infos = env.step(np.random.default_rng(0).integers(0, 3, 16))
+        for index in np.flatnonzero(dones):
+            assert infos[index]["long_start"] is began_long[index]
+            seen[began_long[index]] += 1
+        started = env.lengths.tolist()
+        for index in np.flatnonzero(dones):
+            began_long[index] = started[index] > 3
+    assert seen[True] > 0 and seen[False] > 0
+
+
 @pytest.mark.parametrize("share", [-0.1, 1.5, float("nan"), True, "half"])
 def test_a_share_outside_0_to_1_is_refused(share):
     with pytest.raises(UsageError, match="long_starts must be a share from 0 to 1"):

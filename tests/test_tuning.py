@@ -32,6 +32,7 @@ from sb3_snake.training.tuning import (
     tune,
     write_report,
 )
+from tests.conftest import scripted_games
 
 FAST = OptimizationSettings(use_torch_compile=False, use_bf16=False, num_threads=1)
 TINY_TRIAL = TrainConfig(
@@ -74,7 +75,7 @@ def test_search_space_covers_the_documented_hyperparameters_and_fits_train():
 
 def scripted_evaluations(monkeypatch, values):
     values = iter(values)
-    monkeypatch.setattr(callbacks, "evaluate", lambda *args, **kwargs: {"mean_score": next(values)})
+    monkeypatch.setattr(callbacks, "evaluate", lambda *args, **kwargs: scripted_games(next(values)))
 
 
 def test_a_trial_without_a_budget_trains_the_default_minutes():
@@ -118,7 +119,7 @@ def test_a_trial_evaluates_on_its_own_seeds_and_its_final_value_on_the_next(tmp_
 
     def scripted(model, episodes, seed, seed_offset):
         seeds.append(seed_offset + seed)
-        return {"mean_score": float(len(seeds))}
+        return scripted_games(float(len(seeds)))
 
     monkeypatch.setattr(callbacks, "evaluate", scripted)
     study = tune(tiny_tune(tmp_path, n_trials=1, pruner="none"), FAST, notify=lambda line: None)

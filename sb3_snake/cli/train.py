@@ -109,11 +109,15 @@ def train(
 
 
 def report_training(summary: dict[str, Any]) -> None:
+    from sb3_snake.training.callbacks import describe_evaluation
+
     typer.echo(
         f"{summary['episodes']} episodes, {summary['env_steps']:,} env steps in {summary['wall_seconds']:.1f}s "
-        f"({summary['env_steps_per_second']:,.0f} steps/s); mean score of the last 100: "
-        f"{summary['mean_score_last_100']:.2f}, best {summary['best_score']}"
+        f"({summary['env_steps_per_second']:,.0f} steps/s); exploring games from standard starts, "
+        f"mean of the last 100: {summary['mean_score_last_100']:.2f}, best {summary['best_score']}"
     )
+    if summary["last_evaluation"] is not None:
+        typer.echo(f"last {describe_evaluation(summary['last_evaluation'])}")
     run_dir = Path(summary["run_dir"])
     if summary["stopped_by"] == "stop":
         typer.echo(f"stopped by {summary['stop_reason']}; the model and summary were saved")

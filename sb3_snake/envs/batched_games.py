@@ -81,6 +81,7 @@ class BatchedStep:
     final_scores: torch.Tensor  #: (M,) int64, food eaten
     final_lengths: torch.Tensor  #: (M,) int64, snake length
     final_successes: torch.Tensor  #: (M,) bool, board filled
+    final_long_starts: torch.Tensor  #: (M,) bool, began as a long start (not the standard start)
 
 
 class BatchedGames:
@@ -111,6 +112,8 @@ class BatchedGames:
         self._scratch_offset = torch.tensor(count * cells, device=dev)
         # Per-game scalars, one row each (see the *_ROW constants of batched_state).
         self._state = torch.zeros((STATE_ROWS, count), dtype=torch.int64, device=dev)
+        # Which games began as a long start: their scores are not the standard game's.
+        self._long = torch.zeros(count, dtype=torch.bool, device=dev)
 
         # Moves as lookups: index ``action * 4 + direction`` gives the direction taken (the
         # reversal rule applied), and ``16 * cell + action * 4 + direction`` the cell entered;
@@ -211,6 +214,7 @@ class BatchedGames:
         final_state = torch.where(final_dies, previous.index_select(1, finished), self._state.index_select(1, finished))
         final_observations = self._view(self._observe(final_state, *self._planes(finished)), final_state)
         final_episode_lengths = self._state[EPISODE_ROW].index_select(0, finished)
+        final_long_starts = self._long.index_select(0, finished)
         self.restart(finished)
         return BatchedStep(
             observations=self.observe_in_play(),
@@ -224,6 +228,7 @@ class BatchedGames:
             final_scores=final_state[SCORE_ROW],
             final_lengths=final_state[LENGTH_ROW],
             final_successes=wins.index_select(0, finished),
+            final_long_starts=final_long_starts,
         )
 
     def restart(self, games: torch.Tensor) -> None:
@@ -239,10 +244,12 @@ class BatchedGames:
         copy_rows(self._links, games, self._start_links.index_select(0, start))
         if self._entered is not None:
             self._entered.index_copy_(0, games, self._start_entered.index_select(0, start))
+        self._long.index_fill_(0, games, False)
         if self.long_starts > 0:
             long = games[torch.rand(count, generator=generator, device=device) < self.long_starts]
             if len(long):
                 self._start_long(long)
+                self._long.index_fill_(0, long, True)
 
     def _start_long(self, games: torch.Tensor) -> None:
         """Start each of ``games`` with a long snake: a uniformly random length between
@@ -292,6 +299,7 @@ class BatchedGames:
         if food is not None:
             state[0, FOOD_ROW] = food[0] * n + food[1]
         self._state[:, index] = state[0]
+        self._long[index] = False
         self._links[index] = links[0]
         if self._entered is not None:
             self._entered[index] = entered[0]

@@ -8,7 +8,8 @@ speaks SB3's language. Two interfaces:
 - The SB3 ``VecEnv`` API (``reset``/``step``) returns NumPy arrays and per-game ``infos`` as
   SB3 expects: every game's info holds ``score`` and ``length``, and a finished game's also
   ``terminal_observation``, ``TimeLimit.truncated``, ``episode`` (``r``, ``l``, ``t``, like
-  SB3's ``Monitor``) and ``is_success``. Building those Python dicts costs about as much as
+  SB3's ``Monitor``), ``is_success`` and ``long_start`` (the game began as a long start, so its
+  score is not a standard game's). Building those Python dicts costs about as much as
   the step itself at thousands of games.
 - ``reset_tensors``/``step_tensors`` keep everything on ``device`` as tensors and build no
   Python objects per game, for training loops that stay on the accelerator; the current
@@ -200,8 +201,9 @@ class BatchedSnakeVecEnv(VecEnv):
 
     def finished_infos(self, step: BatchedStep) -> dict[int, dict[str, Any]]:
         """The info SB3 expects of each game that finished in ``step``, by game index in
-        ``final_indices`` order: ``score``, ``length``, ``TimeLimit.truncated``, ``is_success`` and
-        ``episode`` (``r``, ``l``, ``t`` as SB3's ``Monitor`` writes them); no ``terminal_observation``."""
+        ``final_indices`` order: ``score``, ``length``, ``TimeLimit.truncated``, ``is_success``,
+        ``long_start`` (the game began as a long start, not the standard start) and ``episode``
+        (``r``, ``l``, ``t`` as SB3's ``Monitor`` writes them); no ``terminal_observation``."""
         if not len(step.final_indices):
             return {}
         elapsed = round(time.time() - self._t_start, 6)
@@ -213,6 +215,7 @@ class BatchedSnakeVecEnv(VecEnv):
             step.final_scores.tolist(),
             step.final_lengths.tolist(),
             step.final_successes.tolist(),
+            step.final_long_starts.tolist(),
             strict=True,
         )
         return {
@@ -222,8 +225,9 @@ class BatchedSnakeVecEnv(VecEnv):
                 "TimeLimit.truncated": truncated,
                 "episode": {"r": ret, "l": steps, "t": elapsed},
                 "is_success": success,
+                "long_start": long_start,
             }
-            for index, truncated, ret, steps, score, length, success in columns
+            for index, truncated, ret, steps, score, length, success, long_start in columns
         }
 
     def set_state(

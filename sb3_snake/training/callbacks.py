@@ -1,5 +1,6 @@
 """SB3 callbacks of a training run: episode budget and stop requests, progress, the compile's
-course, checkpoints, greedy evaluation (and best-model selection on it), W&B episodes.
+course, checkpoints, greedy evaluations (shown as training goes, and best-model selection on
+them), W&B episodes.
 
 Each callback does one thing and reads what SB3 hands every callback (``self.locals``:
 ``dones`` and ``infos`` of the step just taken). They are combined in
@@ -23,7 +24,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from sb3_snake.acceleration.threads import AdaptiveThreads
 from sb3_snake.persistence import save_model
 from sb3_snake.training.config import TrainConfig
-from sb3_snake.training.evaluation import SELECTION_SEED_OFFSET, evaluate
+from sb3_snake.training.evaluation import PROGRESS_SEED_OFFSET, SELECTION_SEED_OFFSET, evaluate
 from sb3_snake.training.tracking import WandbRun
 
 logger = logging.getLogger(__name__)
@@ -60,22 +61,38 @@ class StopRequest:
 
 @dataclass
 class EpisodeRecord:
-    """Everything the run keeps of its finished episodes."""
+    """Everything the run keeps of its finished episodes.
+
+    A long start (``--long-starts``) begins with most of the board already snake and usually
+    ends soon after, so its score says little of how the agent plays the standard game; the
+    mean and best a user reads (:meth:`mean_score_last`, :attr:`best_score`) count the games
+    from standard starts only. ``long_starts`` says which games were which.
+    """
 
     scores: list[int] = field(default_factory=list)
     lengths: list[int] = field(default_factory=list)
     env_steps: list[int] = field(default_factory=list)  #: total env steps when each episode ended
     wall_seconds: list[float] = field(default_factory=list)
+    long_starts: list[bool] = field(default_factory=list)  #: whether each game began as a long start
 
     def __len__(self) -> int:
         return len(self.scores)
 
+    def standard_scores(self) -> list[int]:
+        """Scores of the games from standard starts, in the order they finished."""
+        if not any(self.long_starts):
+            return self.scores
+        return [score for score, long in zip(self.scores, self.long_starts, strict=True) if not long]
+
     def mean_score_last(self, count: int = 100) -> float:
-        return float(np.mean(self.scores[-count:])) if self.scores else 0.0
+        """Mean score of the last ``count`` games from standard starts (0 before the first)."""
+        scores = self.standard_scores()[-count:]
+        return float(np.mean(scores)) if scores else 0.0
 
     @property
     def best_score(self) -> int:
-        return max(self.scores, default=0)
+        """The best score of a game from a standard start."""
+        return max(self.standard_scores(), default=0)
 
 
 class EpisodeBudget(BaseCallback):
@@ -121,6 +138,7 @@ class EpisodeBudget(BaseCallback):
             self.record.lengths.append(length)
             self.record.env_steps.append(self.num_timesteps)
             self.record.wall_seconds.append(time.perf_counter() - self.start_time)
+            self.record.long_starts.append(bool(info.get("long_start", False)))
             self.new_episodes.append((score, length))
         self.stopped_by = self._limit_reached()
         return self.stopped_by is None
@@ -148,11 +166,22 @@ class EpisodeBudget(BaseCallback):
 
 
 class ProgressReport(BaseCallback):
-    """A live progress bar on a terminal; plain log lines every ``log_seconds`` otherwise."""
+    """A live progress bar on a terminal; plain log lines every ``log_seconds`` otherwise.
 
-    def __init__(self, budget: EpisodeBudget, console: Console | None = None, log_seconds: float = 10.0):
+    It shows the latest greedy evaluation of ``evaluations`` first: what the model plays. The
+    exploring games' mean comes after it, from standard starts only (:class:`EpisodeRecord`); it
+    is lower than the greedy figure, as exploration's random moves end games early.
+    """
+
+    def __init__(
+        self,
+        budget: EpisodeBudget,
+        console: Console | None = None,
+        log_seconds: float = 10.0,
+        evaluations: list[GreedyEvaluation] = (),
+    ):
         super().__init__()
-        self.budget = budget
+        self.budget, self.evaluations = budget, list(evaluations)
         self.console = console or Console()
         self.log_seconds = log_seconds
         self._progress: Progress | None = None
@@ -181,8 +210,11 @@ class ProgressReport(BaseCallback):
         record = self.budget.record
         elapsed = max(time.perf_counter() - self.budget.start_time, 1e-9)
         rate = (self.num_timesteps - self._start_steps) / elapsed
+        greedy = latest_evaluation(self.evaluations)
         return (
-            f"mean score (last 100) {record.mean_score_last():.2f}  best {record.best_score}  {rate:,.0f} env steps/s"
+            (f"{describe_evaluation(greedy)}  " if greedy else "")
+            + f"exploring: mean (last 100) {record.mean_score_last():.2f}  best {record.best_score}  "
+            + f"{rate:,.0f} env steps/s"
         )
 
     def _on_step(self) -> bool:
@@ -191,7 +223,8 @@ class ProgressReport(BaseCallback):
         elif time.perf_counter() - self._last_log >= self.log_seconds:
             self._last_log = time.perf_counter()
             target = self.budget.target if self.budget.target is not None else "-"
-            self.console.print(f"episodes {len(self.budget.record)}/{target}  {self._stats()}", highlight=False)
+            line = f"episodes {len(self.budget.record)}/{target}  {self._stats()}"
+            self.console.print(line, highlight=False, soft_wrap=True)  # one line per report in a log
         return True
 
     def _on_training_end(self) -> None:
@@ -267,7 +300,7 @@ class GreedyEvaluation(BaseCallback):
         assert (every_steps is None) != (every_seconds is None), "evaluate on steps or on seconds, not both"
         self.episodes, self.seed_offset = episodes, seed_offset
         self.every_steps, self.every_seconds = every_steps, every_seconds
-        self.history: list[dict[str, float]] = []  #: env steps and mean score of each evaluation
+        self.history: list[dict[str, float]] = []  #: one :meth:`evaluate_now` entry per evaluation
         self._next_step, self._next_time = every_steps or 0, 0.0
 
     def _on_training_start(self) -> None:
@@ -284,20 +317,72 @@ class GreedyEvaluation(BaseCallback):
             self._next_time = time.perf_counter() + (self.every_seconds or 0.0)
         return True
 
+    def play(self) -> dict[str, Any]:
+        """The model as it is now on the next evaluation's games (:func:`evaluate`); not recorded."""
+        return evaluate(self.model, self.episodes, seed=len(self.history), seed_offset=self.seed_offset)
+
     def mean_score(self) -> float:
         """The greedy mean score of the model now, on the next evaluation's games; not recorded."""
-        result = evaluate(self.model, self.episodes, seed=len(self.history), seed_offset=self.seed_offset)
-        return result["mean_score"]
+        return self.play()["mean_score"]
 
     def evaluate_now(self) -> dict[str, float]:
-        """Evaluate, record the result in :attr:`history`, and hand it to :meth:`on_evaluation`."""
-        entry = {"env_steps": self.num_timesteps, "mean_score": self.mean_score()}
+        """Evaluate, record the result in :attr:`history`, and hand it to :meth:`on_evaluation`.
+
+        An entry holds the env steps trained, the games played, their mean score, the longest
+        snake and the games won (the board filled)."""
+        result = self.play()
+        entry = {
+            "env_steps": self.num_timesteps,
+            "games": result["episodes"],
+            "mean_score": result["mean_score"],
+            "longest": result["max_length"],
+            "wins": result["ends"]["won"],
+        }
         self.history.append(entry)
         self.on_evaluation(entry)
         return entry
 
     def on_evaluation(self, entry: dict[str, float]) -> None:
         """What an evaluation leads to; nothing here."""
+
+
+class ProgressEvaluation(GreedyEvaluation):
+    """Every ``every_seconds`` of training, ``episodes`` greedy games from standard starts on
+    seeds of their own (:data:`~sb3_snake.training.evaluation.PROGRESS_SEED_OFFSET`): what the
+    model plays, which the progress line, ``summary.json`` and W&B (``greedy/*``) show, and once
+    more at the end of training. The exploring games cannot tell it: their random moves and
+    long starts end games early."""
+
+    def __init__(self, episodes: int, every_seconds: float, log: Any = None, stop: StopRequest | None = None):
+        super().__init__(episodes, PROGRESS_SEED_OFFSET, every_seconds=every_seconds)
+        self.log, self.stop = log, stop or StopRequest()
+
+    def _on_training_end(self) -> None:
+        """One more evaluation of the model the run ends with, unless the last one saw it
+        already or a stop (Ctrl-C, SIGTERM) asks the run to end at once."""
+        self.num_timesteps = self.model.num_timesteps  # BaseCallback updates it on steps only
+        stale = not self.history or self.history[-1]["env_steps"] != self.num_timesteps
+        if stale and not self.stop.requested:
+            self.evaluate_now()
+
+    def on_evaluation(self, entry: dict[str, float]) -> None:
+        if self.log is not None:
+            metrics = {f"greedy/{name}": entry[name] for name in ("mean_score", "longest", "wins")}
+            self.log({**metrics, "env_steps": entry["env_steps"]})
+
+
+def latest_evaluation(evaluations: list[GreedyEvaluation]) -> dict[str, float] | None:
+    """The most recent entry of any of ``evaluations`` (the one of most env steps), or None."""
+    entries = [evaluation.history[-1] for evaluation in evaluations if evaluation.history]
+    return max(entries, key=lambda entry: entry["env_steps"], default=None)
+
+
+def describe_evaluation(entry: dict[str, float]) -> str:
+    """A greedy evaluation as the progress line and the run's last line show it."""
+    return (
+        f"greedy {entry['mean_score']:.2f} (longest {entry['longest']}, {entry['wins']}/{entry['games']} won, "
+        f"at {entry['env_steps']:,} steps)"
+    )
 
 
 class BestModelSelection(GreedyEvaluation):
@@ -352,6 +437,7 @@ class RunCallbacks:
     record: EpisodeRecord
     budget: EpisodeBudget
     progress: ProgressReport
+    evaluation: ProgressEvaluation | None
     selection: BestModelSelection | None
     threads: AdaptiveThreads | None
     all: list[BaseCallback]
@@ -368,21 +454,26 @@ class RunCallbacks:
         extra: list[BaseCallback] = (),
     ) -> RunCallbacks:
         """Budget and stop request, progress, the compile's course, W&B episodes, checkpoints,
-        best-model selection, the thread count measured while training (when ``adaptive_threads``
-        names counts to choose between), then ``extra``."""
+        the greedy evaluations on the clock that progress shows, best-model selection, the
+        thread count measured while training (when ``adaptive_threads`` names counts to choose
+        between), then ``extra``."""
         record = EpisodeRecord()
         max_seconds = config.time_limit_minutes * 60 if config.time_limit_minutes is not None else None
         budget = EpisodeBudget(config.episodes, record, time.perf_counter(), config.timesteps, max_seconds, stop)
-        progress = ProgressReport(budget, console)
-        callbacks: list[BaseCallback] = [budget, progress, CompileReport(console), EpisodeMetrics(budget, tracking.log)]
-        if config.checkpoint_every:
-            callbacks.append(EpisodeCheckpoint(budget, run_dir, config.checkpoint_every, config.save_replay_buffer))
+        evaluation = None
+        if config.eval_every_minutes:
+            every_seconds = config.eval_every_minutes * 60
+            evaluation = ProgressEvaluation(config.select_episodes, every_seconds, tracking.log, stop)
         selection = None
         if config.select_every:
             selection = BestModelSelection(run_dir, config.select_every, config.select_episodes, tracking.log)
-            callbacks.append(selection)
+        progress = ProgressReport(budget, console, evaluations=[e for e in (evaluation, selection) if e is not None])
+        callbacks: list[BaseCallback] = [budget, progress, CompileReport(console), EpisodeMetrics(budget, tracking.log)]
+        if config.checkpoint_every:
+            callbacks.append(EpisodeCheckpoint(budget, run_dir, config.checkpoint_every, config.save_replay_buffer))
+        callbacks += [e for e in (evaluation, selection) if e is not None]
         threads = None
         if adaptive_threads:
             threads = AdaptiveThreads(adaptive_threads, notify=lambda line: console.print(line, highlight=False))
             callbacks.append(threads)
-        return cls(record, budget, progress, selection, threads, [*callbacks, *extra])
+        return cls(record, budget, progress, evaluation, selection, threads, [*callbacks, *extra])

@@ -231,7 +231,19 @@ class TrainConfig:
     select_every: int | None = option(
         None, "Env steps between greedy evaluations that keep best_model.zip.", RUN_OPTION, bounds=at_least(1)
     )
-    select_episodes: int = option(32, "Greedy games per --select-every evaluation.", RUN_OPTION, bounds=at_least(1))
+    select_episodes: int = option(
+        32,
+        "Greedy games per evaluation during training (--eval-every, --select-every).",
+        RUN_OPTION,
+        bounds=at_least(1),
+    )
+    eval_every_minutes: float = option(
+        1.0,
+        "Minutes of training between greedy evaluations shown on the progress line and in summary.json (0: none).",
+        RUN_OPTION,
+        "--eval-every",
+        bounds=at_least(0),
+    )
     save_replay_buffer: bool = option(False, "Save the replay buffer beside checkpoints and the model.", RUN_OPTION)
     tensorboard_log: str | None = option(
         None, "Folder for SB3's TensorBoard logs (needs the tensorboard extra).", RUN_OPTION

@@ -4,7 +4,7 @@ Evaluation games are seeded from ``EVAL_SEED_OFFSET`` upwards, far from the smal
 training uses, so evaluation never replays a training game's random draws. The evaluations
 that pick a run's best model during training use their own range (``SELECTION_SEED_OFFSET``),
 so a model chosen on those games is then judged by ``sb3-snake eval`` on games it was not
-chosen on.
+chosen on; those that show how training goes have theirs (``PROGRESS_SEED_OFFSET``).
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ from sb3_snake.envs.rules import can_survive, has_countdown
 EVAL_SEED_OFFSET = 1_000_000_007
 #: Seeds of the evaluations that select the best model during training.
 SELECTION_SEED_OFFSET = 2_000_000_011
+#: Seeds of the evaluations that show how training goes (``--eval-every``); 3,000,000,019 on
+#: is ``tune``'s.
+PROGRESS_SEED_OFFSET = 4_000_000_007
 #: The largest seed a user may give (seeds reach NumPy's 32-bit legacy seeding through SB3).
 MAX_SEED = 2**32 - 1
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from sb3_snake.dqn.snake_dqn import SnakeDQN, TrainingDiverged
 from sb3_snake.persistence import save_model, write_json
-from sb3_snake.training.callbacks import EpisodeRecord, RunCallbacks
+from sb3_snake.training.callbacks import EpisodeRecord, RunCallbacks, latest_evaluation
 from sb3_snake.training.config import MODEL_FIELDS, TrainConfig
 
 
@@ -41,7 +41,11 @@ def trained_hyperparameters(model: SnakeDQN, config: TrainConfig) -> dict[str, A
 
 
 def build_summary(model: SnakeDQN, config: TrainConfig, callbacks: RunCallbacks, outcome: Outcome) -> dict[str, Any]:
-    """The run's ``summary.json``: limits, speed, scores, what trained, what was active."""
+    """The run's ``summary.json``: limits, speed, scores, what trained, what was active.
+
+    ``last_evaluation`` is the latest greedy evaluation during training (``--eval-every`` or
+    ``--select-every``): what the model plays. ``mean_score_last_100`` and ``best_score`` are
+    the exploring games', from standard starts only."""
     settings, record, budget = model.active_optimizations.settings, callbacks.record, callbacks.budget
     stopped_by = "diverged" if outcome.diverged is not None else budget.stopped_by
     selection = callbacks.selection
@@ -55,6 +59,8 @@ def build_summary(model: SnakeDQN, config: TrainConfig, callbacks: RunCallbacks,
         "total_env_steps": model.num_timesteps,
         "wall_seconds": outcome.wall_seconds,
         "env_steps_per_second": outcome.env_steps / outcome.wall_seconds if outcome.wall_seconds > 0 else 0.0,
+        "last_evaluation": latest_evaluation([e for e in (callbacks.evaluation, selection) if e is not None]),
+        "evaluations": callbacks.evaluation.history if callbacks.evaluation else None,
         "mean_score_last_100": record.mean_score_last(100),
         "best_score": record.best_score,
         "mean_episode_steps_last_100": sum(record.lengths[-100:]) / max(1, len(record.lengths[-100:])),

@@ -75,7 +75,10 @@ def run_trial(trial: optuna.Trial, config: TuneConfig, settings: OptimizationSet
         trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
         sampled = sample_hyperparameters(trial)
     config_values = check_hyperparameters(sampled)
-    run_config = replace(config.trial, **config_values, **ONE_RATIO, sources={"batch_size": "trial"})
+    # The trial's own evaluations judge it; train's evaluations on the clock would only cost time.
+    run_config = replace(
+        config.trial, **config_values, **ONE_RATIO, eval_every_minutes=0, sources={"batch_size": "trial"}
+    )
     evaluations = TrialEvaluation.for_budget(trial, config)
     folder = config.folder / f"trial_{trial.number:04d}"
     try:

@@ -28,7 +28,6 @@ from __future__ import annotations
 import io
 import json
 import zipfile
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +49,7 @@ from sb3_snake.dqn.save_format import (
 )
 from sb3_snake.dqn.snake_dqn import SnakeDQN
 from sb3_snake.dqn.targets import shaping_rewards
-from sb3_snake.envs.rules import board_space, has_countdown
+from sb3_snake.envs.rules import BASE_CHANNELS, board_options, board_space, channel_options
 
 #: The arrays of an SB3 replay buffer that a saved buffer holds (``next_observations`` too,
 #: unless the buffer was made with ``optimize_memory_usage``).
@@ -312,22 +311,36 @@ def load_model(
         model = _load_safely(path, read_metadata(path), optimizations, env, device, for_training)
     _check_snake_model(model, path)
     if env is not None:
-        _check_board(path, model.observation_space.shape, env.observation_space.shape)
+        _check_board(path, _board_of(model.observation_space), _board_of(env.observation_space))
         _check_actions(path, model.action_space.n, env.action_space.n)
     return model
 
 
-def _check_board(path: Path, trained: Sequence[int], given: Sequence[int]) -> None:
-    """One line when ``env``'s boards are not those the model was trained on."""
-    if trained[-1] != given[-1]:
-        n, m = trained[-1], given[-1]
+def saved_board_options(described: dict[str, Any]) -> dict[str, bool]:
+    """The optional channels of a saved model's boards (:func:`~sb3_snake.envs.rules.board_options`):
+    from its ``observation_channels``, or, in a file written before models recorded them, from
+    the channel count (six channels: the countdown, the only optional channel then)."""
+    if "observation_channels" in described:
+        return channel_options(described["observation_channels"])
+    return {"countdown": described["observation_shape"][0] == BASE_CHANNELS + 1, "reachable": False}
+
+
+def _board_of(space: Any) -> tuple[int, dict[str, bool]]:
+    """A board's side and its optional channels (:func:`~sb3_snake.envs.rules.board_options`)."""
+    return space.shape[-1], board_options(space)
+
+
+def _check_board(path: Path, trained: tuple[int, dict[str, bool]], given: tuple[int, dict[str, bool]]) -> None:
+    """One line when ``env``'s boards (side, optional channels) are not those the model was trained on."""
+    (n, trained_channels), (m, given_channels) = trained, given
+    if n != m:
         raise UsageError(f"model {path} was trained on a {n}x{n} board, not {m}x{m}; pass --board-size {n}")
-    if tuple(trained) != tuple(given):
-        flag = "--countdown" if has_countdown(trained) else "--no-countdown"
-        raise UsageError(
-            f"model {path} was trained {'with' if has_countdown(trained) else 'without'} the countdown "
-            f"channel; pass {flag}"
-        )
+    for name, used in trained_channels.items():
+        if given_channels[name] != used:
+            flag = f"--{name}" if used else f"--no-{name}"
+            raise UsageError(
+                f"model {path} was trained {'with' if used else 'without'} the {name} channel; pass {flag}"
+            )
 
 
 def one_line(error: BaseException) -> str:
@@ -391,11 +404,12 @@ def _load_safely(
         raise UsageError(f"model file {path} has a malformed {METADATA_ENTRY}: {error}") from None
     if env is None:
         shape = metadata["observation_shape"]
-        model.observation_space = board_space(shape[-1], has_countdown(shape))
+        model.observation_space = board_space(shape[-1], **saved_board_options(metadata))
         model.action_space = spaces.Discrete(metadata["n_actions"])
         model.n_envs = metadata["n_envs"]
     else:
-        _check_board(path, metadata["observation_shape"], env.observation_space.shape)
+        trained = (metadata["observation_shape"][-1], saved_board_options(metadata))
+        _check_board(path, trained, _board_of(env.observation_space))
         _check_actions(path, metadata["n_actions"], env.action_space.n)
     try:
         model._setup_model()

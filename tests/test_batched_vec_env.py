@@ -17,23 +17,27 @@ def _food_of(obs):
 
 
 @pytest.mark.parametrize(
-    ("board_size", "max_steps", "countdown", "stall_growth", "egocentric"),
+    ("board_size", "max_steps", "countdown", "stall_growth", "egocentric", "reachable"),
     [
-        (4, 12, False, 0, False),
-        (6, 20, False, 0, False),
-        (10, 15, False, 0, False),
-        (6, 20, True, 0, False),
-        (6, 4, False, 1, False),
-        (4, 12, False, 0, True),
-        (6, 12, True, 0, True),
-        (10, 12, False, 1, True),
+        (4, 12, False, 0, False, False),
+        (6, 20, False, 0, False, False),
+        (10, 15, False, 0, False, False),
+        (6, 20, True, 0, False, False),
+        (6, 4, False, 1, False, False),
+        (4, 12, False, 0, True, False),
+        (6, 12, True, 0, True, False),
+        (10, 12, False, 1, True, False),
+        (4, 12, False, 0, False, True),
+        (8, 20, True, 0, False, True),
+        (10, 12, False, 1, True, True),
+        (6, 12, True, 0, True, True),
     ],
 )
-def test_equivalent_to_snake_env_step_by_step(board_size, max_steps, countdown, stall_growth, egocentric):
+def test_equivalent_to_snake_env_step_by_step(board_size, max_steps, countdown, stall_growth, egocentric, reachable):
     """Same random states, same random actions: same observations, rewards and flags."""
     num_games, rng = 32, np.random.default_rng(board_size)
     rules = {"board_size": board_size, "max_steps_without_food": max_steps, "countdown": countdown}
-    rules.update(stall_growth=stall_growth, egocentric=egocentric)
+    rules.update(stall_growth=stall_growth, egocentric=egocentric, reachable=reachable)
     batched = BatchedSnakeVecEnv(num_games, seed=0, **rules)
     batched.reset()
     singles = [SnakeEnv(**rules) for _ in range(num_games)]

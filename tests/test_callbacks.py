@@ -6,19 +6,12 @@ import threading
 import numpy as np
 import pytest
 
-import sb3_snake.training.callbacks as callbacks
+import sb3_snake.training.evaluation as evaluation_module
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.persistence import load_model
-from sb3_snake.training.callbacks import (
-    EpisodeBudget,
-    EpisodeCheckpoint,
-    EpisodeRecord,
-    GreedyEvaluation,
-    ProgressEvaluation,
-    ProgressReport,
-    StopRequest,
-)
+from sb3_snake.training.callbacks import EpisodeBudget, EpisodeCheckpoint, EpisodeRecord, ProgressReport, StopRequest
 from sb3_snake.training.config import TrainConfig
+from sb3_snake.training.evaluation import GreedyEvaluation, ProgressEvaluation
 from sb3_snake.training.run import train
 from tests.conftest import scripted_games as games
 from tests.conftest import small_dqn
@@ -104,9 +97,11 @@ def test_best_model_selection_keeps_the_best_greedy_evaluation(tmp_path, monkeyp
         calls.append((episodes, seed_offset + seed))
         return games(next(means), episodes)
 
-    monkeypatch.setattr(callbacks, "evaluate", scripted_evaluate)
-    real_save = callbacks.save_model
-    monkeypatch.setattr(callbacks, "save_model", lambda model, path: saves.append(path) or real_save(model, path))
+    monkeypatch.setattr(evaluation_module, "evaluate", scripted_evaluate)
+    real_save = evaluation_module.save_model
+    monkeypatch.setattr(
+        evaluation_module, "save_model", lambda model, path: saves.append(path) or real_save(model, path)
+    )
     config = tiny_config(episodes=None, timesteps=400, select_every=100, select_episodes=5, eval_every_minutes=0)
     summary = train(config, FAST, tmp_path)
     assert [episodes for episodes, _ in calls] == [5] * 4
@@ -122,14 +117,14 @@ def test_greedy_evaluation_on_the_clock_plays_new_games_each_time(monkeypatch):
     """Due every ``every_seconds`` after the last evaluation ended; each one on the next seed; the
     hook sees each result; ``mean_score`` plays the next games without recording them."""
     now, calls, seen = [0.0], [], []
-    monkeypatch.setattr(callbacks.time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(evaluation_module.time, "perf_counter", lambda: now[0])
 
     def scripted_evaluate(model, episodes, seed, seed_offset):
         calls.append((episodes, seed_offset + seed))
         now[0] += 3.0  # evaluating takes time, which the next interval starts after
         return games(float(seed), episodes, longest=4 + seed, won=seed)
 
-    monkeypatch.setattr(callbacks, "evaluate", scripted_evaluate)
+    monkeypatch.setattr(evaluation_module, "evaluate", scripted_evaluate)
 
     class Recording(GreedyEvaluation):
         def on_evaluation(self, entry):
@@ -146,8 +141,8 @@ def test_greedy_evaluation_on_the_clock_plays_new_games_each_time(monkeypatch):
         evaluation.history
         == seen
         == [
-            {"env_steps": 8, "games": 2, "mean_score": 0.0, "longest": 4, "wins": 0},
-            {"env_steps": 16, "games": 2, "mean_score": 1.0, "longest": 5, "wins": 1},
+            {"env_steps": 8, "games": 2, "mean_score": 0.0, "longest": 4, "wins": 0, "seconds": 3.0},
+            {"env_steps": 16, "games": 2, "mean_score": 1.0, "longest": 5, "wins": 1, "seconds": 3.0},
         ]
     )
     assert evaluation.mean_score() == 2.0 and len(evaluation.history) == 2
@@ -196,7 +191,7 @@ def test_the_progress_evaluation_sees_the_final_model_unless_stopped(monkeypatch
     last one saw it already or a stop asks the run to end at once."""
     played = []
     monkeypatch.setattr(
-        callbacks, "evaluate", lambda model, episodes, seed, seed_offset: played.append(seed) or games(1.0)
+        evaluation_module, "evaluate", lambda model, episodes, seed, seed_offset: played.append(seed) or games(1.0)
     )
     model = small_dqn(FAST)
     for stopped, seen_last, expected in ((False, False, 1), (False, True, 0), (True, False, 0)):
@@ -204,7 +199,7 @@ def test_the_progress_evaluation_sees_the_final_model_unless_stopped(monkeypatch
         stop = StopRequest()
         if stopped:
             stop.request("SIGTERM")
-        evaluation = ProgressEvaluation(episodes=3, every_seconds=60.0, stop=stop)
+        evaluation = ProgressEvaluation(episodes=3, every_seconds=60.0, stopping=lambda stop=stop: stop.requested)
         evaluation.init_callback(model)
         model.num_timesteps = 500
         if seen_last:

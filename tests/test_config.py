@@ -141,6 +141,7 @@ def test_every_field_declares_its_role_and_the_sorts_follow_from_it():
         "seed",
         "device",
         "countdown",
+        "reachable",
         "egocentric",
         "stall_growth",
         "long_starts",
@@ -149,6 +150,7 @@ def test_every_field_declares_its_role_and_the_sorts_follow_from_it():
         "checkpoint_every",
         "select_every",
         "select_episodes",
+        "eval_every_minutes",
         "save_replay_buffer",
         "tensorboard_log",
         "verbose",
@@ -174,6 +176,7 @@ def test_every_field_declares_its_role_and_the_sorts_follow_from_it():
     assert set(NETWORK_FIELDS) == {
         "board_size",
         "countdown",
+        "reachable",
         "egocentric",
         "dueling",
         "head_view",
@@ -191,6 +194,7 @@ def test_the_network_folds_the_head_view_switch_into_its_size():
     assert TrainConfig().network() == {
         "board_size": 10,
         "countdown": False,
+        "reachable": False,
         "egocentric": True,
         "dueling": False,
         "head_view_dim": 64,

@@ -61,6 +61,13 @@ def test_a_model_with_the_countdown_loads_safely_with_its_bounds_and_plays(tmp_p
     safe = load_model(tmp_path / "model.zip", FAST)
     assert read_metadata(tmp_path / "model.zip")["observation_shape"] == [6, 5, 5]
     assert safe.observation_space == model.observation_space  # the countdown's bound scales its input
+    # A file from before models recorded their channels: six were the countdown.
+    legacy = rewrite_metadata(
+        tmp_path / "model.zip",
+        tmp_path / "legacy.zip",
+        lambda meta: {k: v for k, v in meta.items() if k != "observation_channels"},
+    )
+    assert load_model(legacy, FAST).observation_space == model.observation_space
     observations = torch.as_tensor(np.stack([model.observation_space.sample() for _ in range(64)])).float()
     with torch.no_grad():
         torch.testing.assert_close(safe.q_net(observations), model.q_net(observations))
@@ -123,6 +130,8 @@ def test_models_without_our_description_need_trust(tmp_path):
         ({"policy_kwargs": {"activation_fn": {"class": "os.system"}}}, "class 'os.system' is not one the safe loader"),
         ({"hyperparameters": {"gamma": [1, 2]}}, "hyperparameters hold values that are not plain numbers"),
         ({"format": "other"}, "format is not"),
+        ({"observation_channels": ["head", "body", "food", "tail", "neck", "reachable"]}, "are not the 5 channels"),
+        ({"observation_channels": ["head", "body", "food", "tail", "snout"]}, "are not the 5 channels"),
     ],
 )
 def test_malformed_descriptions_are_one_line(saved, tmp_path, change, message):

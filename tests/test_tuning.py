@@ -15,7 +15,7 @@ import optuna
 import pytest
 from typer.testing import CliRunner
 
-import sb3_snake.training.callbacks as callbacks
+import sb3_snake.training.evaluation as evaluation
 import sb3_snake.training.tuning.trial as trial_run
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.cli import app
@@ -60,7 +60,7 @@ def test_search_space_covers_the_documented_hyperparameters_and_fits_train():
         {"learning_rate": 3e-4, "gamma": 0.99, "batch_size": 256, "replay_ratio": 16.0}
         | {"target_update_interval": 1000, "exploration_steps": 5000, "exploration_final_eps": 0.01, "n_steps": 3}
         | {"double_dqn": True, "dueling": False, "symmetry_augmentation": False, "embed_dim": 32, "head_view_dim": 64}
-        | {"food_shaping": 0.5, "countdown": True, "num_layers": 0}
+        | {"food_shaping": 0.5, "countdown": True, "reachable": True, "num_layers": 0}
         | {"egocentric": True, "long_starts": 0.1, "stall_growth": 4}
     )
     values = sample_hyperparameters(trial)
@@ -69,13 +69,13 @@ def test_search_space_covers_the_documented_hyperparameters_and_fits_train():
     TrainConfig(**config_values)  # every drawn value is a valid config value
     assert set(values) >= {"learning_rate", "gamma", "replay_ratio", "target_update_interval", "exploration_steps"}
     assert {"exploration_final_eps", "n_steps", "double_dqn", "dueling", "symmetry_augmentation"} <= set(values)
-    assert {"embed_dim", "num_layers", "head_view_dim", "food_shaping", "countdown"} <= set(values)
+    assert {"embed_dim", "num_layers", "head_view_dim", "food_shaping", "countdown", "reachable"} <= set(values)
     assert {"egocentric", "long_starts", "stall_growth"} <= set(values)
 
 
 def scripted_evaluations(monkeypatch, values):
     values = iter(values)
-    monkeypatch.setattr(callbacks, "evaluate", lambda *args, **kwargs: scripted_games(next(values)))
+    monkeypatch.setattr(evaluation, "evaluate", lambda *args, **kwargs: scripted_games(next(values)))
 
 
 def test_a_trial_without_a_budget_trains_the_default_minutes():
@@ -121,7 +121,7 @@ def test_a_trial_evaluates_on_its_own_seeds_and_its_final_value_on_the_next(tmp_
         seeds.append(seed_offset + seed)
         return scripted_games(float(len(seeds)))
 
-    monkeypatch.setattr(callbacks, "evaluate", scripted)
+    monkeypatch.setattr(evaluation, "evaluate", scripted)
     study = tune(tiny_tune(tmp_path, n_trials=1, pruner="none"), FAST, notify=lambda line: None)
     assert seeds == [TUNE_SEED_OFFSET + index for index in range(4)]  # 3 during training (48 steps / 3), 1 final
     trial = study.trials[0]

@@ -109,7 +109,7 @@ def train(
 
 
 def report_training(summary: dict[str, Any]) -> None:
-    from sb3_snake.training.callbacks import describe_evaluation
+    from sb3_snake.training.evaluation import describe_evaluation
 
     typer.echo(
         f"{summary['episodes']} episodes, {summary['env_steps']:,} env steps in {summary['wall_seconds']:.1f}s "

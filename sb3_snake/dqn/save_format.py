@@ -31,7 +31,14 @@ from sb3_snake.common import system
 from sb3_snake.common.errors import UsageError
 from sb3_snake.dqn.extractor import SnakeAttentionExtractor
 from sb3_snake.dqn.policies import POLICY_ALIASES
-from sb3_snake.envs.rules import BASE_CHANNELS, MIN_BOARD_SIZE, NUM_CHANNELS
+from sb3_snake.envs.rules import (
+    BASE_CHANNELS,
+    MIN_BOARD_SIZE,
+    OPTIONAL_CHANNELS,
+    board_options,
+    channel_options,
+    observation_channels,
+)
 
 #: The zip entry of a saved model that describes it in plain JSON.
 METADATA_ENTRY = "sb3_snake.json"
@@ -67,9 +74,9 @@ COUNTERS = ("num_timesteps", "_n_updates", "_n_calls", "_episode_num", "explorat
 
 #: The largest board a model file may describe (the head view alone grows with its square).
 MAX_BOARD_SIZE = 256
-#: Channels of a model's boards: without and with the countdown.
-CHANNEL_COUNTS = (BASE_CHANNELS, NUM_CHANNELS)
-BOARD_SHAPES = f"({BASE_CHANNELS}, n, n) or ({NUM_CHANNELS}, n, n)"
+#: Channels of a model's boards: the base ones, and one or both of the optional ones.
+CHANNEL_COUNTS = tuple(range(BASE_CHANNELS, BASE_CHANNELS + len(OPTIONAL_CHANNELS) + 1))
+BOARD_SHAPES = f"(C, n, n) with C from {CHANNEL_COUNTS[0]} to {CHANNEL_COUNTS[-1]}"
 #: Actions of a model: the four absolute directions, or three turns seen from the snake (egocentric).
 ACTION_COUNTS = (4, 3)
 
@@ -119,6 +126,7 @@ def metadata(model: Any) -> dict[str, Any]:
         "version": METADATA_VERSION,
         "policy": policy,
         "observation_shape": list(model.observation_space.shape),
+        "observation_channels": observation_channels(**board_options(model.observation_space)),
         "n_actions": int(model.action_space.n),
         "n_envs": model.n_envs,
         "policy_kwargs": encode_policy_kwargs(model.policy_kwargs),
@@ -194,6 +202,11 @@ def metadata_problem(described: Any) -> str:
         return f"observation_shape {shape!r} is not three integers"
     if shape[0] not in CHANNEL_COUNTS or shape[1] != shape[2] or not MIN_BOARD_SIZE <= shape[1] <= MAX_BOARD_SIZE:
         return f"observation_shape {shape} is not that of a Snake board ({BOARD_SHAPES}), 4 <= n <= 256"
+    names = described.get("observation_channels")  # absent from files written before it
+    if names is not None and (
+        not isinstance(names, list) or names != observation_channels(**channel_options(names)) or len(names) != shape[0]
+    ):
+        return f"observation_channels {names!r} are not the {shape[0]} channels of a Snake board"
     if described.get("n_actions") not in ACTION_COUNTS or type(described.get("n_actions")) is not int:
         return f"n_actions is {described.get('n_actions')!r}, not 4 (directions) or 3 (egocentric turns)"
     if described.get("policy") not in POLICY_ALIASES:

@@ -56,6 +56,7 @@ from sb3_snake.envs.rules import (
     absolute_action,
     egocentric_cells,
     long_start_lengths,
+    reachable_channel,
     tour_directions,
     tour_variants,
 )
@@ -132,6 +133,7 @@ class BatchedGames:
         channel_starts = torch.tensor([channel for channel, _ in ONE_HOT_CHANNELS], device=dev).unsqueeze(1) * cells
         self._one_hot_offsets = channel_starts + torch.arange(count, device=dev) * (self._channels * cells)
 
+        self._reachable = reachable_channel(rules.countdown) if rules.reachable else None
         self._stall_limit = rules.truncation_steps
         self._egocentric_cells = torch.as_tensor(egocentric_cells(rules.board_size), device=dev)
         # Long starts: snakes lying along a closed tour of the board, whose head can follow it.
@@ -369,7 +371,50 @@ class BatchedGames:
             offsets, values = self._one_hot_offsets[:, :count], (cells >= 0).view(-1).byte()  # food -1: none
             cells = cells.clamp(min=0)
         observations.view(-1).scatter_(0, (offsets + cells).view(-1), values)
+        if self._reachable is not None:
+            observations[:, self._reachable] = self._reached(state, links)
         return observations.view(count, self._channels, n, n)
+
+    def _reached(self, state: torch.Tensor, links: torch.Tensor) -> torch.Tensor:
+        """``(M, cells)`` uint8: the cells each game's head can reach through cells free now, the
+        tail's counted free (:class:`~sb3_snake.envs.rules.SnakeRules`' ``reachable``).
+
+        A flood from the head, a run at a time: a run is a stretch of a row or a column between
+        blocked cells (or walls). Each round marks every run that holds a reached cell, along the
+        rows and then along the columns (one ``index_add`` and one gather each), until a round
+        marks nothing new (a host sync per round). A path that turns ``k`` times is flooded in
+        about ``k`` rounds: a few on a board with room, more along a winding corridor. Flooding
+        a cell at a time took as many rounds as the longest path and was four times as slow on
+        the CPU.
+        """
+        count, cells = links.shape
+        n, device = self.rules.board_size, self.device
+        games, head = torch.arange(count, device=device), state[HEAD_ROW]
+        passable = links == 0  # free cells and the head, whose link is 0 too
+        passable[games, state[TAIL_ROW]] = True
+        passable[games, head] = False
+        reached = torch.zeros_like(passable)
+        reached[games, head] = True
+        conducts = (passable | reached).view(count, n, n)
+        blocked = ~conducts
+        # Each cell's run along its row and along its column: the line it lies on (game and row,
+        # or game and column) and the blocked cells before it on that line; unique in the batch.
+        lines = torch.arange(count * n, device=device) * (n + 1)
+        runs = (
+            (lines.view(count, n, 1) + blocked.cumsum(2)).view(-1),
+            (lines.view(count, 1, n) + blocked.cumsum(1)).view(-1),
+        )
+        flat, marked = conducts.view(-1), reached.view(-1).long()
+        total = int(marked.sum())
+        for _ in range(cells):
+            for run in runs:
+                hits = torch.zeros(count * n * (n + 1), dtype=torch.int64, device=device).index_add_(0, run, marked)
+                marked = (hits.index_select(0, run) > 0).logical_and_(flat).long()
+            now = int(marked.sum())
+            if now == total:
+                break
+            total = now
+        return (marked.view(count, cells).bool() & passable).to(torch.uint8)
 
     def _view(self, observations: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
         """``observations`` as the policy sees them: unchanged, or with ``egocentric`` each board

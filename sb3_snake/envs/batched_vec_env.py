@@ -89,6 +89,7 @@ class BatchedSnakeVecEnv(VecEnv):
         food on a random free cell, instead of the standard start. Games that are nearly won
         are rare in play, so a learner sees few of them; this puts the endgame into training.
         It is a way to train, not a rule: evaluate with standard starts (the default, 0).
+    :param reachable: observe the reachability channel too, last (see :class:`~sb3_snake.SnakeEnv`).
     """
 
     metadata = {"render_modes": list(RENDER_MODES)}
@@ -107,6 +108,7 @@ class BatchedSnakeVecEnv(VecEnv):
         stall_growth: int = 0,
         long_starts: float = 0.0,
         egocentric: bool = False,
+        reachable: bool = False,
     ):
         if not is_integer(num_envs) or num_envs < 1:
             raise UsageError(f"num_envs must be a positive integer, got {num_envs!r}; pass the number of games")
@@ -118,7 +120,14 @@ class BatchedSnakeVecEnv(VecEnv):
                 f"long_starts must be a share from 0 to 1, got {long_starts!r}; pass 0 for standard starts only"
             )
         self.rules = SnakeRules(
-            board_size, start_length, dist_to_border, max_steps_without_food, countdown, stall_growth, egocentric
+            board_size,
+            start_length,
+            dist_to_border,
+            max_steps_without_food,
+            countdown,
+            stall_growth,
+            egocentric,
+            reachable,
         )
         self.device = check_torch_device(device)
         super().__init__(num_envs, self.rules.observation_space, self.rules.action_space)

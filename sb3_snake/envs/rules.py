@@ -23,10 +23,13 @@ UP, RIGHT, DOWN, LEFT = 0, 1, 2, 3
 DIRECTION_DELTAS = np.array([(-1, 0), (0, 1), (1, 0), (0, -1)], dtype=np.int64)
 ACTION_NAMES = ("up", "right", "down", "left")
 
-#: Observation channels, in order. COUNTDOWN is there only with ``countdown=True``.
+#: Observation channels, in order. COUNTDOWN is there only with ``countdown=True``; the
+#: reachability channel comes last with ``reachable=True`` (:func:`reachable_channel`).
 HEAD, BODY, FOOD, TAIL, NECK, COUNTDOWN = 0, 1, 2, 3, 4, 5
-#: Channels of the board without and with the countdown.
+#: Channels of every board, and of a board with the countdown.
 BASE_CHANNELS, NUM_CHANNELS = 5, 6
+#: The names of every board's channels, then of the optional ones in the order they come.
+BASE_CHANNEL_NAMES, OPTIONAL_CHANNELS = ("head", "body", "food", "tail", "neck"), ("countdown", "reachable")
 #: The countdown's largest value: it counts moves up to this and stays there on boards of more cells.
 MAX_COUNTDOWN = 255
 
@@ -155,6 +158,13 @@ class SnakeRules:
         ``length - 1`` on the neck (at most :data:`MAX_COUNTDOWN`). The binary body channel says
         where the snake is, not in which order it leaves; with the countdown the network can tell
         whether a pocket the head enters opens before the head needs the room.
+    :param reachable: observe one more channel, last: 1 on each cell the head can reach by
+        moves through cells that are free now, the tail's cell counted free (it is left as the
+        head arrives, as :func:`can_survive` has it) and the food's too; the head's own cell is
+        0. Whether the tail is reachable is that channel on the tail's cell. The body and free
+        channels say where the snake is; whether a move walls the head into a pocket smaller
+        than the snake is a question about the whole board, which this channel answers for the
+        network (perfect_snake's flood-fill input on 20x20).
     :param egocentric: observe the board turned so that the snake always moves up
         (:func:`egocentric_cells`) and act with three relative actions, 0 turn left, 1 straight,
         2 turn right. The game is the same; a policy no longer has to learn each situation
@@ -170,6 +180,7 @@ class SnakeRules:
     countdown: bool = False
     stall_growth: int = 0
     egocentric: bool = False
+    reachable: bool = False
 
     def __post_init__(self) -> None:
         n = self.board_size
@@ -223,7 +234,7 @@ class SnakeRules:
     @property
     def observation_space(self) -> spaces.Box:
         """``(C, n, n)`` uint8 boards: 0 or 1 in each channel, up to the countdown's largest value in it."""
-        return board_space(self.board_size, self.countdown)
+        return board_space(self.board_size, self.countdown, self.reachable)
 
     def head_bounds(self) -> np.ndarray:
         """Inclusive start ranges of the head for each direction, shape ``(4, 2, 2)``.
@@ -362,18 +373,37 @@ def long_start_lengths(board_size: int) -> tuple[int, int]:
     return low, min(high, tour_length - 1)
 
 
-def board_space(board_size: int, countdown: bool = False) -> spaces.Box:
-    """The observation space of ``board_size`` boards, with or without the countdown channel."""
-    channels = NUM_CHANNELS if countdown else BASE_CHANNELS
+def board_space(board_size: int, countdown: bool = False, reachable: bool = False) -> spaces.Box:
+    """The observation space of ``board_size`` boards with the optional channels asked for."""
+    channels = BASE_CHANNELS + countdown + reachable
     high = np.ones((channels, board_size, board_size), dtype=np.uint8)
     if countdown:
         high[COUNTDOWN] = min(board_size * board_size - 1, MAX_COUNTDOWN)
     return spaces.Box(np.zeros_like(high), high, dtype=np.uint8)
 
 
-def has_countdown(observation_shape: Sequence[int]) -> bool:
-    """Whether boards of this ``(C, n, n)`` shape carry the countdown channel."""
-    return observation_shape[0] == NUM_CHANNELS
+def reachable_channel(countdown: bool) -> int:
+    """The index of the reachability channel of boards with or without the countdown."""
+    return BASE_CHANNELS + countdown
+
+
+def observation_channels(countdown: bool = False, reachable: bool = False) -> list[str]:
+    """The names of a board's channels, in order (what a model file records of its boards)."""
+    return [*BASE_CHANNEL_NAMES, *(["countdown"] if countdown else []), *(["reachable"] if reachable else [])]
+
+
+def board_options(space: spaces.Box) -> dict[str, bool]:
+    """Which optional channels boards of ``space`` carry, ``{"countdown": ..., "reachable": ...}``,
+    as :class:`SnakeRules` and the envs take them. Read from the channel count and the bounds:
+    the countdown is the one channel whose bound is above 1 (at least 15, on a 4x4 board)."""
+    extra = space.shape[0] - BASE_CHANNELS
+    countdown = extra >= 1 and int(np.asarray(space.high)[BASE_CHANNELS].max()) > 1
+    return {"countdown": bool(countdown), "reachable": extra - countdown == 1}
+
+
+def channel_options(names: Sequence[str]) -> dict[str, bool]:
+    """:func:`board_options` of boards whose channels are ``names`` (:func:`observation_channels`)."""
+    return {option: option in names for option in OPTIONAL_CHANNELS}
 
 
 def can_survive(observation: np.ndarray) -> bool:

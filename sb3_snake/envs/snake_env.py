@@ -23,6 +23,7 @@ from sb3_snake.envs.rules import (
     absolute_action,
     check_action,
     opposite,
+    reachable_channel,
 )
 
 
@@ -55,9 +56,13 @@ class SnakeEnv(gym.Env[np.ndarray, np.int64]):
     | 3 | tail: the cell freed next step unless the snake eats |
     | 4 | neck: the cell behind the head, so head and neck give the direction of travel |
     | 5 | countdown (``countdown=True`` only): moves until each body cell is free |
+    | last | reachable (``reachable=True`` only): cells the head can reach through free cells |
 
     The countdown is 1 on the tail and ``length - 1`` on the neck (at most 255), counted as if
-    the snake does not eat; the head's cell and empty cells are 0.
+    the snake does not eat; the head's cell and empty cells are 0. The reachability channel
+    counts the tail's cell as free (the tail leaves it as the head arrives), so it is 1 on the
+    tail exactly when the head can still reach its tail; the head's cell is 0 (see
+    :class:`~sb3_snake.envs.rules.SnakeRules`).
 
     ## Rewards
 
@@ -83,6 +88,7 @@ class SnakeEnv(gym.Env[np.ndarray, np.int64]):
     - ``board_size`` (default 10, minimum 4), ``start_length`` (default 3),
       ``dist_to_border`` (default 3), ``max_steps_without_food`` (default ``board_size ** 2``).
     - ``countdown`` (default False): the sixth observation channel above.
+    - ``reachable`` (default False): the reachability channel above, after all others.
     - ``stall_growth`` (default 0): steps without food allowed per cell of the snake, on top of
       ``max_steps_without_food``; a rule change that lets long snakes take the long way round.
     - ``egocentric`` (default False): the board turned so that the snake always moves up, and
@@ -115,10 +121,18 @@ class SnakeEnv(gym.Env[np.ndarray, np.int64]):
         countdown: bool = False,
         stall_growth: int = 0,
         egocentric: bool = False,
+        reachable: bool = False,
     ):
         self.render_mode = check_render_mode(render_mode)
         self.rules = SnakeRules(
-            board_size, start_length, dist_to_border, max_steps_without_food, countdown, stall_growth, egocentric
+            board_size,
+            start_length,
+            dist_to_border,
+            max_steps_without_food,
+            countdown,
+            stall_growth,
+            egocentric,
+            reachable,
         )
         self.observation_space = self.rules.observation_space
         self.action_space = self.rules.action_space
@@ -255,7 +269,26 @@ class SnakeEnv(gym.Env[np.ndarray, np.int64]):
             behind_head = list(self._body)[1:]
             for moves, cell in enumerate(reversed(behind_head), start=1):
                 obs[COUNTDOWN][cell] = min(moves, MAX_COUNTDOWN)
+        if self.rules.reachable:
+            obs[reachable_channel(self.rules.countdown)] = self._reachable()
         return obs
+
+    def _reachable(self) -> np.ndarray:
+        """The cells the head can reach through cells free now, the tail's counted free: a
+        depth-first search from the head, ``(n, n)`` of 0 and 1."""
+        n = self.rules.board_size
+        passable = ~self._occupied
+        passable[self._body[-1]] = True
+        reached = np.zeros((n, n), dtype=np.uint8)
+        frontier = [self._body[0]]
+        while frontier:
+            row, col = frontier.pop()
+            for d_row, d_col in DIRECTION_DELTAS.tolist():
+                cell = (row + d_row, col + d_col)
+                if 0 <= cell[0] < n and 0 <= cell[1] < n and passable[cell] and not reached[cell]:
+                    reached[cell] = 1
+                    frontier.append(cell)
+        return reached
 
     def _info(self) -> dict[str, Any]:
         return {"score": self._score, "length": len(self._body)}

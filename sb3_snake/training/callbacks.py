@@ -1,6 +1,6 @@
 """SB3 callbacks of a training run: episode budget and stop requests, progress, the compile's
-course, checkpoints, greedy evaluations (shown as training goes, and best-model selection on
-them), W&B episodes.
+course, checkpoints, W&B episodes; the greedy evaluations during training (shown as training
+goes, and best-model selection on them) are :mod:`sb3_snake.training.evaluation`'s.
 
 Each callback does one thing and reads what SB3 hands every callback (``self.locals``:
 ``dones`` and ``infos`` of the step just taken). They are combined in
@@ -24,7 +24,13 @@ from stable_baselines3.common.callbacks import BaseCallback
 from sb3_snake.acceleration.threads import AdaptiveThreads
 from sb3_snake.persistence import save_model
 from sb3_snake.training.config import TrainConfig
-from sb3_snake.training.evaluation import PROGRESS_SEED_OFFSET, SELECTION_SEED_OFFSET, evaluate
+from sb3_snake.training.evaluation import (
+    BestModelSelection,
+    GreedyEvaluation,
+    ProgressEvaluation,
+    describe_evaluation,
+    latest_evaluation,
+)
 from sb3_snake.training.tracking import WandbRun
 
 logger = logging.getLogger(__name__)
@@ -281,135 +287,6 @@ class EpisodeCheckpoint(BaseCallback):
         return True
 
 
-class GreedyEvaluation(BaseCallback):
-    """Greedy evaluations during training: every ``every_steps`` env steps, or else every
-    ``every_seconds`` of training, plays ``episodes`` greedy games and records their mean.
-
-    The games are seeded from ``seed_offset`` (a range of the caller's own, apart from training's
-    seeds and from ``sb3-snake eval``'s) and each evaluation plays new games: its seed is its
-    index. :meth:`on_evaluation` is the hook for what an evaluation leads to (keeping the best
-    model, reporting to Optuna), as SB3's ``EvalCallback`` takes a callback on a new best. The
-    time spent here counts in the run's wall time; the next evaluation on the clock falls due
-    ``every_seconds`` after this one ends.
-    """
-
-    def __init__(
-        self, episodes: int, seed_offset: int, every_steps: int | None = None, every_seconds: float | None = None
-    ):
-        super().__init__()
-        assert (every_steps is None) != (every_seconds is None), "evaluate on steps or on seconds, not both"
-        self.episodes, self.seed_offset = episodes, seed_offset
-        self.every_steps, self.every_seconds = every_steps, every_seconds
-        self.history: list[dict[str, float]] = []  #: one :meth:`evaluate_now` entry per evaluation
-        self._next_step, self._next_time = every_steps or 0, 0.0
-
-    def _on_training_start(self) -> None:
-        self._next_time = time.perf_counter() + (self.every_seconds or 0.0)
-
-    def _on_step(self) -> bool:
-        if self.every_steps is not None:
-            due = self.num_timesteps >= self._next_step
-        else:
-            due = time.perf_counter() >= self._next_time
-        if due:
-            self._next_step = self.num_timesteps + (self.every_steps or 0)
-            self.evaluate_now()
-            self._next_time = time.perf_counter() + (self.every_seconds or 0.0)
-        return True
-
-    def play(self) -> dict[str, Any]:
-        """The model as it is now on the next evaluation's games (:func:`evaluate`); not recorded."""
-        return evaluate(self.model, self.episodes, seed=len(self.history), seed_offset=self.seed_offset)
-
-    def mean_score(self) -> float:
-        """The greedy mean score of the model now, on the next evaluation's games; not recorded."""
-        return self.play()["mean_score"]
-
-    def evaluate_now(self) -> dict[str, float]:
-        """Evaluate, record the result in :attr:`history`, and hand it to :meth:`on_evaluation`.
-
-        An entry holds the env steps trained, the games played, their mean score, the longest
-        snake and the games won (the board filled)."""
-        result = self.play()
-        entry = {
-            "env_steps": self.num_timesteps,
-            "games": result["episodes"],
-            "mean_score": result["mean_score"],
-            "longest": result["max_length"],
-            "wins": result["ends"]["won"],
-        }
-        self.history.append(entry)
-        self.on_evaluation(entry)
-        return entry
-
-    def on_evaluation(self, entry: dict[str, float]) -> None:
-        """What an evaluation leads to; nothing here."""
-
-
-class ProgressEvaluation(GreedyEvaluation):
-    """Every ``every_seconds`` of training, ``episodes`` greedy games from standard starts on
-    seeds of their own (:data:`~sb3_snake.training.evaluation.PROGRESS_SEED_OFFSET`): what the
-    model plays, which the progress line, ``summary.json`` and W&B (``greedy/*``) show, and once
-    more at the end of training. The exploring games cannot tell it: their random moves and
-    long starts end games early."""
-
-    def __init__(self, episodes: int, every_seconds: float, log: Any = None, stop: StopRequest | None = None):
-        super().__init__(episodes, PROGRESS_SEED_OFFSET, every_seconds=every_seconds)
-        self.log, self.stop = log, stop or StopRequest()
-
-    def _on_training_end(self) -> None:
-        """One more evaluation of the model the run ends with, unless the last one saw it
-        already or a stop (Ctrl-C, SIGTERM) asks the run to end at once."""
-        self.num_timesteps = self.model.num_timesteps  # BaseCallback updates it on steps only
-        stale = not self.history or self.history[-1]["env_steps"] != self.num_timesteps
-        if stale and not self.stop.requested:
-            self.evaluate_now()
-
-    def on_evaluation(self, entry: dict[str, float]) -> None:
-        if self.log is not None:
-            metrics = {f"greedy/{name}": entry[name] for name in ("mean_score", "longest", "wins")}
-            self.log({**metrics, "env_steps": entry["env_steps"]})
-
-
-def latest_evaluation(evaluations: list[GreedyEvaluation]) -> dict[str, float] | None:
-    """The most recent entry of any of ``evaluations`` (the one of most env steps), or None."""
-    entries = [evaluation.history[-1] for evaluation in evaluations if evaluation.history]
-    return max(entries, key=lambda entry: entry["env_steps"], default=None)
-
-
-def describe_evaluation(entry: dict[str, float]) -> str:
-    """A greedy evaluation as the progress line and the run's last line show it."""
-    return (
-        f"greedy {entry['mean_score']:.2f} (longest {entry['longest']}, {entry['wins']}/{entry['games']} won, "
-        f"at {entry['env_steps']:,} steps)"
-    )
-
-
-class BestModelSelection(GreedyEvaluation):
-    """Every ``every`` env steps, plays ``episodes`` greedy games and keeps the best model so far.
-
-    The model with the highest mean score is saved as ``best_model.zip`` in ``run_dir``,
-    atomically, as SB3's ``EvalCallback`` keeps ``best_model``. The games are seeded from
-    :data:`~sb3_snake.training.evaluation.SELECTION_SEED_OFFSET`.
-    """
-
-    def __init__(self, run_dir: Path, every: int, episodes: int, log: Any = None):
-        super().__init__(episodes, SELECTION_SEED_OFFSET, every_steps=every)
-        self.run_dir, self.log = run_dir, log
-
-    @property
-    def best(self) -> dict[str, float] | None:
-        """The evaluation that produced ``best_model.zip``, if any."""
-        return max(self.history, key=lambda entry: entry["mean_score"], default=None)
-
-    def on_evaluation(self, entry: dict[str, float]) -> None:
-        earlier = max((old["mean_score"] for old in self.history[:-1]), default=None)
-        if earlier is None or entry["mean_score"] > earlier:
-            save_model(self.model, self.run_dir / "best_model.zip")
-        if self.log is not None:
-            self.log({"selection/mean_score": entry["mean_score"], "env_steps": entry["env_steps"]})
-
-
 class EpisodeMetrics(BaseCallback):
     """Sends each finished episode's score and length to ``log(metrics)`` (W&B), as it happens."""
 
@@ -463,7 +340,9 @@ class RunCallbacks:
         evaluation = None
         if config.eval_every_minutes:
             every_seconds = config.eval_every_minutes * 60
-            evaluation = ProgressEvaluation(config.select_episodes, every_seconds, tracking.log, stop)
+            evaluation = ProgressEvaluation(
+                config.select_episodes, every_seconds, tracking.log, stopping=lambda: stop.requested
+            )
         selection = None
         if config.select_every:
             selection = BestModelSelection(run_dir, config.select_every, config.select_episodes, tracking.log)

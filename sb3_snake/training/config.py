@@ -155,6 +155,11 @@ class TrainConfig:
     countdown: bool = option(
         False, "Observe a countdown channel: on each body cell, the moves until it is free.", BOARD
     )
+    reachable: bool = option(
+        False,
+        "Observe a reachability channel: 1 on each cell the head can reach through free cells (the tail's too).",
+        BOARD,
+    )
     egocentric: bool = option(
         True,
         "See the board turned to the snake's heading and act with 3 turns: left, straight, right "
@@ -238,7 +243,7 @@ class TrainConfig:
         bounds=at_least(1),
     )
     eval_every_minutes: float = option(
-        1.0,
+        2.0,
         "Minutes of training between greedy evaluations shown on the progress line and in summary.json (0: none).",
         RUN_OPTION,
         "--eval-every",
@@ -290,7 +295,9 @@ class TrainConfig:
             return problem
         try:
             # names a board size or a stall growth the game cannot have
-            SnakeRules(self.board_size, countdown=self.countdown, stall_growth=self.stall_growth)
+            SnakeRules(
+                self.board_size, countdown=self.countdown, stall_growth=self.stall_growth, reachable=self.reachable
+            )
             check_device(self.device, option="device")
         except ValueError as error:
             return str(error)

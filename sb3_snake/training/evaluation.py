@@ -1,4 +1,5 @@
-"""Greedy evaluation of a trained model, and one game played for a person to watch.
+"""Greedy evaluation: of a trained model, and during training (SB3 callbacks); one game played
+for a person to watch.
 
 Evaluation games are seeded from ``EVAL_SEED_OFFSET`` upwards, far from the small seeds that
 training uses, so evaluation never replays a training game's random draws. The evaluations
@@ -11,16 +12,20 @@ from __future__ import annotations
 
 import statistics
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
+from stable_baselines3.common.callbacks import BaseCallback
 
 from sb3_snake.common.errors import UsageError
 from sb3_snake.common.paths import atomic_write
 from sb3_snake.envs import BatchedSnakeVecEnv, SnakeEnv
 from sb3_snake.envs.render import draw_text
-from sb3_snake.envs.rules import can_survive, has_countdown
+from sb3_snake.envs.rules import board_options, can_survive
+from sb3_snake.persistence import save_model
 
 #: Evaluation seeds start here; training seeds are small integers.
 EVAL_SEED_OFFSET = 1_000_000_007
@@ -75,12 +80,12 @@ def evaluate(
     on the board before the fatal move).
     """
     check_evaluation(episodes, seed)
-    board_size, countdown = model.observation_space.shape[-1], has_countdown(model.observation_space.shape)
+    board_size, channels = model.observation_space.shape[-1], board_options(model.observation_space)
     n_envs = min(episodes, max_envs)
     quota = np.full(n_envs, episodes // n_envs)
     quota[: episodes % n_envs] += 1
     env = BatchedSnakeVecEnv(
-        n_envs, board_size=board_size, seed=seed_offset + seed, countdown=countdown, egocentric=egocentric(model)
+        n_envs, board_size=board_size, seed=seed_offset + seed, egocentric=egocentric(model), **channels
     )
     obs = env.reset()
     scores: list[int] = []
@@ -123,9 +128,9 @@ def play(
     ``gif`` is written atomically (a failed write leaves no partial file; an OutputError names
     it); check its place before the game with :func:`~sb3_snake.common.paths.check_writable_file`.
     """
-    board_size, countdown = model.observation_space.shape[-1], has_countdown(model.observation_space.shape)
+    board_size, channels = model.observation_space.shape[-1], board_options(model.observation_space)
     mode = "rgb_array" if gif else "ansi"
-    env = SnakeEnv(board_size=board_size, render_mode=mode, countdown=countdown, egocentric=egocentric(model))
+    env = SnakeEnv(board_size=board_size, render_mode=mode, egocentric=egocentric(model), **channels)
     obs, info = env.reset(seed=EVAL_SEED_OFFSET + seed)
     frames = [env.render()]
     steps, done = 0, False
@@ -146,3 +151,137 @@ def play(
         with atomic_write(gif) as temporary:
             images[0].save(temporary, format="GIF", save_all=True, append_images=images[1:], duration=duration, loop=0)
     return {"score": info["score"], "length": info["length"], "steps": steps, "gif": str(gif) if gif else None}
+
+
+class GreedyEvaluation(BaseCallback):
+    """Greedy evaluations during training: every ``every_steps`` env steps, or else every
+    ``every_seconds`` of training, plays ``episodes`` greedy games and records their mean.
+
+    The games are seeded from ``seed_offset`` (a range of the caller's own, apart from training's
+    seeds and from ``sb3-snake eval``'s) and each evaluation plays new games: its seed is its
+    index. :meth:`on_evaluation` is the hook for what an evaluation leads to (keeping the best
+    model, reporting to Optuna), as SB3's ``EvalCallback`` takes a callback on a new best. The
+    time spent here counts in the run's wall time; the next evaluation on the clock falls due
+    ``every_seconds`` after this one ends.
+    """
+
+    def __init__(
+        self, episodes: int, seed_offset: int, every_steps: int | None = None, every_seconds: float | None = None
+    ):
+        super().__init__()
+        assert (every_steps is None) != (every_seconds is None), "evaluate on steps or on seconds, not both"
+        self.episodes, self.seed_offset = episodes, seed_offset
+        self.every_steps, self.every_seconds = every_steps, every_seconds
+        self.history: list[dict[str, float]] = []  #: one :meth:`evaluate_now` entry per evaluation
+        self._next_step, self._next_time = every_steps or 0, 0.0
+
+    def _on_training_start(self) -> None:
+        self._next_time = time.perf_counter() + (self.every_seconds or 0.0)
+
+    def _on_step(self) -> bool:
+        if self.every_steps is not None:
+            due = self.num_timesteps >= self._next_step
+        else:
+            due = time.perf_counter() >= self._next_time
+        if due:
+            self._next_step = self.num_timesteps + (self.every_steps or 0)
+            self.evaluate_now()
+            self._next_time = time.perf_counter() + (self.every_seconds or 0.0)
+        return True
+
+    def play(self) -> dict[str, Any]:
+        """The model as it is now on the next evaluation's games (:func:`evaluate`); not recorded."""
+        return evaluate(self.model, self.episodes, seed=len(self.history), seed_offset=self.seed_offset)
+
+    def mean_score(self) -> float:
+        """The greedy mean score of the model now, on the next evaluation's games; not recorded."""
+        return self.play()["mean_score"]
+
+    def evaluate_now(self) -> dict[str, float]:
+        """Evaluate, record the result in :attr:`history`, and hand it to :meth:`on_evaluation`.
+
+        An entry holds the env steps trained, the games played, their mean score, the longest
+        snake, the games won (the board filled) and the seconds the evaluation took, which the
+        run's wall time includes."""
+        start = time.perf_counter()
+        result = self.play()
+        entry = {
+            "env_steps": self.num_timesteps,
+            "games": result["episodes"],
+            "mean_score": result["mean_score"],
+            "longest": result["max_length"],
+            "wins": result["ends"]["won"],
+            "seconds": time.perf_counter() - start,
+        }
+        self.history.append(entry)
+        self.on_evaluation(entry)
+        return entry
+
+    def on_evaluation(self, entry: dict[str, float]) -> None:
+        """What an evaluation leads to; nothing here."""
+
+
+class ProgressEvaluation(GreedyEvaluation):
+    """Every ``every_seconds`` of training, ``episodes`` greedy games from standard starts on
+    seeds of their own (:data:`~sb3_snake.training.evaluation.PROGRESS_SEED_OFFSET`): what the
+    model plays, which the progress line, ``summary.json`` and W&B (``greedy/*``) show, and once
+    more at the end of training. The exploring games cannot tell it: their random moves and
+    long starts end games early."""
+
+    def __init__(
+        self, episodes: int, every_seconds: float, log: Any = None, stopping: Callable[[], bool] = lambda: False
+    ):
+        super().__init__(episodes, PROGRESS_SEED_OFFSET, every_seconds=every_seconds)
+        self.log, self.stopping = log, stopping
+
+    def _on_training_end(self) -> None:
+        """One more evaluation of the model the run ends with, unless the last one saw it
+        already or a stop (Ctrl-C, SIGTERM) asks the run to end at once."""
+        self.num_timesteps = self.model.num_timesteps  # BaseCallback updates it on steps only
+        stale = not self.history or self.history[-1]["env_steps"] != self.num_timesteps
+        if stale and not self.stopping():
+            self.evaluate_now()
+
+    def on_evaluation(self, entry: dict[str, float]) -> None:
+        if self.log is not None:
+            metrics = {f"greedy/{name}": entry[name] for name in ("mean_score", "longest", "wins")}
+            self.log({**metrics, "env_steps": entry["env_steps"]})
+
+
+def latest_evaluation(evaluations: list[GreedyEvaluation]) -> dict[str, float] | None:
+    """The most recent entry of any of ``evaluations`` (the one of most env steps), or None."""
+    entries = [evaluation.history[-1] for evaluation in evaluations if evaluation.history]
+    return max(entries, key=lambda entry: entry["env_steps"], default=None)
+
+
+def describe_evaluation(entry: dict[str, float]) -> str:
+    """A greedy evaluation as the progress line and the run's last line show it."""
+    return (
+        f"greedy {entry['mean_score']:.2f} (longest {entry['longest']}, {entry['wins']}/{entry['games']} won, "
+        f"at {entry['env_steps']:,} steps)"
+    )
+
+
+class BestModelSelection(GreedyEvaluation):
+    """Every ``every`` env steps, plays ``episodes`` greedy games and keeps the best model so far.
+
+    The model with the highest mean score is saved as ``best_model.zip`` in ``run_dir``,
+    atomically, as SB3's ``EvalCallback`` keeps ``best_model``. The games are seeded from
+    :data:`~sb3_snake.training.evaluation.SELECTION_SEED_OFFSET`.
+    """
+
+    def __init__(self, run_dir: Path, every: int, episodes: int, log: Any = None):
+        super().__init__(episodes, SELECTION_SEED_OFFSET, every_steps=every)
+        self.run_dir, self.log = run_dir, log
+
+    @property
+    def best(self) -> dict[str, float] | None:
+        """The evaluation that produced ``best_model.zip``, if any."""
+        return max(self.history, key=lambda entry: entry["mean_score"], default=None)
+
+    def on_evaluation(self, entry: dict[str, float]) -> None:
+        earlier = max((old["mean_score"] for old in self.history[:-1]), default=None)
+        if earlier is None or entry["mean_score"] > earlier:
+            save_model(self.model, self.run_dir / "best_model.zip")
+        if self.log is not None:
+            self.log({"selection/mean_score": entry["mean_score"], "env_steps": entry["env_steps"]})

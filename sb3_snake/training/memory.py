@@ -17,7 +17,7 @@ MEMORY_HEADROOM = 0.9
 
 def memory_estimate(config: TrainConfig) -> dict[str, int]:
     """Bytes a run of this config will hold, by part (an estimate, stated before training)."""
-    space = board_space(config.board_size, config.countdown)
+    space = board_space(config.board_size, config.countdown, config.reachable)
     channels, cells = space.shape[0], config.board_size**2
     observation = channels * cells
     sizes = config.policy_kwargs()["features_extractor_kwargs"]

@@ -8,8 +8,8 @@ from typing import Any
 
 from sb3_snake.common.errors import UsageError
 from sb3_snake.dqn.snake_dqn import SnakeDQN
-from sb3_snake.envs.rules import has_countdown
-from sb3_snake.persistence import saved_metadata
+from sb3_snake.envs.rules import board_options
+from sb3_snake.persistence import saved_board_options, saved_metadata
 from sb3_snake.training.config import (
     EXTRACTOR_DEFAULTS,
     EXTRACTOR_SIZES,
@@ -41,7 +41,7 @@ def resume_config(path: Path, trusted: bool = False, **changes: Any) -> TrainCon
     values.update(
         n_envs=metadata["n_envs"],
         board_size=metadata["observation_shape"][-1],
-        countdown=has_countdown(metadata["observation_shape"]),
+        **saved_board_options(metadata),
         egocentric=metadata["n_actions"] == 3,
         dueling=bool(policy_kwargs.get("dueling", False)),
         head_view=head_view_dim != 0,
@@ -74,7 +74,7 @@ def apply_config(model: SnakeDQN, config: TrainConfig) -> None:
     """Make a loaded model train as ``config`` says; refuse (UsageError) what cannot change on resume."""
     trained = {
         "board_size": model.observation_space.shape[-1],
-        "countdown": has_countdown(model.observation_space.shape),
+        **board_options(model.observation_space),
         "egocentric": model.action_space.n == 3,
         "dueling": bool(model.policy_kwargs.get("dueling", False)),
         **trained_extractor(model.policy_kwargs),

@@ -179,6 +179,7 @@ def build_model(
         stall_growth=config.stall_growth,
         long_starts=config.long_starts,
         egocentric=config.egocentric,
+        reachable=config.reachable,
     )
     if resume is None:
         kwargs = config.dqn_kwargs()

@@ -9,8 +9,9 @@ from typing import Any
 
 from sb3_snake.dqn.snake_dqn import SnakeDQN, TrainingDiverged
 from sb3_snake.persistence import save_model, write_json
-from sb3_snake.training.callbacks import EpisodeRecord, RunCallbacks, latest_evaluation
+from sb3_snake.training.callbacks import EpisodeRecord, RunCallbacks
 from sb3_snake.training.config import MODEL_FIELDS, TrainConfig
+from sb3_snake.training.evaluation import latest_evaluation
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,7 @@ def sample_hyperparameters(trial: optuna.Trial) -> dict[str, Any]:
         "symmetry_augmentation": trial.suggest_categorical("symmetry_augmentation", [False, True]),
         "food_shaping": trial.suggest_categorical("food_shaping", [0.0, 0.5, 1.0, 2.0]),
         "countdown": trial.suggest_categorical("countdown", [False, True]),
+        "reachable": trial.suggest_categorical("reachable", [False, True]),
         "egocentric": trial.suggest_categorical("egocentric", [False, True]),
         "long_starts": trial.suggest_categorical("long_starts", [0.0, 0.1, 0.25]),
         "stall_growth": trial.suggest_categorical("stall_growth", [0, 2, 4]),

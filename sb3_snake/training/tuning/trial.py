@@ -20,7 +20,7 @@ from sb3_snake.acceleration.optimizations import threads_for
 from sb3_snake.acceleration.settings import AUTO, OptimizationSettings
 from sb3_snake.common.interrupts import uninterrupted
 from sb3_snake.dqn.snake_dqn import TrainingDiverged
-from sb3_snake.training.callbacks import GreedyEvaluation
+from sb3_snake.training.evaluation import GreedyEvaluation
 from sb3_snake.training.hyperparameters import check_hyperparameters
 from sb3_snake.training.run import train
 from sb3_snake.training.tuning.report import GAME_ATTRIBUTES, best_line, describe

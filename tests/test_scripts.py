@@ -37,7 +37,10 @@ def run_script(name: str, *arguments: str, graph_only: bool = False) -> subproce
 
 
 def write_learning_run(path: Path, scores: list[float]) -> None:
-    curve = [{"minutes": minute + 1.0, "mean_score": score} for minute, score in enumerate(scores)]
+    curve = [
+        {"minutes": minute + 1.0, "env_steps": 1000 * (minute + 1), "mean_score": score}
+        for minute, score in enumerate(scores)
+    ]
     path.write_text(json.dumps({"runs": [{"curve": curve}]}))
 
 
@@ -50,6 +53,20 @@ def test_plot_paired_learning_curves_draws_every_arm(tmp_path):
     done = run_script("plot_paired_learning_curves.py", "--folder", str(tmp_path), *arms, "--output", str(picture))
     assert done.returncode == 0, done.stderr
     assert picture.read_bytes().startswith(b"\x89PNG")
+
+
+def test_plot_paired_learning_curves_draws_a_panel_against_env_steps(tmp_path):
+    for arm_name, scores in (("old", [1.0, 2.0]), ("new", [2.0, 4.0])):
+        write_learning_run(tmp_path / f"learning_x-{arm_name}.json", scores)
+    picture = tmp_path / "pair.png"
+    arms = ["--arm", "old=learning_*-old.json", "--arm", "new=learning_*-new.json"]
+    done = run_script(
+        "plot_paired_learning_curves.py", "--folder", str(tmp_path), *arms, "--output", str(picture), "--env-steps"
+    )
+    assert done.returncode == 0, done.stderr
+    from PIL import Image
+
+    assert Image.open(picture).size[0] > Image.open(picture).size[1] * 2  # two panels side by side
 
 
 def test_plot_paired_learning_curves_refuses_an_arm_without_files(tmp_path):

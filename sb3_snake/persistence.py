@@ -49,7 +49,7 @@ from sb3_snake.dqn.save_format import (
 )
 from sb3_snake.dqn.snake_dqn import SnakeDQN
 from sb3_snake.dqn.targets import shaping_rewards
-from sb3_snake.envs.rules import BASE_CHANNELS, board_options, board_space, channel_options
+from sb3_snake.envs.rules import NUM_CHANNELS, board_options, board_space, channel_options
 
 #: The arrays of an SB3 replay buffer that a saved buffer holds (``next_observations`` too,
 #: unless the buffer was made with ``optimize_memory_usage``).
@@ -322,7 +322,7 @@ def saved_board_options(described: dict[str, Any]) -> dict[str, bool]:
     the channel count (six channels: the countdown, the only optional channel then)."""
     if "observation_channels" in described:
         return channel_options(described["observation_channels"])
-    return {"countdown": described["observation_shape"][0] == BASE_CHANNELS + 1, "reachable": False}
+    return {"countdown": described["observation_shape"][0] == NUM_CHANNELS, "reachable": False}
 
 
 def _board_of(space: Any) -> tuple[int, dict[str, bool]]:

@@ -54,11 +54,13 @@ def test_relative_actions_turn_from_the_heading(game_kind, action, expected_head
     np.testing.assert_array_equal(obs, np.rot90(board.set_state(body, direction, (0, 0)), direction, axes=(1, 2)))
 
 
-def test_a_mirrored_game_is_the_mirror_image_of_the_game(game_kind):
-    """From a snake moving up and its mirror image, mirrored actions give mirrored observations."""
+@pytest.mark.parametrize("reachable", [False, True])
+def test_a_mirrored_game_is_the_mirror_image_of_the_game(game_kind, reachable):
+    """From a snake moving up and its mirror image, mirrored actions give mirrored observations,
+    the reachability channel's too (as the replay's mirror augmentation assumes)."""
     rng = np.random.default_rng(1)
     for _ in range(10):
-        game, mirrored = SingleGame(game_kind, egocentric=True), SingleGame(game_kind, egocentric=True)
+        game, mirrored = (SingleGame(game_kind, egocentric=True, reachable=reachable) for _ in range(2))
         body, _, food = random_state(rng, 10)
         while body[1] != (body[0][0] + 1, body[0][1]):  # a snake moving up, so the view is the board
             body, _, food = random_state(rng, 10)

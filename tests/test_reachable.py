@@ -1,7 +1,8 @@
 """The reachability channel (``reachable=True``): which cells the head can reach through free
 cells, the tail's counted free; equal in both envs (step by step: the ``reachable`` rows of
 ``test_batched_vec_env.test_equivalent_to_snake_env_step_by_step``), turned with the egocentric
-view, mirrored with the game, saved with a model and refused with one line where it cannot apply."""
+view, mirrored with the game (``test_egocentric.test_a_mirrored_game_is_the_mirror_image_of_the_game``),
+saved with a model and refused with one line where it cannot apply."""
 
 import numpy as np
 import pytest
@@ -16,8 +17,6 @@ from sb3_snake.envs.rules import (
     UP,
     board_options,
     board_space,
-    mirror_action,
-    mirror_observation,
     opposite,
     reachable_channel,
 )
@@ -71,27 +70,6 @@ def test_the_egocentric_view_turns_the_channel_with_the_board(game_kind):
         np.testing.assert_array_equal(view, np.rot90(plain, state[1], axes=(1, 2)))
         partial += int(reached(plain).sum() + len(body) < 101)  # some free cell out of reach
     assert partial > 0  # the random snakes wall off pockets, so the channel is not just "free"
-
-
-def test_the_mirror_image_of_a_game_mirrors_its_reachability(game_kind):
-    """Mirrored actions from a mirrored snake give mirrored observations, reachability included,
-    as the replay's mirror augmentation assumes."""
-    rng = np.random.default_rng(2)
-    for _ in range(10):
-        game, mirrored = (SingleGame(game_kind, egocentric=True, reachable=True) for _ in range(2))
-        body, _, food = random_state(rng, 10)
-        while body[1] != (body[0][0] + 1, body[0][1]):  # moving up, so the view is the board
-            body, _, food = random_state(rng, 10)
-        flip = [(row, 9 - col) for row, col in body]
-        obs, other = game.set_state(body, UP, food), mirrored.set_state(flip, UP, (food[0], 9 - food[1]))
-        np.testing.assert_array_equal(other, mirror_observation(obs))
-        for _ in range(40):
-            action = int(rng.integers(3))
-            obs, reward, terminated, truncated, _ = game.step(action)
-            other, *_ = mirrored.step(mirror_action(action))
-            if reward != 0 or terminated or truncated:  # new food is drawn by each game's own generator
-                break
-            np.testing.assert_array_equal(other, mirror_observation(obs))
 
 
 @pytest.mark.parametrize(("countdown", "reachable"), [(False, False), (True, False), (False, True), (True, True)])

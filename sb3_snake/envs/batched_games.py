@@ -384,8 +384,8 @@ class BatchedGames:
         rows and then along the columns (one ``index_add`` and one gather each), until a round
         marks nothing new (a host sync per round). A path that turns ``k`` times is flooded in
         about ``k`` rounds: a few on a board with room, more along a winding corridor. Flooding
-        a cell at a time took as many rounds as the longest path and was four times as slow on
-        the CPU.
+        a cell at a time takes as many rounds as the longest path, each about as costly, since
+        a round's cost is its few whole-batch operations, not the cells.
         """
         count, cells = links.shape
         n, device = self.rules.board_size, self.device

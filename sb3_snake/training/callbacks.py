@@ -319,6 +319,11 @@ class RunCallbacks:
     threads: AdaptiveThreads | None
     all: list[BaseCallback]
 
+    @property
+    def evaluations(self) -> list[GreedyEvaluation]:
+        """The run's greedy evaluations during training: on the clock, and best-model selection."""
+        return [evaluation for evaluation in (self.evaluation, self.selection) if evaluation is not None]
+
     @classmethod
     def build(
         cls,
@@ -346,11 +351,12 @@ class RunCallbacks:
         selection = None
         if config.select_every:
             selection = BestModelSelection(run_dir, config.select_every, config.select_episodes, tracking.log)
-        progress = ProgressReport(budget, console, evaluations=[e for e in (evaluation, selection) if e is not None])
+        evaluations = [e for e in (evaluation, selection) if e is not None]
+        progress = ProgressReport(budget, console, evaluations=evaluations)
         callbacks: list[BaseCallback] = [budget, progress, CompileReport(console), EpisodeMetrics(budget, tracking.log)]
         if config.checkpoint_every:
             callbacks.append(EpisodeCheckpoint(budget, run_dir, config.checkpoint_every, config.save_replay_buffer))
-        callbacks += [e for e in (evaluation, selection) if e is not None]
+        callbacks += evaluations
         threads = None
         if adaptive_threads:
             threads = AdaptiveThreads(adaptive_threads, notify=lambda line: console.print(line, highlight=False))

@@ -38,6 +38,11 @@ COMPILE_STARTED = re.compile(r"^compile: compiling in a child process \(pid (\d+
 CHILD_SECONDS = re.compile(r"in a child process in ([\d,.]+) s")
 PAUSES = re.compile(r"training paused ([\d.]+) s to start it, ([\d.]+) s to adopt it")
 ADOPTED_AT = re.compile(r"adopted at gradient step ([\d,]+)")
+#: One graph's adoption (the compile comes in two stages in the background: 1 step per call, then more).
+STAGE = re.compile(
+    r"in a child process in ([\d,.]+) s for calls of (\d+) gradient steps?, adopted at gradient step ([\d,]+) "
+    r"\(training paused ([\d.]+) s to start it, ([\d.]+) s to adopt it\)"
+)
 
 
 def busy_neighbour() -> subprocess.Popen:
@@ -74,8 +79,11 @@ def one_run(index: int, arguments: list[str], caches: Path, terminate_after: flo
     child_pid, compile_started_at, signal_sent_at = None, None, None
     seen: set[int] = {process.pid}
     timer = None
+    compile_lines = []  # each "compile: ..." line the run printed, with the seconds since the command started
     for line in process.stdout:
         lines.append(line)
+        if line.startswith("compile: "):
+            compile_lines.append({"at_s": round(time.perf_counter() - started, 1), "line": line.strip()})
         match = COMPILE_STARTED.match(line)
         if match and child_pid is None:
             child_pid, compile_started_at = int(match.group(1)), time.perf_counter() - started
@@ -107,6 +115,17 @@ def one_run(index: int, arguments: list[str], caches: Path, terminate_after: flo
         "start_pause_s": float(pauses.group(1)) if pauses else None,
         "adopt_pause_s": float(pauses.group(2)) if pauses else None,
         "adopted_at_gradient_step": int(adopted.group(1).replace(",", "")) if adopted else None,
+        "stages": [
+            {
+                "child_seconds": float(seconds.replace(",", "")),
+                "steps_per_call": int(steps),
+                "adopted_at_gradient_step": int(at.replace(",", "")),
+                "start_pause_s": float(start),
+                "adopt_pause_s": float(adopt),
+            }
+            for seconds, steps, at, start, adopt in STAGE.findall(reason)
+        ],
+        "compile_lines": compile_lines,
         "env_steps": summary.get("total_env_steps"),
         "half_written_files": [path.name for path in run_dir.glob("*.tmp.*")] if run_dir.is_dir() else [],
         "last_lines": lines[-3:],

@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 from stable_baselines3.common.callbacks import BaseCallback
 
 from sb3_snake.acceleration.settings import OptimizationSettings
@@ -134,6 +135,78 @@ def test_training_goes_on_eagerly_while_the_child_compiles_and_stopping_stops_it
     reason = model.optimizations_in_effect().compile.reason
     assert reason.startswith("was compiling in a child process since gradient step 0 when training stopped")
     assert model.compile_state.due(model._n_updates)  # training that resumes compiles again
+
+
+def finish_compile(model):
+    """Wait for the running compile child (no fixed time), then train one call, which adopts it."""
+    assert model.step_choice.job.wait()
+    model.train(gradient_steps=2, batch_size=32)
+
+
+@pytest.mark.slow
+def test_in_the_background_a_one_step_graph_runs_first_then_the_wider_one(monkeypatch):
+    eager = small_dqn(EAGER, board_size=6, transitions=96)
+    compiled = compiling_model(background=True)
+    compiled.policy.load_state_dict(eager.policy.state_dict())
+    data = eager.replay_buffer.sample(16 * 32)
+    for model in (eager, compiled):
+        serve_rows(model, data)
+    compiled.train(gradient_steps=2, batch_size=32)  # eager while the first child compiles
+    state = compiled.compile_state
+    assert state.steps_wanted == 2 and compiled.step_choice.job.steps_per_call == 1
+    finish_compile(compiled)  # adopts the graph of 1 step; the same call starts the one of 2
+    assert state.steps_per_call == 1 and compiled.step_choice.job.steps_per_call == 2
+    reason = compiled.optimizations_in_effect().compile.reason
+    assert "for calls of 1 gradient step, adopted at gradient step 2" in reason
+    assert "a graph of 2 gradient steps per call compiling in a child process" in reason
+    finish_compile(compiled)
+    update = compiled.step_choice.current
+    assert isinstance(update, CompiledSteps) and update.steps_per_call == 2 and update.calls == 1
+    assert state.steps_per_call == 2 and not state.due(compiled._n_updates) and compiled.step_choice.job is None
+    reason = compiled.optimizations_in_effect().compile.reason
+    assert "; then compiled in a child process in" in reason and "for calls of 2 gradient steps" in reason
+    assert "compiling" not in reason.split("; then ")[-1]
+    compiled.train(gradient_steps=2, batch_size=32)
+    # The same batches eagerly: the children's (one, then two), drawn first, were not trained on.
+    for skipped in (1, 2, 0, 0):
+        eager.replay_buffer.sample(skipped * 32)
+        eager.train(gradient_steps=2, batch_size=32)
+    assert compiled._n_updates == eager._n_updates == 8
+    assert_same_training_state(eager, compiled)
+
+
+@pytest.mark.slow
+def test_a_wider_graph_that_fails_leaves_the_first_running(monkeypatch):
+    model = compiling_model(background=True)
+    model.train(gradient_steps=2, batch_size=32)
+    monkeypatch.setenv(FAULT_ENV, "crash")  # the second child crashes
+    finish_compile(model)
+    assert model.compile_state.steps_per_call == 1
+    finish_compile(model)
+    decision = model.optimizations_in_effect().compile
+    assert (
+        decision.active
+        and "; the graph of more steps per call failed (compile child was killed by SIGSEGV" in decision.reason
+    )
+    assert "\n" not in decision.reason
+    assert isinstance(model.step_choice.current, CompiledSteps) and model.step_choice.current.steps_per_call == 1
+    assert not model.compile_state.due(model._n_updates)  # the first graph is the last
+    model.train(gradient_steps=2, batch_size=32)
+    assert model.step_choice.current.calls >= 2 and model.step_choice.job is None
+    assert last_compile() == {**last_compile(), "compiled": True, "outcome": model.compile_state.outcome}
+
+
+@pytest.mark.slow
+def test_a_compiled_graph_runs_at_the_thread_count_it_was_compiled_for():
+    model = compiling_model()  # compiled for 1 thread (COMPILED), waiting for the child
+    model.train(gradient_steps=2, batch_size=32)
+    assert isinstance(model.step_choice.current, CompiledSteps) and model.step_choice.current.threads == 1
+    torch.set_num_threads(2)  # as a callback restoring its count at the end of training would
+    try:
+        model.train(gradient_steps=2, batch_size=32)  # the guards would refuse 2 threads
+        assert torch.get_num_threads() == 1 and model.step_choice.current.calls == 2
+    finally:
+        torch.set_num_threads(1)
 
 
 def test_a_child_dies_with_its_parent(tmp_path):

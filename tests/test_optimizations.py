@@ -123,7 +123,10 @@ def test_a_deferred_compile_trains_eagerly_first_then_compiles_once(instant_comp
     assert isinstance(model.step_choice.current, CompiledSteps) and model.step_choice.current.calls == 2
     in_effect = model.optimizations_in_effect().compile
     assert model.compile_state.active and in_effect.active and in_effect.reason.startswith(deferred)
-    assert "compiled in a child process in 0 s, adopted at gradient step 3 (training paused" in in_effect.reason
+    assert (
+        "compiled in a child process in 0 s for calls of 1 gradient step, adopted at gradient step 3 (training paused"
+        in in_effect.reason
+    )
 
 
 def test_on_the_cpu_a_model_whose_update_is_not_compiled_whole_is_not_compiled(instant_compile):
@@ -187,8 +190,25 @@ def test_the_compile_state_describes_itself():
     state.compiling_since, state.stopped_since = None, 1_000
     stopped = "was compiling in a child process since gradient step 1,000 when training stopped, and was stopped"
     assert state.in_effect(1_300) == Decision.off(f"{stopped} (1,300 trained)") and state.due(1_300)
-    state.compiled, state.outcome = True, "compiled in a child process in 50 s, adopted at gradient step 1,400 in 0.9 s"
+    state.compiled, state.stopped_since = True, None
+    state.steps_per_call, state.steps_wanted = 1, 4
+    state.outcome = "compiled in a child process in 50 s for calls of 1 gradient step, adopted at gradient step 1,400"
     assert state.in_effect(2_000) == Decision.on(f"{planned}; {state.outcome}") and state.active
+    assert state.due(2_000) and state.next_steps_per_call() == 4  # the wider graph, once the first runs
+    state.compiling_since, state.child_pid = 2_000, 43
+    wider = "a graph of 4 gradient steps per call compiling in a child process (pid 43) since gradient step 2,000"
+    assert state.in_effect(2_100) == Decision.on(f"{planned}; {state.outcome}; {wider}") and not state.due(2_100)
+    state.compiling_since, state.stopped_since = None, 2_000
+    wider = "a graph of 4 gradient steps per call was compiling since gradient step 2,000 when training stopped"
+    wider += ", and was stopped"
+    assert state.in_effect(2_200) == Decision.on(f"{planned}; {state.outcome}; {wider}") and state.due(2_200)
+    state.stopped_since, first = None, state.outcome
+    state.keep_first_graph("compile child exited with code 1")
+    assert state.outcome == f"{first}; the graph of more steps per call failed (compile child exited with code 1)"
+    assert not state.due(2_300) and state.active
+    assert (
+        CompileState(Decision.on(), whole, steps_wanted=4).next_steps_per_call() == 4
+    )  # waited for: the widest at once
     assert CompileState(Decision.on(), networks).planned == Decision.on()
     state.failure = "compile failed: RuntimeError: no"
     assert state.planned == state.in_effect(2_000) == Decision.off("compile failed: RuntimeError: no")

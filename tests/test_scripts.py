@@ -132,6 +132,7 @@ def test_compile_child_runs_records_each_run(tmp_path):
     report = json.loads(output.read_text())
     assert [run["exit_code"] for run in report["runs"]] == [0], report["runs"]
     assert report["runs"][0]["compile_active"] is False and report["runs"][0]["left_running"] == []
+    assert report["runs"][0]["stages"] == [] and report["runs"][0]["compile_lines"] == []
 
 
 def test_benchmark_results_hold_results_and_no_scripts():

@@ -10,9 +10,9 @@ cache skips the lowering, not dynamo's trace). The guards still run at every cal
 another shape, dtype or layout, or other constants, are refused with an error, not miscomputed.
 
 Files are kept in the cache folder (:func:`artifact_path`) under a key of everything the code
-depends on (:func:`artifact_key`): torch, Python, the CPU's vector instructions, the thread
-count, the package's own update code, the graph's modules and constants, the arguments' layouts
-and the compile's options. A second run on the same machine finds its file there.
+depends on (:func:`artifact_key`): torch, Python, the CPU's vector instructions, the package's
+own update code, the graph's modules and constants, the arguments' layouts and the compile's
+options, the thread count the graph runs at among them. A second run on the same machine finds its file there.
 
 ``aot_compile`` is marked experimental in torch 2.13; :func:`load` works around one defect of it
 (see its docstring). Whatever fails here fails in the compile child, or at the first call in
@@ -105,7 +105,6 @@ def artifact_key(graph: UpdateGraph, arguments: tuple[Any, ...], options: dict[s
         sys.version,
         platform.machine(),
         torch.backends.cpu.get_cpu_capability(),
-        torch.get_num_threads(),
         sorted(options.items()),
         repr(graph),
         graph.constants(),

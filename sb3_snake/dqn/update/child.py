@@ -15,8 +15,8 @@ the compiled update in the cache folder, or compiles and saves it there
 once, so that what the training process will load has loaded and run here first. It writes a
 small JSON result beside the request and exits 0; anything else is a failure.
 
-The child compiles with the thread count training will run the graph at (the count is compiled
-into the kernels), and builds its C++ kernels on the cores training leaves it.
+The child compiles for the thread count training will run the graph at (the count is compiled
+into the kernels and guarded), and builds its C++ kernels on the cores training leaves it.
 :data:`FAULT_ENV` makes a child crash, hang or fail on purpose: the tests use it to show what
 training does then.
 """
@@ -54,7 +54,9 @@ class CompileJob:
 
     :param graph: the update to compile; the training process calls the result with it.
     :param arguments: the arguments of one call (the model's own tensors and sampled batches).
-    :param options: ``device_type``, ``bf16``, ``sdpa_backends``, ``mode`` and ``backend``.
+    :param options: ``device_type``, ``bf16``, ``sdpa_backends``, ``mode``, ``backend`` and
+        ``threads``, the intra-op thread count the graph will run at (compiled into its kernels
+        and guarded: another count is refused).
     :param compile_threads: processes the child builds its kernels with.
     :param timeout: seconds before the child is stopped (None: :data:`COMPILE_TIMEOUT`).
     """
@@ -67,7 +69,7 @@ class CompileJob:
         compile_threads: int = 1,
         timeout: float | None = None,
     ):
-        self.graph, self.threads = graph, torch.get_num_threads()
+        self.graph, self.threads = graph, options["threads"]
         #: The calls compiled for: gradient steps per call, and their batch size.
         self.steps_per_call, self.batch_size = arguments[0].observations.shape[:2]
         self.folder = Path(tempfile.mkdtemp(prefix="sb3-snake-compile-"))
@@ -75,7 +77,7 @@ class CompileJob:
         self.cached_before = self.artifact.is_file()
         request = self.folder / "request.pt"
         torch.save(
-            {"graph": graph, "arguments": arguments, "options": options, "threads": self.threads},
+            {"graph": graph, "arguments": arguments, "options": options},
             request,
         )
         environment = {"TORCHINDUCTOR_COMPILE_THREADS": str(max(1, compile_threads))}
@@ -151,8 +153,8 @@ def main(argv: list[str]) -> int:
     request_path, artifact = (Path(argument) for argument in argv)
     _inject_fault(os.environ.get(FAULT_ENV, ""))
     request = torch.load(request_path, weights_only=False)  # written by our parent, in its private folder
-    torch.set_num_threads(request["threads"])
     graph, arguments, options = request["graph"], request["arguments"], request["options"]
+    torch.set_num_threads(options["threads"])
     started = time.perf_counter()
     cached = artifact.is_file()
     with forward_context(options["device_type"], options["bf16"], options["sdpa_backends"]):

@@ -8,7 +8,9 @@ Three ways run the same :class:`~sb3_snake.dqn.update.eager.EagerSteps`:
   compile child (:class:`~sb3_snake.dqn.update.child.CompileJob`) has compiled the whole
   update and this process has loaded it (:meth:`StepChoice._adopt`). The child is started
   here when the compile is due, with batches of the replay buffer; training goes on eagerly
-  meanwhile (or waits, without ``background``), and is polled at each call;
+  meanwhile (or waits, without ``background``), and is polled at each call. In the background
+  the compile comes in two stages (:class:`~sb3_snake.dqn.update.compile.CompileState`): a
+  graph of one gradient step, then the wider one, each adopted when it is ready;
 - **eager**: otherwise (with the networks compiled in place on CUDA where the compile says so).
 
 :meth:`StepChoice._choose` is the only place that picks one; it picks again only when what it
@@ -71,7 +73,7 @@ class StepChoice:
         self.current: EagerSteps | None = None
         self.job: CompileJob | None = None  #: the compile child, while it runs
         self._start_pause = 0.0  # seconds training paused to start the child (sampling, the request, imports)
-        self._lowered_to: int | None = None  # the thread count training took while the child compiles
+        self._lowered: tuple[int, int] | None = None  # (the run's thread count, the one taken beside the child)
         if self.compile.due(model._n_updates) and not self.compile.in_child:
             self._compile_networks()  # CUDA: at once (the child needs batches: the first run starts it)
         self.current = self._choose(model.batch_size)
@@ -79,10 +81,10 @@ class StepChoice:
     def run(self, gradient_steps: int, batch_size: int) -> torch.Tensor:
         """``gradient_steps`` updates of ``batch_size``, after starting the compile when it is due
         and adopting it when it is done; their mean loss, on the device and not read."""
-        if self.compile.due(self.model._n_updates):
-            self._start_compile(batch_size, gradient_steps)
         if self.job is not None and self.job.poll():
             self._adopt()
+        if self.compile.due(self.model._n_updates):  # the first compile, or the wider graph once the first runs
+            self._start_compile(batch_size, gradient_steps)
         step = self.current if self.current is not None and self.current.fits(batch_size) else None
         step = step or self._choose(batch_size)
         mean_loss = step.run(gradient_steps, batch_size)
@@ -96,7 +98,7 @@ class StepChoice:
         the others read them again."""
         if self.current is not None and not self.current.reload():
             if isinstance(self.current, CompiledSteps):
-                self.compile.compiled, self.compile.outcome = False, ""
+                self.compile.compiled, self.compile.steps_per_call, self.compile.outcome = False, 0, ""
                 self.compile.after = self.model._n_updates  # due again, with the new values
             self.current = None
 
@@ -119,7 +121,8 @@ class StepChoice:
 
     def _start_compile(self, batch_size: int, gradient_steps: int) -> None:
         """Start the compile child on sampled (and augmented) batches of ``batch_size``, as many
-        as a compiled call of ``gradient_steps`` steps takes; wait for it without ``background``."""
+        as the next graph's call takes (:meth:`CompileState.next_steps_per_call`; the first
+        compile fixes the steps it aims at from ``gradient_steps``); wait for it without ``background``."""
         if not self.compile.in_child:
             self._compile_networks()
             return
@@ -130,37 +133,43 @@ class StepChoice:
             return
         started = time.perf_counter()
         prepare_load()  # first, while training has the cores to itself
-        model, active = self.model, self.model.active_optimizations
-        steps = steps_per_call_for(gradient_steps)
+        model, active, compile = self.model, self.model.active_optimizations, self.compile
+        if not compile.compiled:
+            compile.steps_wanted = steps_per_call_for(gradient_steps)
+        steps = compile.next_steps_per_call()
         graph = UpdateGraph(model)
         learning_rate = torch.full((), model.policy.optimizer.param_groups[0]["lr"], device=model.device)
         batches = split(EagerSteps(model).sample(steps, batch_size), steps)
         arguments = (batches, learning_rate, *graph_arguments(model, graph))
+        # Training leaves the child a core where the count is the run's to choose (adaptive, as
+        # --threads auto on a CPU; an explicit count is the user's): on a small CPU, intra-op
+        # threads on every core beside a busy compiler collapse. The first of two graphs runs
+        # beside the second's compile, so it is compiled for that lowered count; the last one
+        # for the run's own count, which its adoption restores (_restore_threads).
+        threads = self._lowered[0] if self._lowered else torch.get_num_threads()
+        training_threads = threads - 1 if active.adaptive_threads and threads > 1 else threads
         options = {
             "device_type": model.device.type,
             "bf16": active.bf16.active,
             "sdpa_backends": [backend.name for backend in active.sdpa_backends],
-            "mode": self.compile.mode,
+            "mode": compile.mode,
             "backend": COMPILE_BACKEND,
+            "threads": threads if steps == compile.steps_wanted else training_threads,
         }
-        threads = torch.get_num_threads()
-        # Training leaves the child a core where the count is the run's to choose (adaptive, as
-        # --threads auto on a CPU; an explicit count is the user's): on a small CPU, intra-op
-        # threads on every core beside a busy compiler collapse. Back to this count in _adopt or close.
-        training_threads = threads - 1 if active.adaptive_threads and threads > 1 else threads
         self.job = CompileJob(graph, arguments, options, compile_threads=system.cpu_cores() - training_threads)
-        self.compile.compiling_since, self.compile.stopped_since = model._n_updates, None
-        self.compile.child_pid = self.job.child.pid
+        compile.compiling_since, compile.stopped_since = model._n_updates, None
+        compile.child_pid = self.job.child.pid
         if training_threads != threads:
-            self._lowered_to = training_threads
+            self._lowered = (threads, training_threads)
             torch.set_num_threads(training_threads)
         self._start_pause = time.perf_counter() - started
         logger.info(
-            "compiling the whole update in a child process (pid %d) from gradient step %d",
+            "compiling the whole update, %d gradient steps per call, in a child process (pid %d) from gradient step %d",
+            steps,
             self.job.child.pid,
             model._n_updates,
         )
-        if not self.compile.background and self.job.wait(self._interrupted):
+        if not compile.background and self.job.wait(self._interrupted):
             self._adopt()
 
     def _interrupted(self) -> bool:
@@ -168,13 +177,14 @@ class StepChoice:
         return bool(interrupt and interrupt())
 
     def _adopt(self) -> None:
-        """The compile child ended: training goes back to the thread count the graph was
-        compiled for, and, when the child compiled it, loads the compiled update and runs it
-        from now on; otherwise the compile is off with the child's failure as the reason."""
+        """The compile child ended: when it compiled the update, load it and run it from now on
+        (the last graph at the run's own thread count, restored here); otherwise the compile is
+        off with the child's failure as the reason, or, where a first graph runs already, that
+        one goes on (:meth:`CompileState.keep_first_graph`)."""
         job, self.job = self.job, None
         started = time.perf_counter()
-        self._restore_threads(job.threads)
-        self.compile.compiling_since = self.compile.child_pid = None
+        compile = self.compile
+        compile.compiling_since = compile.child_pid = compile.stopped_since = None
         failure = job.failure()
         function = None
         if not failure:
@@ -184,27 +194,50 @@ class StepChoice:
                 failure = compile_failure(error)
         result = job.result()
         job.close()
+        if function is None and compile.compiled:
+            compile.keep_first_graph(failure)
+            logger.warning("the wider compiled graph failed: %s; the first goes on", failure)
+            record_compile(compile.outcome, compiled=True)
+            return
         if function is None:
+            self._restore_threads()
             self._turn_off("compile", "torch.compile", failure)
             return
-        active = self.model.active_optimizations
-        self.current = CompiledSteps(self.model, active, job.graph, function, job.steps_per_call, job.batch_size)
-        self.compile.compiled = True
+        update = CompiledSteps(
+            self.model,
+            self.model.active_optimizations,
+            job.graph,
+            function,
+            job.steps_per_call,
+            job.batch_size,
+            job.threads,
+        )
+        if not update.reload():  # new gamma, clipping or Adam values while the child compiled: compile them
+            self._restore_threads()
+            compile.compiled, compile.steps_per_call, compile.outcome = False, 0, ""
+            compile.after, self.current = self.model._n_updates, None
+            return
+        if job.steps_per_call == compile.steps_wanted:  # the last graph: the run's own count again
+            self._restore_threads()
+        self.current, compile.compiled, compile.steps_per_call = update, True, job.steps_per_call
         cache = "found in the compile cache" if result.get("cached") else "compiled"
-        self.compile.outcome = (
-            f"{cache} in a child process in {job.child.seconds:,.0f} s, adopted at gradient step "
+        adopted = (
+            f"{cache} in a child process in {job.child.seconds:,.0f} s for calls of {job.steps_per_call} "
+            f"gradient step{'s' if job.steps_per_call > 1 else ''}, adopted at gradient step "
             f"{self.model._n_updates:,} (training paused {self._start_pause:.1f} s to start it, "
             f"{time.perf_counter() - started:.1f} s to adopt it)"
         )
-        logger.info("compiled update adopted: %s", self.compile.outcome)
-        record_compile(self.compile.outcome, compiled=True)
-        self._record("compile", self.compile.in_effect(self.model._n_updates))
+        compile.outcome = f"{compile.outcome}; then {adopted}" if compile.outcome else adopted
+        logger.info("compiled update adopted: %s", adopted)
+        record_compile(compile.outcome, compiled=True)
+        self._record("compile", compile.in_effect(self.model._n_updates))
 
-    def _restore_threads(self, threads: int) -> None:
-        """Back to ``threads`` where training lowered its count for the child (and nothing set another since)."""
-        lowered, self._lowered_to = self._lowered_to, None
-        if lowered is not None and torch.get_num_threads() == lowered:
-            torch.set_num_threads(threads)
+    def _restore_threads(self) -> None:
+        """Back to the run's own thread count where training lowered it for the child (and
+        nothing set another since)."""
+        lowered, self._lowered = self._lowered, None
+        if lowered is not None and torch.get_num_threads() == lowered[1]:
+            torch.set_num_threads(lowered[0])
 
     def close(self) -> None:
         """Training stopped (``SnakeDQN.learn`` returned or raised): a compile child still
@@ -215,11 +248,14 @@ class StepChoice:
             return
         job, self.job = self.job, None
         job.close()
-        self._restore_threads(job.threads)
-        self.compile.stopped_since, self.compile.compiling_since = self.compile.compiling_since, None
-        self.compile.child_pid = None
+        self._restore_threads()
+        compile = self.compile
+        compile.stopped_since, compile.compiling_since, compile.child_pid = compile.compiling_since, None, None
         logger.info("training stopped while the update compiled in a child process: the child was stopped")
-        record_compile("stopped with training before the compile child ended", compiled=False)
+        if compile.compiled:
+            record_compile(compile.in_effect(self.model._n_updates).reason, compiled=True)
+        else:
+            record_compile("stopped with training before the compile child ended", compiled=False)
 
     def _turn_off(self, decision: str, label: str, failure: str) -> None:
         """The one fallback: ``decision`` off with ``failure`` as its reason; eager updates from now on."""

@@ -13,6 +13,11 @@
   of the compiler costs the compile, not the run. With ``background``, training goes on eagerly
   while the child compiles; without it, training waits for the child (the switch then falls at
   a fixed gradient step, so a seeded run repeats);
+- **in two stages**, with ``background``: a graph of one gradient step first, the quickest to
+  compile (the cold compile's time grows with the steps a graph holds), and once that runs, the
+  graph of as many steps as a call makes (:attr:`CompileState.steps_wanted`), which runs faster
+  per step; each is adopted as soon as it is loaded. A wider graph that fails leaves the first
+  running. Without ``background`` training waits for the wider graph at once;
 - **how it went**: compiled (how long the child took, whether the cache had it, how long the
   training process paused to load it), or failed with the reason (training goes on eagerly),
   or stopped with training.
@@ -118,6 +123,8 @@ class CompileState:
     background: bool = False
     compiled: bool = False  #: the compiled update (or networks) runs
     failure: str = ""  #: why compiling failed, if it did
+    steps_per_call: int = 0  #: gradient steps per call of the compiled update in effect (0: none)
+    steps_wanted: int = 0  #: the steps per call the compile aims at, fixed by the call it first starts at
     compiling_since: int | None = None  #: the gradient step the compile child started at, while it runs
     child_pid: int | None = None  #: the compile child's process id, while it runs
     stopped_since: int | None = None  #: the same, for a compile child stopped because training stopped
@@ -153,9 +160,22 @@ class CompileState:
         return self.active and self.whole_update.active
 
     def due(self, n_updates: int) -> bool:
-        """Whether to compile, or start the compile child, now, with ``n_updates`` gradient steps trained."""
-        waiting = not self.compiled and not self.failure and self.compiling_since is None
-        return self.requested.active and waiting and n_updates >= self.after
+        """Whether to compile, or start the compile child, now, with ``n_updates`` gradient steps
+        trained: the first compile from :attr:`after` on, the wider graph once the first runs."""
+        if not self.requested.active or self.failure or self.compiling_since is not None:
+            return False
+        if self.compiled:
+            return self.in_child and self.steps_per_call < self.steps_wanted
+        return n_updates >= self.after
+
+    def next_steps_per_call(self) -> int:
+        """The gradient steps per call of the graph to compile next: one first, with ``background``."""
+        return 1 if self.background and not self.compiled else self.steps_wanted
+
+    def keep_first_graph(self, failure: str) -> None:
+        """The wider graph failed (``failure``, one line): the graph in effect goes on, and is the last."""
+        self.steps_wanted = self.steps_per_call
+        self.outcome = f"{self.outcome}; the graph of more steps per call failed ({failure})"
 
     @property
     def planned(self) -> Decision:
@@ -178,8 +198,8 @@ class CompileState:
         if not self.requested.active or self.failure:
             return self.planned
         if self.compiled:
-            planned = self.planned
-            return Decision.on(f"{planned.reason}; {self.outcome}" if self.outcome else planned.reason)
+            reason = "; ".join(part for part in (self.planned.reason, self.outcome, self._widening()) if part)
+            return Decision.on(reason)
         if self.compiling_since is not None:
             since = f"compiling in a child process (pid {self.child_pid}) since gradient step {self.compiling_since:,}"
             return Decision.off(f"{since} ({n_updates:,} trained)")
@@ -187,6 +207,17 @@ class CompileState:
             since = f"was compiling in a child process since gradient step {self.stopped_since:,}"
             return Decision.off(f"{since} when training stopped, and was stopped ({n_updates:,} trained)")
         return Decision.off(f"deferred to gradient step {self.after:,}, not reached ({n_updates:,} trained)")
+
+    def _widening(self) -> str:
+        """The wider graph's compile, while it runs or once training stopped it (else ``""``)."""
+        graph = f"a graph of {self.steps_wanted} gradient steps per call"
+        if self.compiling_since is not None:
+            where = f"in a child process (pid {self.child_pid})"
+            return f"{graph} compiling {where} since gradient step {self.compiling_since:,}"
+        if self.stopped_since is not None:
+            since = f"since gradient step {self.stopped_since:,}"
+            return f"{graph} was compiling {since} when training stopped, and was stopped"
+        return ""
 
     def compile_networks_now(self, model: DQN) -> str:
         """Compile both Q-networks in place (CUDA, in this process); the failure (one line), or ``""``."""

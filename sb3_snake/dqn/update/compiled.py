@@ -14,6 +14,10 @@ at most :data:`MAX_STEPS_PER_CALL`); a call of another count makes whole compile
 runs the rest eagerly, never compiling a second graph. Because a call's batches are drawn at
 once, a seeded run that compiles draws other batches than one that does not.
 
+**Its thread count**: the graph was compiled for one intra-op thread count, which its guards
+check, so each call sets that count where something else set another (the threads callback,
+a run that restores its count at the end and trains again).
+
 A call that fails (the loaded function's guards refuse the tensors, say) at the first call sets
 :attr:`~sb3_snake.dqn.update.eager.EagerSteps.failure`, and that call's steps run eagerly.
 On CUDA the gradient step is captured as a CUDA graph instead (:mod:`sb3_snake.dqn.update.captured`).
@@ -52,6 +56,7 @@ class CompiledSteps(EagerSteps):
     :param function: the compiled graph, called as ``function(graph, *arguments)``.
     :param steps_per_call: the gradient steps of one call of ``function``.
     :param batch_size: the batch size ``function`` was compiled for (another one trains eagerly).
+    :param threads: the thread count ``function`` was compiled for (None: the count now).
     """
 
     decision = "compile"
@@ -65,9 +70,11 @@ class CompiledSteps(EagerSteps):
         function: Callable[..., torch.Tensor],
         steps_per_call: int,
         batch_size: int,
+        threads: int | None = None,
     ):
         super().__init__(model)
         self.graph, self.function = graph, function
+        self.threads = threads or torch.get_num_threads()
         self.steps_per_call, self.batch_size = steps_per_call, batch_size
         self.sdpa_backends, self.bf16 = active.sdpa_backends, active.bf16.active
         self.learning_rate = torch.zeros((), device=model.device)
@@ -106,6 +113,8 @@ class CompiledSteps(EagerSteps):
         """The compiled function on ``steps`` batches, on the model's own tensors."""
         self.learning_rate.fill_(self.model.policy.optimizer.param_groups[0]["lr"])
         self._tensors = self._tensors or graph_arguments(self.model, self.graph)
+        if torch.get_num_threads() != self.threads:
+            torch.set_num_threads(self.threads)
         with forward_context(self.model.device.type, self.bf16, self.sdpa_backends):
             return self.function(self.graph, split(data, steps), self.learning_rate, *self._tensors)
 

@@ -12,7 +12,8 @@ another shape, dtype or layout, or other constants, are refused with an error, n
 Files are kept in the cache folder (:func:`artifact_path`) under a key of everything the code
 depends on (:func:`artifact_key`): torch, Python, the CPU's vector instructions, the package's
 own update code, the graph's modules and constants, the arguments' layouts and the compile's
-options, the thread count the graph runs at among them. A second run on the same machine finds its file there.
+options, the thread count the graph runs at among them. A second run on the same machine finds
+its file there.
 
 ``aot_compile`` is marked experimental in torch 2.13; :func:`load` works around one defect of it
 (see its docstring). Whatever fails here fails in the compile child, or at the first call in

@@ -10,9 +10,11 @@ learning rate is a tensor filled before each call, so a schedule changes nothing
 its guards and wrapper before any kernel runs, so :meth:`CompiledSteps.run` samples and
 augments the batches of several steps at once and runs them as one graph, each step reading
 what the one before wrote. The count is fixed when the compile starts (:func:`steps_per_call_for`,
-at most :data:`MAX_STEPS_PER_CALL`); a call of another count makes whole compiled calls and
-runs the rest eagerly, never compiling a second graph. Because a call's batches are drawn at
-once, a seeded run that compiles draws other batches than one that does not.
+at most :data:`MAX_STEPS_PER_CALL`; in the background a graph of one step runs first, see
+:class:`~sb3_snake.dqn.update.compile.CompileState`); a call of another count makes whole
+compiled calls and runs the rest eagerly, never compiling a graph for its count. Because a
+call's batches are drawn at once, a seeded run that compiles draws other batches than one that
+does not.
 
 **Its thread count**: the graph was compiled for one intra-op thread count, which its guards
 check, so each call sets that count where something else set another (the threads callback,

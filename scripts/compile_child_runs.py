@@ -35,6 +35,8 @@ from sb3_snake.common import system
 #: What a process prints when it dies in native code (an abort, a segmentation fault).
 NATIVE_CRASH = ("Fatal Python error", "terminate called", "Segmentation fault", "core dumped")
 COMPILE_STARTED = re.compile(r"^compile: compiling in a child process \(pid (\d+)\)")
+#: Any compile child a "compile: ..." line names (the second stage's is named after the first's adoption).
+CHILD_PID = re.compile(r"in a child process \(pid (\d+)\)")
 CHILD_SECONDS = re.compile(r"in a child process in ([\d,.]+) s")
 PAUSES = re.compile(r"training paused ([\d.]+) s to start it, ([\d.]+) s to adopt it")
 ADOPTED_AT = re.compile(r"adopted at gradient step ([\d,]+)")
@@ -84,6 +86,7 @@ def one_run(index: int, arguments: list[str], caches: Path, terminate_after: flo
         lines.append(line)
         if line.startswith("compile: "):
             compile_lines.append({"at_s": round(time.perf_counter() - started, 1), "line": line.strip()})
+            seen.update(int(pid) for pid in CHILD_PID.findall(line))
         match = COMPILE_STARTED.match(line)
         if match and child_pid is None:
             child_pid, compile_started_at = int(match.group(1)), time.perf_counter() - started
@@ -115,6 +118,7 @@ def one_run(index: int, arguments: list[str], caches: Path, terminate_after: flo
         "start_pause_s": float(pauses.group(1)) if pauses else None,
         "adopt_pause_s": float(pauses.group(2)) if pauses else None,
         "adopted_at_gradient_step": int(adopted.group(1).replace(",", "")) if adopted else None,
+        # The fields above are the first graph's; each graph adopted, in order:
         "stages": [
             {
                 "child_seconds": float(seconds.replace(",", "")),

@@ -142,7 +142,7 @@ class InstantCompile:
     started: list[int] = []  #: the batch sizes of the compiles started, in order
 
     def __init__(self, graph, arguments, options, compile_threads=1, timeout=None):
-        self.graph, self.threads = graph, torch.get_num_threads()
+        self.graph, self.threads = graph, options["threads"]
         self.steps_per_call, self.batch_size = arguments[0].observations.shape[:2]
         self.artifact, self.child = None, types.SimpleNamespace(pid=0, seconds=0.0)
         InstantCompile.started.append(self.batch_size)

@@ -186,7 +186,7 @@ def test_a_wider_graph_that_fails_leaves_the_first_running(monkeypatch):
     decision = model.optimizations_in_effect().compile
     assert (
         decision.active
-        and "; the graph of more steps per call failed (compile child was killed by SIGSEGV" in decision.reason
+        and "; the graph of more steps per call failed: compile child was killed by SIGSEGV" in decision.reason
     )
     assert "\n" not in decision.reason
     assert isinstance(model.step_choice.current, CompiledSteps) and model.step_choice.current.steps_per_call == 1

@@ -212,6 +212,7 @@ def test_the_artifact_key_changes_with_what_the_code_is_compiled_for():
     key = artifact_key(graph, arguments, {"backend": "inductor"})
     assert key == artifact_key(graph, arguments, {"backend": "inductor"})
     assert key != artifact_key(graph, arguments, {"backend": "aot_eager"})
+    assert key != artifact_key(graph, arguments, {"backend": "inductor", "threads": 2})  # guarded, compiled in
     other_batch = (split(EagerSteps(model).sample(2, 16), 2), *arguments[1:])
     assert key != artifact_key(graph, other_batch, {"backend": "inductor"})
     model.gamma = 0.5

@@ -149,6 +149,72 @@ def test_on_the_cpu_compile_compiles_the_whole_update_at_the_first_update(instan
     assert model.compile_state.active and model.optimizations_in_effect().compile.active
 
 
+def two_stage_model(counts=(2, 1)):
+    """A model compiling in the background whose thread count is the run's to choose (``counts``), at 2 threads."""
+    model = small_dqn(replace(COMPILED, compile_in_background=True), board_size=6, transitions=64)
+    model.active_optimizations = replace(model.active_optimizations, adaptive_threads=counts)
+    torch.set_num_threads(2)
+    return model
+
+
+@pytest.fixture
+def threads_restored():
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def test_the_first_of_two_graphs_runs_at_the_count_left_beside_the_child_the_last_at_the_runs(
+    instant_compile, threads_restored
+):
+    model = two_stage_model()
+    choice = model.step_choice
+    model.train(gradient_steps=2, batch_size=32)  # starts the first stage; training leaves the child a core
+    assert (choice.job.steps_per_call, choice.job.threads, torch.get_num_threads()) == (1, 1, 1)
+    model.train(gradient_steps=2, batch_size=32)  # adopts the graph of 1 step, starts the one of 2
+    assert (choice.current.steps_per_call, choice.current.threads, choice.current.calls) == (1, 1, 2)
+    assert (choice.job.steps_per_call, choice.job.threads, torch.get_num_threads()) == (2, 2, 1)
+    model.train(gradient_steps=2, batch_size=32)  # adopts the graph of 2 steps, at the run's count again
+    assert (choice.current.steps_per_call, choice.current.threads, choice.current.calls) == (2, 2, 1)
+    assert choice.job is None and torch.get_num_threads() == 2 and not model.compile_state.due(model._n_updates)
+
+
+def test_a_wider_graph_that_fails_at_its_first_call_leaves_the_first_running(
+    instant_compile, monkeypatch, threads_restored
+):
+    def fail(*arguments):
+        raise RuntimeError("guards refused\nmore detail")
+
+    model = two_stage_model()
+    for _ in range(2):
+        model.train(gradient_steps=2, batch_size=32)
+    first = model.step_choice.current
+    monkeypatch.setattr("sb3_snake.dqn.update.choice.load", lambda path: fail)
+    model.train(gradient_steps=2, batch_size=32)  # adopts the wider graph, whose first call fails
+    assert model.step_choice.current is first and model._n_updates == 6
+    decision = model.optimizations_in_effect().compile
+    failed = "the graph of more steps per call failed: compile failed: RuntimeError: guards refused"
+    assert decision.active and f"{failed}; the first goes on at 1 thread" in decision.reason
+    assert not model.compile_state.due(model._n_updates) and model.compile_state.steps_per_call == 1
+    model.train(gradient_steps=2, batch_size=32)
+    assert first.calls == 4 and torch.get_num_threads() == 1  # the count the first graph was compiled for
+
+
+def test_new_values_while_the_wider_graph_compiles_stop_its_child_and_compile_again(instant_compile, threads_restored):
+    model = two_stage_model()
+    for _ in range(2):
+        model.train(gradient_steps=2, batch_size=32)
+    job = model.step_choice.job
+    assert job is not None and model.compile_state.compiling_since == 2  # started by the second call
+    model.gamma = 0.5
+    model.step_choice.reload()
+    state = model.compile_state
+    assert model.step_choice.job is None and state.compiling_since is None and state.stopped_since is None
+    assert not state.compiled and state.due(model._n_updates) and torch.get_num_threads() == 2
+    model.train(gradient_steps=2, batch_size=32)  # the first stage again, with the new gamma
+    assert model.step_choice.job.steps_per_call == 1 and model.step_choice.job.graph.gamma == 0.5
+
+
 def networks_compiled_here(monkeypatch):
     """The device compiles the two networks rather than the whole update, as CUDA does."""
     monkeypatch.setattr(
@@ -204,7 +270,7 @@ def test_the_compile_state_describes_itself():
     assert state.in_effect(2_200) == Decision.on(f"{planned}; {state.outcome}; {wider}") and state.due(2_200)
     state.stopped_since, first = None, state.outcome
     state.keep_first_graph("compile child exited with code 1")
-    assert state.outcome == f"{first}; the graph of more steps per call failed (compile child exited with code 1)"
+    assert state.outcome == f"{first}; the graph of more steps per call failed: compile child exited with code 1"
     assert not state.due(2_300) and state.active
     assert (
         CompileState(Decision.on(), whole, steps_wanted=4).next_steps_per_call() == 4

@@ -226,7 +226,9 @@ class AdaptiveThreads(BaseCallback):
         if self._compiled():
             # torch.compile guards on the thread count: another count would compile the networks again.
             self.tuner.stop(self.clock(), "the networks were compiled for this count")
-            self.notify(f"threads: {self.tuner.current} from now on (the networks were compiled for it)")
+            # The count the compiled update runs at (the first of two stages keeps the one it took
+            # beside the second's child, where that one failed), not necessarily the tuner's last.
+            self.notify(f"threads: {torch.get_num_threads()} from now on (the networks were compiled for it)")
             return True
         if not self._started:
             if self.num_timesteps < getattr(self.model, "learning_starts", 0):

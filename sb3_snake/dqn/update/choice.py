@@ -74,6 +74,7 @@ class StepChoice:
         self.job: CompileJob | None = None  #: the compile child, while it runs
         self._start_pause = 0.0  # seconds training paused to start the child (sampling, the request, imports)
         self._lowered: tuple[int, int] | None = None  # (the run's thread count, the one taken beside the child)
+        self._first_graph: CompiledSteps | None = None  # the first of two stages, while a wider graph may replace it
         if self.compile.due(model._n_updates) and not self.compile.in_child:
             self._compile_networks()  # CUDA: at once (the child needs batches: the first run starts it)
         self.current = self._choose(model.batch_size)
@@ -88,7 +89,9 @@ class StepChoice:
         step = self.current if self.current is not None and self.current.fits(batch_size) else None
         step = step or self._choose(batch_size)
         mean_loss = step.run(gradient_steps, batch_size)
-        if step.failure:
+        if step.failure and step is not self._first_graph and self._first_graph is not None:
+            self._keep_first_graph(step.failure)  # the wider graph failed at its first call
+        elif step.failure:
             self._turn_off(step.decision, step.label, step.failure)
         return mean_loss
 
@@ -98,8 +101,11 @@ class StepChoice:
         the others read them again."""
         if self.current is not None and not self.current.reload():
             if isinstance(self.current, CompiledSteps):
-                self.compile.compiled, self.compile.steps_per_call, self.compile.outcome = False, 0, ""
-                self.compile.after = self.model._n_updates  # due again, with the new values
+                self._stop_job()  # a wider graph compiling for the old values
+                self._restore_threads()
+                compile, self._first_graph = self.compile, None
+                compile.compiled, compile.steps_per_call, compile.outcome, compile.stopped_since = False, 0, "", None
+                compile.after = self.model._n_updates  # due again, with the new values
             self.current = None
 
     def _choose(self, batch_size: int) -> EagerSteps:
@@ -194,10 +200,8 @@ class StepChoice:
                 failure = compile_failure(error)
         result = job.result()
         job.close()
-        if function is None and compile.compiled:
-            compile.keep_first_graph(failure)
-            logger.warning("the wider compiled graph failed: %s; the first goes on", failure)
-            record_compile(compile.outcome, compiled=True)
+        if function is None and self._first_graph is not None:
+            self._keep_first_graph(failure)
             return
         if function is None:
             self._restore_threads()
@@ -219,6 +223,8 @@ class StepChoice:
             return
         if job.steps_per_call == compile.steps_wanted:  # the last graph: the run's own count again
             self._restore_threads()
+        else:
+            self._first_graph = update
         self.current, compile.compiled, compile.steps_per_call = update, True, job.steps_per_call
         cache = "found in the compile cache" if result.get("cached") else "compiled"
         adopted = (
@@ -244,24 +250,47 @@ class StepChoice:
         running is stopped and reaped, its folder removed, and the thread count training
         lowered for it restored. Training that resumes starts the compile again; what the child
         had written to the compile cache stays there."""
-        if self.job is None:
+        since = self._stop_job()
+        if since is None:
             return
-        job, self.job = self.job, None
-        job.close()
         self._restore_threads()
         compile = self.compile
-        compile.stopped_since, compile.compiling_since, compile.child_pid = compile.compiling_since, None, None
+        compile.stopped_since = since
         logger.info("training stopped while the update compiled in a child process: the child was stopped")
         if compile.compiled:
-            record_compile(compile.in_effect(self.model._n_updates).reason, compiled=True)
+            record_compile(f"{compile.outcome}; {compile.widening()}", compiled=True)
         else:
             record_compile("stopped with training before the compile child ended", compiled=False)
 
+    def _stop_job(self) -> int | None:
+        """Stop and reap the compile child, if one runs; the gradient step it started at (None: none ran)."""
+        if self.job is None:
+            return None
+        job, self.job = self.job, None
+        job.close()
+        since, self.compile.compiling_since, self.compile.child_pid = self.compile.compiling_since, None, None
+        return since
+
+    def _keep_first_graph(self, failure: str) -> None:
+        """The wider graph failed (in its child, its load or its first call): the first one goes
+        on, at the thread count it was compiled for, and is the last."""
+        first, compile = self._first_graph, self.compile
+        self.current, compile.steps_per_call = first, first.steps_per_call
+        compile.keep_first_graph(
+            f"{failure}; the first goes on at {first.threads} thread{'s' if first.threads > 1 else ''}"
+        )
+        logger.warning("the wider compiled graph failed: %s; the first goes on", failure)
+        record_compile(compile.outcome, compiled=True)
+        self._record("compile", compile.in_effect(self.model._n_updates))
+
     def _turn_off(self, decision: str, label: str, failure: str) -> None:
-        """The one fallback: ``decision`` off with ``failure`` as its reason; eager updates from now on."""
+        """The one fallback: ``decision`` off with ``failure`` as its reason; eager updates from
+        now on (a compile child still running is stopped, the run's thread count restored)."""
         logger.warning("%s requested but not active: %s; training eagerly", label, failure)
         if decision == "compile":
-            self.compile.failure = failure
+            self._stop_job()
+            self._restore_threads()
+            self.compile.failure, self._first_graph = failure, None
             record_compile(failure, compiled=False)
         self._record(decision, Decision.off(failure))
         self.current = None

@@ -175,7 +175,7 @@ class CompileState:
     def keep_first_graph(self, failure: str) -> None:
         """The wider graph failed (``failure``, one line): the graph in effect goes on, and is the last."""
         self.steps_wanted = self.steps_per_call
-        self.outcome = f"{self.outcome}; the graph of more steps per call failed ({failure})"
+        self.outcome = f"{self.outcome}; the graph of more steps per call failed: {failure}"
 
     @property
     def planned(self) -> Decision:
@@ -198,7 +198,7 @@ class CompileState:
         if not self.requested.active or self.failure:
             return self.planned
         if self.compiled:
-            reason = "; ".join(part for part in (self.planned.reason, self.outcome, self._widening()) if part)
+            reason = "; ".join(part for part in (self.planned.reason, self.outcome, self.widening()) if part)
             return Decision.on(reason)
         if self.compiling_since is not None:
             since = f"compiling in a child process (pid {self.child_pid}) since gradient step {self.compiling_since:,}"
@@ -208,7 +208,7 @@ class CompileState:
             return Decision.off(f"{since} when training stopped, and was stopped ({n_updates:,} trained)")
         return Decision.off(f"deferred to gradient step {self.after:,}, not reached ({n_updates:,} trained)")
 
-    def _widening(self) -> str:
+    def widening(self) -> str:
         """The wider graph's compile, while it runs or once training stopped it (else ``""``)."""
         graph = f"a graph of {self.steps_wanted} gradient steps per call"
         if self.compiling_since is not None:

@@ -37,9 +37,6 @@ NATIVE_CRASH = ("Fatal Python error", "terminate called", "Segmentation fault", 
 COMPILE_STARTED = re.compile(r"^compile: compiling in a child process \(pid (\d+)\)")
 #: Any compile child a "compile: ..." line names (the second stage's is named after the first's adoption).
 CHILD_PID = re.compile(r"in a child process \(pid (\d+)\)")
-CHILD_SECONDS = re.compile(r"in a child process in ([\d,.]+) s")
-PAUSES = re.compile(r"training paused ([\d.]+) s to start it, ([\d.]+) s to adopt it")
-ADOPTED_AT = re.compile(r"adopted at gradient step ([\d,]+)")
 #: One graph's adoption (the compile comes in two stages in the background: 1 step per call, then more).
 STAGE = re.compile(
     r"in a child process in ([\d,.]+) s for calls of (\d+) gradient steps?, adopted at gradient step ([\d,]+) "
@@ -90,7 +87,6 @@ def one_run(index: int, arguments: list[str], caches: Path, terminate_after: flo
         match = COMPILE_STARTED.match(line)
         if match and child_pid is None:
             child_pid, compile_started_at = int(match.group(1)), time.perf_counter() - started
-            seen.add(child_pid)
             if terminate_after is not None:
                 timer = threading.Timer(terminate_after, process.send_signal, (signal.SIGTERM,))
                 timer.start()
@@ -102,7 +98,17 @@ def one_run(index: int, arguments: list[str], caches: Path, terminate_after: flo
     summary_path = run_dir / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
     reason = summary.get("active", {}).get("torch_compile_reason", "")
-    seconds, pauses, adopted = CHILD_SECONDS.search(reason), PAUSES.search(reason), ADOPTED_AT.search(reason)
+    stages = [
+        {
+            "child_seconds": float(seconds.replace(",", "")),
+            "steps_per_call": int(steps),
+            "adopted_at_gradient_step": int(at.replace(",", "")),
+            "start_pause_s": float(start),
+            "adopt_pause_s": float(adopt),
+        }
+        for seconds, steps, at, start, adopt in STAGE.findall(reason)
+    ]
+    first = stages[0] if stages else {}
     return {
         "run": index,
         "exit_code": process.returncode,
@@ -114,21 +120,12 @@ def one_run(index: int, arguments: list[str], caches: Path, terminate_after: flo
         "compile_started_at_s": compile_started_at,
         "compile_active": summary.get("active", {}).get("torch_compile_active"),
         "compile_reason": reason,
-        "child_seconds": float(seconds.group(1).replace(",", "")) if seconds else None,
-        "start_pause_s": float(pauses.group(1)) if pauses else None,
-        "adopt_pause_s": float(pauses.group(2)) if pauses else None,
-        "adopted_at_gradient_step": int(adopted.group(1).replace(",", "")) if adopted else None,
-        # The fields above are the first graph's; each graph adopted, in order:
-        "stages": [
-            {
-                "child_seconds": float(seconds.replace(",", "")),
-                "steps_per_call": int(steps),
-                "adopted_at_gradient_step": int(at.replace(",", "")),
-                "start_pause_s": float(start),
-                "adopt_pause_s": float(adopt),
-            }
-            for seconds, steps, at, start, adopt in STAGE.findall(reason)
-        ],
+        # The first graph's, then each graph adopted, in order:
+        **{
+            key: first.get(key)
+            for key in ("child_seconds", "start_pause_s", "adopt_pause_s", "adopted_at_gradient_step")
+        },
+        "stages": stages,
         "compile_lines": compile_lines,
         "env_steps": summary.get("total_env_steps"),
         "half_written_files": [path.name for path in run_dir.glob("*.tmp.*")] if run_dir.is_dir() else [],

@@ -80,7 +80,8 @@ def test_checkpoints_at_each_interval_and_a_last_one_at_the_budget():
     calls = 1
     while step(callback, clock, 4.0):  # counted 4, 8, ..., 36
         calls += 1
-    assert [entry["seconds"] for entry in callback.saved] == pytest.approx([12.0, 20.0, 32.0, 35.0])
+    # The last one stands for the budget and says when it was taken: the step that reached it ended at 36.
+    assert [entry["seconds"] for entry in callback.saved] == pytest.approx([12.0, 20.0, 32.0, 36.0])
     assert [entry["due_seconds"] for entry in callback.saved] == pytest.approx([10.0, 20.0, 30.0, 35.0])
     assert calls == 9  # the step that reached 36 >= 35 stopped learning
     assert [entry["env_steps"] for entry in callback.saved] == [3, 5, 8, 9]

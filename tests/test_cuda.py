@@ -92,7 +92,7 @@ def test_flash_without_bf16_is_reported_off_and_attention_still_runs():
 def test_each_sdpa_backend_gives_the_q_values_of_the_math_kernel(backend):
     """Under bf16 autocast, where every kernel runs; one that cannot run here says why."""
     reference = gpu_model(use_bf16=True, sdpa_backend="math")
-    model = gpu_model(use_bf16=True, sdpa_backend=backend)
+    model = gpu_model(use_bf16=True, use_flash_attention=backend == "flash", sdpa_backend=backend)
     model.q_net.load_state_dict(reference.q_net.state_dict())
     decision = model.active_optimizations.flash if backend == "flash" else model.active_optimizations.sdpa
     if not decision.active:
@@ -176,13 +176,17 @@ def test_train_on_cuda_from_the_command_line(tmp_path):
     assert summary["active"]["cuda_graph_active"] is True, summary["active"]["cuda_graph_reason"]
 
 
-def test_the_captured_step_replays_what_eager_steps_do():
+@pytest.mark.parametrize("augment", [False, True], ids=["plain", "symmetries"])
+def test_the_captured_step_replays_what_eager_steps_do(augment):
     """Eight updates: the warm-up's eager ones, a capture, replays; the same eight run eagerly
-    from the same seed draw the same batches (the generator's offset advances alike) and end
-    with the same losses and weights, up to the GPU's unordered additions."""
-    graphed = gpu_model(use_cuda_graph=True)
+    from the same seed draw the same batches (the generators' offsets advance alike, the
+    augmentation's own among them) and end with the same losses and weights, up to the GPU's
+    unordered additions."""
+    graphed = gpu_model(use_cuda_graph=True, dqn_kwargs={"symmetry_augmentation": augment})
     assert graphed.active_optimizations.cuda_graph.active, graphed.active_optimizations.cuda_graph.reason
     eager = copy.deepcopy(graphed)
+    for model in (graphed, eager) if augment else ():
+        model._augmentation.generator.manual_seed(7)
     torch.cuda.manual_seed(1)
     graphed.train(gradient_steps=8, batch_size=32)
     captured = graphed.step_choice.current

@@ -5,6 +5,8 @@ drawing from a device tensor and the eager ``EagerSteps``, runs eagerly on the C
 (the eager step is held to SB3's ``DQN.train`` by test_snake_dqn.py).
 """
 
+import contextlib
+
 import pytest
 import torch
 
@@ -110,3 +112,23 @@ def test_new_hyperparameters_or_parameters_drop_a_captured_update():
     assert model.step_choice.current is None
     model.train(gradient_steps=1, batch_size=32)  # chosen again: eager on the CPU
     assert type(model.step_choice.current) is EagerSteps
+
+
+@pytest.mark.parametrize("augment", [False, True])
+def test_the_capture_registers_the_augmentations_own_generator(monkeypatch, augment):
+    """A CUDA graph refuses a generator it was not told of, and the symmetries are drawn from one
+    of their own: the capture registers it (with a stand-in graph, since capturing needs a GPU)."""
+    registered = []
+
+    class Graph:
+        def register_generator_state(self, generator):
+            registered.append(generator)
+
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", Graph)
+    monkeypatch.setattr(torch.cuda, "graph", lambda graph: contextlib.nullcontext())
+    model = small_dqn(PLAIN, transitions=128, replay_buffer_class=DeviceReplayBuffer, symmetry_augmentation=augment)
+    captured = CapturedSteps(model, batch_size=16)
+    captured.refresh()
+    captured._capture((1e-3,))
+    assert captured.failure == "" and isinstance(captured.graph, Graph)
+    assert registered == ([model._augmentation.generator] if augment else [])

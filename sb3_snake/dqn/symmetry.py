@@ -65,7 +65,8 @@ class SymmetryAugmentation:
     def __init__(self, board_size: int, device: torch.device | str = "cpu", egocentric: bool = False):
         # Draws from a generator of its own, seeded from torch's (so SB3's seed still decides
         # them): whatever else draws from torch's global generator (dynamo saves and restores
-        # it around a trace) leaves the augmentation's draws as they are.
+        # it around a trace) leaves the augmentation's draws as they are. A captured CUDA graph
+        # must be told of it (CapturedSteps registers it).
         self.generator = torch.Generator(device=device)
         self.generator.manual_seed(int(torch.randint(2**62, ()).item()))
         self.cells = cell_permutations(board_size).to(device)

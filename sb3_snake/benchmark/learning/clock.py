@@ -39,7 +39,9 @@ class WallClockCheckpoints(BaseCallback):
     was taken and the point it fell due at (a long step can make the first later than the
     second; points missed during one step are skipped, not saved twice, and the checkpoint
     stands for the latest of them). When the budget is reached, a last checkpoint is saved
-    (due at the budget) and ``learn`` stops.
+    (due at the budget, recorded at the counted time the step that reached it ended, so that a
+    step running past the budget, such as a compile that stops training, shows as late) and
+    ``learn`` stops.
     """
 
     def __init__(
@@ -62,7 +64,7 @@ class WallClockCheckpoints(BaseCallback):
         if passed > self._passed or finished:
             due = passed * self.every if passed > self._passed else self.budget
             self._passed = passed
-            self.checkpoint(min(now, self.budget) if finished else now, self.budget if finished else due)
+            self.checkpoint(now, self.budget if finished else due)
         return not finished
 
     def _points_by(self, now: float) -> int:

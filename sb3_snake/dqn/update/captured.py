@@ -27,11 +27,12 @@ What a graph needs, and how this module meets it:
   cuBLAS's workspace before the capture records anything.
 
 What the graph records is the eager :class:`~sb3_snake.dqn.update.eager.EagerSteps` on a batch
-drawn on the device. The random draws come from the default CUDA generator, whose offset a
-replay advances as the same eager calls would, so a captured run draws the numbers an eager run
-of the same steps draws. Compiling the networks later (``compile_after``) drops the graph, and
-the next update captures the compiled networks. A capture that fails sets
-:attr:`~EagerSteps.failure`, and the call's steps run eagerly.
+drawn on the device. The random draws come from the default CUDA generator and, for the
+symmetries, the augmentation's own (registered with the graph: a capture refuses a generator it
+was not told of), whose offsets a replay advances as the same eager calls would, so a captured
+run draws the numbers an eager run of the same steps draws. Compiling the networks later
+(``compile_after``) drops the graph, and the next update captures the compiled networks. A
+capture that fails sets :attr:`~EagerSteps.failure`, and the call's steps run eagerly.
 """
 
 from __future__ import annotations
@@ -147,6 +148,9 @@ class CapturedSteps(EagerSteps):
         # on every replay instead of adding to tensors from outside it.
         self.model.policy.optimizer.zero_grad(set_to_none=True)
         graph = torch.cuda.CUDAGraph()
+        augmentation = self.model._augmentation
+        if augmentation is not None:  # its own generator: the graph advances it on each replay, as eager draws do
+            graph.register_generator_state(augmentation.generator)
         try:
             with torch.cuda.graph(graph):
                 self.recorded_step()

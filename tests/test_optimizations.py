@@ -215,6 +215,20 @@ def test_new_values_while_the_wider_graph_compiles_stop_its_child_and_compile_ag
     assert model.step_choice.job.steps_per_call == 1 and model.step_choice.job.graph.gamma == 0.5
 
 
+def test_new_values_while_the_first_graph_compiles_drop_it_at_adoption_and_compile_again(
+    instant_compile, threads_restored
+):
+    model = two_stage_model()
+    model.train(gradient_steps=2, batch_size=32)  # starts the first stage's child
+    assert model.step_choice.job.steps_per_call == 1 and model.step_choice.job.graph.gamma != 0.5
+    model.gamma = 0.5
+    model.step_choice.reload()  # eager steps read the new value; the child compiles the old one
+    model.train(gradient_steps=2, batch_size=32)  # its graph is refused at adoption: the first stage again
+    choice, state = model.step_choice, model.compile_state
+    assert not isinstance(choice.current, CompiledSteps) and choice._first_graph is None and not state.compiled
+    assert choice.job.steps_per_call == 1 and choice.job.graph.gamma == 0.5 and state.compiling_since == 2
+
+
 def networks_compiled_here(monkeypatch):
     """The device compiles the two networks rather than the whole update, as CUDA does."""
     monkeypatch.setattr(

@@ -101,11 +101,7 @@ class StepChoice:
         the others read them again."""
         if self.current is not None and not self.current.reload():
             if isinstance(self.current, CompiledSteps):
-                self._stop_job()  # a wider graph compiling for the old values
-                self._restore_threads()
-                compile, self._first_graph = self.compile, None
-                compile.compiled, compile.steps_per_call, compile.outcome, compile.stopped_since = False, 0, "", None
-                compile.after = self.model._n_updates  # due again, with the new values
+                self._compile_again()
             self.current = None
 
     def _choose(self, batch_size: int) -> EagerSteps:
@@ -217,9 +213,7 @@ class StepChoice:
             job.threads,
         )
         if not update.reload():  # new gamma, clipping or Adam values while the child compiled: compile them
-            self._restore_threads()
-            compile.compiled, compile.steps_per_call, compile.outcome = False, 0, ""
-            compile.after, self.current = self.model._n_updates, None
+            self._compile_again()
             return
         if job.steps_per_call == compile.steps_wanted:  # the last graph: the run's own count again
             self._restore_threads()
@@ -261,6 +255,15 @@ class StepChoice:
             record_compile(f"{compile.outcome}; {compile.widening()}", compiled=True)
         else:
             record_compile("stopped with training before the compile child ended", compiled=False)
+
+    def _compile_again(self) -> None:
+        """New gamma, clipping or Adam values: every graph compiled, or compiling, for the old ones
+        is dropped (a child still running stopped, the run's thread count restored), and the
+        compile is due again from now, with the new values."""
+        self._stop_job()
+        self._restore_threads()
+        self._first_graph, self.current = None, None
+        self.compile.start_over(self.model._n_updates)
 
     def _stop_job(self) -> int | None:
         """Stop and reap the compile child, if one runs; the gradient step it started at (None: none ran)."""

@@ -172,6 +172,12 @@ class CompileState:
         """The gradient steps per call of the graph to compile next: one first, with ``background``."""
         return 1 if self.background and not self.compiled else self.steps_wanted
 
+    def start_over(self, n_updates: int) -> None:
+        """What was compiled is dropped (it baked in values that changed): nothing compiled, and
+        the compile due again from ``n_updates``."""
+        self.compiled, self.steps_per_call, self.outcome, self.stopped_since = False, 0, "", None
+        self.after = n_updates
+
     def keep_first_graph(self, failure: str) -> None:
         """The wider graph failed (``failure``, one line): the graph in effect goes on, and is the last."""
         self.steps_wanted = self.steps_per_call

@@ -18,7 +18,7 @@ import torch
 
 from sb3_snake.acceleration.compile_probe import probe_compile
 from sb3_snake.acceleration.description import auto_block, setting_lines
-from sb3_snake.acceleration.optimizations import ActiveOptimizations, probe_bf16, probe_flash
+from sb3_snake.acceleration.optimizations import ActiveOptimizations, compile_unavailable, probe_bf16, probe_flash
 from sb3_snake.acceleration.settings import AUTO, BATCH_SIZE_KEY, OptimizationSettings
 from sb3_snake.autotune import cache_dir, resolve_auto
 from sb3_snake.common import system
@@ -77,16 +77,18 @@ def capability_report(
 
 def _probe_available(target: torch.device, probe_compile_now: bool) -> dict[str, Any]:
     """What ``target`` supports, found by tiny real operations: bf16, the flash kernel, and
-    torch.compile (run only with ``probe_compile_now``; otherwise whether it is present)."""
+    torch.compile (run only with ``probe_compile_now``; otherwise whether it is present; on a
+    GPU, off with the reason, :func:`~sb3_snake.acceleration.optimizations.compile_unavailable`)."""
     bf16_native = system.native_bf16(target)
     bf16_runs, bf16_error = probe_bf16(target)
     flash_fp32, flash_fp32_error = probe_flash(target, torch.float32)
     flash_bf16, flash_bf16_error = probe_flash(target, torch.bfloat16)
-    if probe_compile_now:
+    unavailable = compile_unavailable(target.type)
+    if probe_compile_now and not unavailable:
         compile_ok, compile_error = probe_compile()
         compile_note = "probed: compiled and ran a tiny function" if compile_ok else compile_error
     else:
-        compile_error = system.compile_unavailable_reason()
+        compile_error = unavailable
         compile_ok = not compile_error
         compile_note = compile_error or "torch.compile is present (not probed; --probe-compile runs it)"
     return {
@@ -128,7 +130,7 @@ def _active_when_training(resolved: OptimizationSettings, target: torch.device) 
     # sb3-snake train's models (Adam, board observations) are ones the whole update compiles for.
     compiles = CompileState(
         active.compile,
-        decide_compiled_update(target.type, ""),
+        decide_compiled_update(""),
         resolved.compile_after,
         background=resolved.compile_in_background,
     )

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from sb3_snake.acceleration.description import summary_lines
-from sb3_snake.acceleration.optimizations import ActiveOptimizations
+from sb3_snake.acceleration.optimizations import COMPILE_ON_CPU_ONLY, ActiveOptimizations
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.autotune import (
     BATCH_CANDIDATES,
@@ -202,7 +202,9 @@ def test_values_given_are_not_measured_and_are_kept():
 def test_kernels_that_need_bf16_are_only_candidates_with_bf16():
     """As on an H100: flash and cudnn attention run on bf16 inputs only. Timed without bf16 they
     would time PyTorch's fallback and could be chosen under a name that then does not run."""
-    gpu = Machine("cuda", True, "", ("flash", "efficient", "cudnn", "auto"), bf16_only=("flash", "cudnn"))
+    gpu = Machine(
+        "cuda", True, COMPILE_ON_CPU_ONLY, ("flash", "efficient", "cudnn", "auto"), bf16_only=("flash", "cudnn")
+    )
     table = Table(bf16=0.5)
     result = run_search(settings(use_bf16="auto", use_flash_attention="auto"), gpu, table)
     assert not any(c.sdpa_backend in ("flash", "cudnn") and not c.use_bf16 for c in table.calls)
@@ -220,7 +222,7 @@ def test_batch_sizes_tried_fit_the_replay_buffer():
 
 
 def test_flash_asked_for_on_a_gpu_without_bf16_is_still_a_choice():
-    gpu_without_bf16 = Machine("cuda", False, "", ("efficient", "auto"), bf16_only=("flash",))
+    gpu_without_bf16 = Machine("cuda", False, COMPILE_ON_CPU_ONLY, ("efficient", "auto"), bf16_only=("flash",))
     result = run_search(settings(use_bf16="auto", use_flash_attention=True), gpu_without_bf16, Table())
     assert result["chosen"]["use_bf16"] is False and result["chosen"]["sdpa_backend"] == "flash"
 

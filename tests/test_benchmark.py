@@ -196,8 +196,17 @@ def row(combination, batch_size, samples, active=True):
 
 def test_graph_combinations_are_the_others_with_the_graph_and_only_on_cuda():
     assert combination_names("cpu") == tuple(COMBINATIONS)
-    cuda = combination_names("cuda")
-    assert cuda[: len(COMBINATIONS)] == tuple(COMBINATIONS) and "bf16+flash+graph" in cuda and len(cuda) == 16
+    cuda = combination_names("cuda")  # nothing compiles on CUDA: no compiled combination is measured there
+    assert cuda == (
+        "fp32",
+        "bf16",
+        "flash",
+        "bf16+flash",
+        "fp32+graph",
+        "bf16+graph",
+        "flash+graph",
+        "bf16+flash+graph",
+    )
     assert combination_names("cuda", ("fp32", "bf16")) == ("fp32", "bf16", "fp32+graph", "bf16+graph")
     assert combination_names("cpu", ("fp32", "bf16")) == ("fp32", "bf16")
     assert parse_combination("bf16+flash+graph") == (True, True, False, True)

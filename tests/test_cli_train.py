@@ -115,9 +115,6 @@ def test_eval_json(trained_run):
 @pytest.mark.parametrize("command", [["eval", "--episodes", "2"], ["play", "--fps", "0"]])
 def test_eval_and_play_never_compile_even_when_the_env_file_says_so(trained_run, tmp_path, monkeypatch, command):
     compiled = []
-    monkeypatch.setattr(
-        "sb3_snake.dqn.update.compile.CompileState.compile_networks_now", lambda self, model: compiled.append(model)
-    )
     monkeypatch.setattr("sb3_snake.dqn.update.choice.CompileJob", lambda *args, **kwargs: compiled.append(args))
     env_file = tmp_path / "compile.env"
     env_file.write_text("USE_TORCH_COMPILE=true\n")

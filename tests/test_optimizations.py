@@ -13,9 +13,11 @@ from torch.profiler import profile
 from sb3_snake import BatchedSnakeVecEnv
 from sb3_snake.acceleration.description import summary_lines
 from sb3_snake.acceleration.optimizations import (
+    COMPILE_ON_CPU_ONLY,
     ActiveOptimizations,
     Decision,
     choose_num_threads,
+    compile_unavailable,
     decide_bf16,
     decide_compile,
     decide_cuda_graph,
@@ -229,33 +231,25 @@ def test_new_values_while_the_first_graph_compiles_drop_it_at_adoption_and_compi
     assert choice.job.steps_per_call == 1 and choice.job.graph.gamma == 0.5 and state.compiling_since == 2
 
 
-def networks_compiled_here(monkeypatch):
-    """The device compiles the two networks rather than the whole update, as CUDA does."""
-    monkeypatch.setattr(
-        "sb3_snake.dqn.update.compile.decide_compiled_update", lambda device, reason: Decision.not_requested()
-    )
+def test_the_whole_update_is_compiled_on_the_cpu_only_and_for_what_it_supports(monkeypatch):
+    from sb3_snake.common import system
 
-
-def test_where_the_networks_are_compiled_they_compile_once_in_place(monkeypatch, instant_compile):
-    calls = []
-    monkeypatch.setattr("sb3_snake.dqn.update.compile.compile_networks", lambda model, mode: calls.append(mode) or "")
-    networks_compiled_here(monkeypatch)
-    model = small_dqn(COMPILED, board_size=6, transitions=64)
-    assert calls == ["default"] and model.active_optimizations.compile == Decision.on()
-    assert type(model.step_choice.current) is EagerSteps
-    model.train(gradient_steps=2, batch_size=32)
-    assert calls == ["default"] and instant_compile.started == []
-
-
-def test_the_whole_update_is_compiled_on_the_cpu_only_and_for_what_it_supports():
-    assert decide_compiled_update("cpu", "") == Decision.on(WHOLE_UPDATE)
-    assert decide_compiled_update("cpu", "not Adam") == Decision.off("not Adam")
-    assert decide_compiled_update("cuda", "") == Decision.not_requested()
+    assert decide_compiled_update("") == Decision.on(WHOLE_UPDATE)
+    assert decide_compiled_update("not Adam") == Decision.off("not Adam")
+    # A GPU never compiles, and is not asked about the compiler: the compile would run in training.
+    monkeypatch.setattr(system, "compile_unavailable_reason", lambda: pytest.fail("asked about the compiler"))
+    assert compile_unavailable("cuda") == COMPILE_ON_CPU_ONLY
+    assert "where a crash of it ends the run" in COMPILE_ON_CPU_ONLY
+    asked = OptimizationSettings(use_torch_compile=True, use_bf16=False, use_flash_attention=False)
+    on_gpu = ActiveOptimizations.decide(asked, "cuda")  # decided without a GPU: no CUDA call is made
+    assert on_gpu.compile == Decision.off(COMPILE_ON_CPU_ONLY) and on_gpu.cuda_graph == Decision.on()
+    monkeypatch.setattr(system, "compile_unavailable_reason", lambda: "no compiler here")
+    assert compile_unavailable("cpu") == "no compiler here"
 
 
 def test_the_compile_state_describes_itself():
     """The one wording of the compile decision: off and why, what, when, where, pending, done, failed."""
-    whole, networks = decide_compiled_update("cpu", ""), decide_compiled_update("cuda", "")
+    whole = decide_compiled_update("")
     assert CompileState(Decision.not_requested(), whole).planned == Decision.not_requested()
     unavailable = Decision.off("no torch.compile here")
     assert CompileState(unavailable, whole, after=5).in_effect(0) == unavailable
@@ -289,7 +283,6 @@ def test_the_compile_state_describes_itself():
     assert (
         CompileState(Decision.on(), whole, steps_wanted=4).next_steps_per_call() == 4
     )  # waited for: the widest at once
-    assert CompileState(Decision.on(), networks).planned == Decision.on()
     state.failure = "compile failed: RuntimeError: no"
     assert state.planned == state.in_effect(2_000) == Decision.off("compile failed: RuntimeError: no")
     assert not state.active and not state.due(2_000)
@@ -314,20 +307,6 @@ def test_a_compiled_update_whose_first_call_fails_is_reported_off_and_training_g
     assert model.step_choice.current is None and model._n_updates == 3 and not model.compile_state.active
     model.train(gradient_steps=1, batch_size=32)  # goes on eagerly
     assert type(model.step_choice.current) is EagerSteps and model._n_updates == 4
-
-
-def test_a_deferred_network_compile_that_fails_is_reported_off(monkeypatch):
-    failure = "compile failed: BackendCompilerFailed: no C++ compiler"
-    monkeypatch.setattr("sb3_snake.dqn.update.compile.compile_networks", lambda model, mode: failure)
-    networks_compiled_here(monkeypatch)
-    model = small_dqn(compiled_after(1), board_size=6, transitions=64)
-    assert model.active_optimizations.compile.active
-    model.train(gradient_steps=1, batch_size=32)
-    assert model.active_optimizations.compile.active
-    model.train(gradient_steps=1, batch_size=32)
-    assert model.active_optimizations.compile == Decision.off(failure)
-    model.train(gradient_steps=1, batch_size=32)  # goes on eagerly
-    assert type(model.step_choice.current) is EagerSteps and model._n_updates == 3
 
 
 def test_a_deferred_compile_is_not_saved_and_a_loaded_model_defers_what_is_left(tmp_path, instant_compile):
@@ -447,15 +426,11 @@ def test_compile_off_never_asks_whether_compile_is_available(monkeypatch):
     assert ActiveOptimizations.decide(off, "cpu").compile == Decision.not_requested()
 
 
-def test_the_cuda_graph_needs_cuda_a_device_buffer_and_no_graphing_compile_mode():
+def test_the_cuda_graph_needs_cuda_and_a_device_buffer():
     assert decide_cuda_graph(True, "cuda", device_buffer=True) == Decision.on()
-    assert decide_cuda_graph(True, "cuda", device_buffer=True, compile_mode="default") == Decision.on()
     assert decide_cuda_graph(False, "cuda", device_buffer=True) == Decision.not_requested()
     assert decide_cuda_graph(True, "cpu", device_buffer=True).reason == "CUDA graphs need a CUDA device, not cpu"
     assert "host memory" in decide_cuda_graph(True, "cuda", device_buffer=False).reason
-    for mode in ("reduce-overhead", "max-autotune"):
-        off = decide_cuda_graph(True, "cuda", device_buffer=True, compile_mode=mode)
-        assert not off.active and f"mode {mode} captures CUDA graphs of its own" in off.reason
 
 
 def test_the_cuda_graph_is_reported_with_its_reason():

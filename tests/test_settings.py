@@ -314,7 +314,7 @@ def test_every_field_is_declared_once_with_key_flag_values_and_help():
 
 def test_the_compile_help_says_what_is_compiled_on_each_device():
     help = OptimizationSettings.help("use_torch_compile")
-    assert "on a CPU the whole gradient step" in help and "on CUDA the two Q-networks" in help
+    assert "on a CPU the whole gradient step" in help and "off on CUDA, where the CUDA graph runs" in help
 
 
 def test_the_configuration_table_has_a_row_per_key_of_env():

@@ -16,7 +16,7 @@ from sb3_snake.acceleration.optimizations import (
 )
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.acceleration.threads import AdaptiveThreads, ThreadTuner
-from sb3_snake.dqn.update.compile import CompileState
+from sb3_snake.dqn.update.compile import WHOLE_UPDATE, CompileState
 from sb3_snake.training.config import TrainConfig
 from sb3_snake.training.run import train
 from tests.conftest import small_dqn
@@ -183,21 +183,21 @@ def test_the_callback_waits_for_learning_applies_the_choice_and_restores_the_cou
     assert torch.get_num_threads() == before
 
 
-def test_the_callback_keeps_the_count_once_the_networks_are_compiled(monkeypatch):
+def test_the_callback_keeps_the_count_once_the_update_is_compiled(monkeypatch):
     model, callback, lines = callback_on_a_model(learning_starts=0)
     model.num_timesteps = 10
     callback.on_step()
     assert callback.tuner.current == 3 and callback.tuner.probing
     assert not model.compile_state.active  # compile is off for this model
-    compiled = CompileState(Decision.on(), Decision.not_requested(), compiled=True)
+    compiled = CompileState(Decision.on(), Decision.on(WHOLE_UPDATE), compiled=True)
     monkeypatch.setattr(model.step_choice, "compile", compiled)
     assert model.compile_state.active
     for _ in range(20):
         model.num_timesteps += 5
         callback.on_step()
     assert callback.tuner.current == 3 and len(callback.tuner.probes) == 1 and not callback.tuner.probing
-    assert callback.tuner.stopped[1] == "the networks were compiled for this count"
-    assert lines == ["threads: 3 from now on (the networks were compiled for it)"]
+    assert callback.tuner.stopped[1] == "the update was compiled for this count"
+    assert lines == ["threads: 3 from now on (the update was compiled for it)"]
     callback.on_training_end()
 
 

@@ -15,12 +15,13 @@ the one context that wraps the networks' forward passes:
 - **BF16**: ``torch.autocast(device_type, dtype=torch.bfloat16)`` around the forward passes,
   on CUDA when the GPU supports bf16 and on CPU when the CPU has native bf16 (AVX512-BF16 or
   AMX). The Q-networks return float32, so TD targets and the loss stay in float32.
-- **torch.compile**: decided here as asked for and available (:func:`decide_compile`); what it
-  compiles (the whole gradient step on a CPU, the networks elsewhere), when, and how it went is
-  the model's :class:`~sb3_snake.dqn.update.compile.CompileState`.
+- **torch.compile**: decided here as asked for and available (:func:`decide_compile`,
+  :func:`compile_unavailable`): on a CPU only, where a child process compiles the whole
+  gradient step; when, and how it went, is the model's
+  :class:`~sb3_snake.dqn.update.compile.CompileState`.
 - **CUDA graph**: on CUDA the whole gradient step (sampling, both networks, loss, backward,
   clipping, Adam) is captured once and replayed as one graph (:mod:`sb3_snake.dqn.update.captured`),
-  when the replay buffer is on the device and no compile mode captures graphs of its own.
+  when the replay buffer is on the device.
 - **Threads**: the number is decided here (:func:`choose_num_threads`), but set only by the
   entry point that owns the process, through :func:`torch_threads` (the CLI wraps each command
   in it). Building or loading a model never changes the process's thread count.
@@ -138,9 +139,28 @@ def decide_compile(requested: bool, unavailable_reason: str = "") -> Decision:
     return Decision.on()
 
 
-#: ``torch.compile`` modes that capture CUDA graphs of their own (CUDA graph trees), which a
-#: captured gradient step cannot hold.
-GRAPHING_COMPILE_MODES = ("reduce-overhead", "max-autotune")
+#: Why ``torch.compile`` is off on a GPU: see :func:`compile_unavailable`.
+COMPILE_ON_CPU_ONLY = (
+    "compiled on a CPU only: on CUDA the compiler would run in the training process, where a crash of it "
+    "ends the run (the compile child is built for the CPU)"
+)
+
+
+def compile_unavailable(device_type: str) -> str:
+    """Why ``torch.compile`` is not used for a model on ``device_type``, or ``""`` when it is.
+
+    Only a CPU compiles: there a child process compiles the whole gradient step and training
+    loads what it saved (:mod:`sb3_snake.dqn.update.child`), so no crash of the compiler can take
+    training down. On CUDA the compile ran in the training process (the networks compiled in
+    place): a crash of the compiler there would be one of training, and cold it stopped training
+    for tens of seconds, while its gain over the captured step (the CUDA graph, which already
+    removes the launch cost of the step's many small kernels) was never measured. Until a compile
+    child is built and measured for CUDA, a GPU trains with the CUDA graph and no compile
+    (docs/gpu.md). On a CPU: :func:`~sb3_snake.common.system.compile_unavailable_reason`.
+    """
+    if device_type != "cpu":
+        return COMPILE_ON_CPU_ONLY
+    return system.compile_unavailable_reason()
 
 
 def use_device_replay_buffer(device_type: str) -> tuple[bool, str]:
@@ -156,19 +176,16 @@ def use_device_replay_buffer(device_type: str) -> tuple[bool, str]:
     return False, "CPU: SB3's NumPy sampling measured as fast or faster"
 
 
-def decide_cuda_graph(requested: bool, device_type: str, device_buffer: bool, compile_mode: str = "") -> Decision:
+def decide_cuda_graph(requested: bool, device_type: str, device_buffer: bool) -> Decision:
     """The gradient step is captured as one CUDA graph when requested, on CUDA, with the replay
     buffer on the device (a host buffer copies every batch from host memory, which a graph
-    cannot redo), unless the active compile mode (``compile_mode``; empty when compile is off)
-    captures graphs itself."""
+    cannot redo)."""
     if not requested:
         return Decision.not_requested()
     if device_type != "cuda":
         return Decision.off(f"CUDA graphs need a CUDA device, not {device_type}")
     if not device_buffer:
         return Decision.off("the replay buffer is in host memory; a graph needs it on the device")
-    if compile_mode in GRAPHING_COMPILE_MODES:
-        return Decision.off(f"torch.compile mode {compile_mode} captures CUDA graphs of its own")
     return Decision.on()
 
 
@@ -292,15 +309,14 @@ class ActiveOptimizations:
         backend_runs = backend in ("auto", "flash") or probe_sdpa(device, kernel_dtype, backend)[0]
         sdpa = decide_sdpa_backend(backend, device.type, backend_runs)
         # Asked only when requested: the question imports the compiler, which compile off never needs.
-        unavailable = system.compile_unavailable_reason() if settings.use_torch_compile else ""
+        unavailable = compile_unavailable(device.type) if settings.use_torch_compile else ""
         compile_decision = decide_compile(settings.use_torch_compile, unavailable)
         cores = system.cpu_cores()
         threads, why = choose_num_threads(settings.num_threads, device.type, cores)
         adaptive = adaptive_thread_counts(settings.num_threads, device.type, cores)
         if device_buffer is None:
             device_buffer = use_device_replay_buffer(device.type)[0]
-        compile_mode = settings.compile_mode if compile_decision.active else ""
-        graph = decide_cuda_graph(settings.use_cuda_graph, device.type, device_buffer, compile_mode)
+        graph = decide_cuda_graph(settings.use_cuda_graph, device.type, device_buffer)
         return cls(settings, str(device), bf16, flash, compile_decision, threads, why, sdpa, graph, adaptive)
 
     @property

@@ -106,7 +106,7 @@ class OptimizationSettings:
         "--compile/--no-compile",
         SWITCH_OR_AUTO,
         "torch.compile: on a CPU the whole gradient step as one graph (forward, backward, clipping, Adam; "
-        "up to 4 steps to a call), on CUDA the two Q-networks.",
+        "up to 4 steps to a call), compiled in a child process; off on CUDA, where the CUDA graph runs.",
         unmeasured=False,
     )
     use_flash_attention: bool | str = setting(
@@ -164,7 +164,7 @@ class OptimizationSettings:
         "--cuda-graph/--no-cuda-graph",
         SWITCH,
         "On CUDA, capture the whole gradient step once and replay it as one CUDA graph (off on a CPU, "
-        "with a host replay buffer, or under a compile mode that captures graphs of its own).",
+        "or with a host replay buffer).",
     )
     #: Where each field's value came from: override, environment, .env or default.
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)

@@ -179,8 +179,8 @@ class AdaptiveThreads(BaseCallback):
     """Sets torch's thread count to :class:`ThreadTuner`'s choice during training, and back to
     the count it found when training ends. It starts measuring once learning has started (env
     steps of random play before ``learning_starts`` cost no gradient steps and would say nothing
-    about them), and keeps the count it has once the networks are compiled: torch.compile guards
-    on the thread count, and a change compiles them again (seen with torch 2.13 on the CPU).
+    about them), and keeps the count it has once the update is compiled: torch.compile guards
+    on the thread count, and the compiled update refuses another (seen with torch 2.13 on the CPU).
     Once a compile is due it ends a probe under way at the count chosen before it
     (:meth:`ThreadTuner.settle`), so the compile fixes that count rather than whichever one the
     probe was trying (a run's compile once started inside a one-thread window and kept one
@@ -224,11 +224,11 @@ class AdaptiveThreads(BaseCallback):
             if self._started:
                 self.tuner.restart(self.clock(), self.num_timesteps)
         if self._compiled():
-            # torch.compile guards on the thread count: another count would compile the networks again.
-            self.tuner.stop(self.clock(), "the networks were compiled for this count")
+            # torch.compile guards on the thread count: the compiled update refuses another count.
+            self.tuner.stop(self.clock(), "the update was compiled for this count")
             # The count the compiled update runs at (the first of two stages keeps the one it took
             # beside the second's child, where that one failed), not necessarily the tuner's last.
-            self.notify(f"threads: {torch.get_num_threads()} from now on (the networks were compiled for it)")
+            self.notify(f"threads: {torch.get_num_threads()} from now on (the update was compiled for it)")
             return True
         if not self._started:
             if self.num_timesteps < getattr(self.model, "learning_starts", 0):

@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from sb3_snake.acceleration.optimizations import probe_sdpa
+from sb3_snake.acceleration.optimizations import compile_unavailable, probe_sdpa
 from sb3_snake.acceleration.settings import AUTO, OptimizationSettings
 from sb3_snake.common import system
 
@@ -87,7 +87,7 @@ class Machine:
 
     device_type: str
     hardware_bf16: bool
-    compile_unavailable: str  #: why torch.compile cannot run, or ""
+    compile_unavailable: str  #: why torch.compile is not used on this device, or ""
     kernels: tuple[str, ...]  #: SDPA kernel names that run here ("auto" always does)
     #: Those of ``kernels`` that run on bf16 inputs only (on CUDA: flash, and cudnn where it runs).
     bf16_only: tuple[str, ...] = ()
@@ -100,7 +100,7 @@ class Machine:
         runs = {name: [probe_sdpa(device, dtype, name)[0] for dtype in dtypes] for name in names}  # fp32 first
         kernels = tuple(name for name in names if any(runs[name]))
         bf16_only = tuple(name for name in kernels if not runs[name][0])
-        return cls(device.type, hardware_bf16, system.compile_unavailable_reason(), (*kernels, "auto"), bf16_only)
+        return cls(device.type, hardware_bf16, compile_unavailable(device.type), (*kernels, "auto"), bf16_only)
 
 
 def search(
@@ -240,7 +240,7 @@ def _choose_compile(timings: _Timings, machine: Machine, best: Candidate, eviden
 def _choose_batch_size(
     timings: _Timings, best: Candidate, batch_candidates: Sequence[int], evidence: dict[str, str]
 ) -> Candidate:
-    """Stage 3: batch size, eager (a compiled network recompiles for each new batch size)."""
+    """Stage 3: batch size, eager (a compiled update is compiled for one batch size)."""
     sizes = [replace(best, use_torch_compile=False, batch_size=size) for size in batch_candidates]
     timings.stage(3, sizes)
     rates = {candidate.batch_size: timings.rate(candidate) for candidate in sizes}

@@ -64,9 +64,14 @@ GRAPH_SUFFIX = "+graph"
 
 
 def combination_names(device: str = "cpu", names: Sequence[str] = tuple(COMBINATIONS)) -> tuple[str, ...]:
-    """The combinations ``names`` worth measuring on ``device``: on CUDA each also with the graph."""
+    """The combinations ``names`` worth measuring on ``device``: on CUDA those without a compile
+    (nothing compiles there: :func:`~sb3_snake.acceleration.optimizations.compile_unavailable`),
+    each also with the graph."""
     names = tuple(names)
-    return names + tuple(name + GRAPH_SUFFIX for name in names) if device == "cuda" else names
+    if device != "cuda":
+        return names
+    eager = tuple(name for name in names if not COMBINATIONS[name][2])
+    return eager + tuple(name + GRAPH_SUFFIX for name in eager)
 
 
 def parse_combination(name: str) -> tuple[bool, bool, bool, bool]:

@@ -30,9 +30,9 @@ What the graph records is the eager :class:`~sb3_snake.dqn.update.eager.EagerSte
 drawn on the device. The random draws come from the default CUDA generator and, for the
 symmetries, the augmentation's own (registered with the graph: a capture refuses a generator it
 was not told of), whose offsets a replay advances as the same eager calls would, so a captured
-run draws the numbers an eager run of the same steps draws. Compiling the networks later
-(``compile_after``) drops the graph, and the next update captures the compiled networks. A
-capture that fails sets :attr:`~EagerSteps.failure`, and the call's steps run eagerly.
+run draws the numbers an eager run of the same steps draws. Nothing is compiled on CUDA
+(:func:`~sb3_snake.acceleration.optimizations.compile_unavailable`): the graph holds the eager
+networks. A capture that fails sets :attr:`~EagerSteps.failure`, and the call's steps run eagerly.
 """
 
 from __future__ import annotations

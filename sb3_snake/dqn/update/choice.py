@@ -4,21 +4,22 @@ Three ways run the same :class:`~sb3_snake.dqn.update.eager.EagerSteps`:
 
 - **captured** (:class:`~sb3_snake.dqn.update.captured.CapturedSteps`): when the CUDA graph is
   active (CUDA, a replay buffer on the device) and no VecNormalize changes the samples;
-- **compiled** (:class:`~sb3_snake.dqn.update.compiled.CompiledSteps`): on a CPU, once the
-  compile child (:class:`~sb3_snake.dqn.update.child.CompileJob`) has compiled the whole
-  update and this process has loaded it (:meth:`StepChoice._adopt`). The child is started
-  here when the compile is due, with batches of the replay buffer; training goes on eagerly
-  meanwhile (or waits, without ``background``), and is polled at each call. In the background
-  the compile comes in two stages (:class:`~sb3_snake.dqn.update.compile.CompileState`): a
-  graph of one gradient step, then the wider one, each adopted when it is ready;
-- **eager**: otherwise (with the networks compiled in place on CUDA where the compile says so).
+- **compiled** (:class:`~sb3_snake.dqn.update.compiled.CompiledSteps`): on a CPU (the only
+  device that compiles), once the compile child (:class:`~sb3_snake.dqn.update.child.CompileJob`)
+  has compiled the whole update and this process has loaded it (:meth:`StepChoice._adopt`).
+  The child is started here when the compile is due, with batches of the replay buffer;
+  training goes on eagerly meanwhile (or waits, without ``background``), and is polled at each
+  call. In the background the compile comes in two stages
+  (:class:`~sb3_snake.dqn.update.compile.CompileState`): a graph of one gradient step, then the
+  wider one, each adopted when it is ready;
+- **eager**: otherwise.
 
 :meth:`StepChoice._choose` is the only place that picks one; it picks again only when what it
 depends on changes (the compile is adopted, a captured graph's batch size, new parameters or
 hyperparameters, a fallback). :meth:`StepChoice._turn_off` is the only fallback: a compile or
 capture that fails is reported once (a warning, and the model's ``active_optimizations`` say it
 is off, with the reason), and training goes on eagerly. Every compile, dynamo's trace included,
-happens in the child or on the calling thread, which for training is the process's main thread.
+happens in the child; the training process only loads what the child saved, on its main thread.
 """
 
 from __future__ import annotations
@@ -75,8 +76,6 @@ class StepChoice:
         self._start_pause = 0.0  # seconds training paused to start the child (sampling, the request, imports)
         self._lowered: tuple[int, int] | None = None  # (the run's thread count, the one taken beside the child)
         self._first_graph: CompiledSteps | None = None  # the first of two stages, while a wider graph may replace it
-        if self.compile.due(model._n_updates) and not self.compile.in_child:
-            self._compile_networks()  # CUDA: at once (the child needs batches: the first run starts it)
         self.current = self._choose(model.batch_size)
 
     def run(self, gradient_steps: int, batch_size: int) -> torch.Tensor:
@@ -113,21 +112,10 @@ class StepChoice:
             self.current = EagerSteps(model)
         return self.current
 
-    def _compile_networks(self) -> None:
-        failure = self.compile.compile_networks_now(self.model)
-        self.current = None  # chosen again: a graph of the compiled networks
-        if failure:
-            self._turn_off("compile", "torch.compile", failure)
-        else:
-            self._record("compile", self.compile.planned)
-
     def _start_compile(self, batch_size: int, gradient_steps: int) -> None:
         """Start the compile child on sampled (and augmented) batches of ``batch_size``, as many
         as the next graph's call takes (:meth:`CompileState.next_steps_per_call`; the first
         compile fixes the steps it aims at from ``gradient_steps``); wait for it without ``background``."""
-        if not self.compile.in_child:
-            self._compile_networks()
-            return
         if threading.current_thread() is not threading.main_thread():
             # Loading compiled code, as every use of the compiler, is for a process's main thread;
             # models that train on other threads (tune --n-jobs) train eagerly.

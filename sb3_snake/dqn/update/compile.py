@@ -2,17 +2,18 @@
 
 :class:`CompileState` holds the compile of a model from its decision to its outcome:
 
-- **whether**: asked for and available (:func:`~sb3_snake.acceleration.optimizations.decide_compile`);
-- **what**: on a CPU the whole gradient step as one graph (:class:`~sb3_snake.dqn.update.graph.UpdateGraph`,
+- **whether**: asked for and available (:func:`~sb3_snake.acceleration.optimizations.decide_compile`:
+  on a CPU only, :func:`~sb3_snake.acceleration.optimizations.compile_unavailable` says why);
+- **what**: the whole gradient step as one graph (:class:`~sb3_snake.dqn.update.graph.UpdateGraph`,
   :func:`decide_compiled_update`), where the update is bound by dispatching its many small
-  operators; a model whose update it cannot compile (:func:`unsupported_reason`) is not compiled
-  on a CPU, with that reason. On CUDA the two Q-networks, in place (``nn.Module.compile``, in
-  the training process), which the captured CUDA graph then holds;
+  operators; a model whose update it cannot compile (:func:`unsupported_reason`) is not
+  compiled, with that reason;
 - **when**: after ``compile_after`` gradient steps trained eagerly (0: at the first update);
-- **where**: on a CPU in a child process (:mod:`sb3_snake.dqn.update.child`), so that a crash
-  of the compiler costs the compile, not the run. With ``background``, training goes on eagerly
-  while the child compiles; without it, training waits for the child (the switch then falls at
-  a fixed gradient step, so a seeded run repeats);
+- **where**: in a child process (:mod:`sb3_snake.dqn.update.child`), so that a crash of the
+  compiler costs the compile, not the run: no trace or lowering happens in the training
+  process. With ``background``, training goes on eagerly while the child compiles; without it,
+  training waits for the child (the switch then falls at a fixed gradient step, so a seeded
+  run repeats);
 - **in two stages**, with ``background``: a graph of one gradient step first, the quickest to
   compile (the cold compile's time grows with the steps a graph holds), and once that runs, the
   graph of as many steps as a call makes (:attr:`CompileState.steps_wanted`), which runs faster
@@ -24,13 +25,12 @@
 
 It alone says so in words (:attr:`CompileState.planned`, :meth:`CompileState.in_effect`): the
 model's ``active_optimizations``, the run's summary, the capability report and the threads
-callback ask it. Either way the networks keep their state_dict keys, so models save and load
-the same with and without a compile.
+callback ask it. The networks themselves are never compiled (the child compiles a function of
+their tensors), so models save and load the same with and without a compile.
 """
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -42,8 +42,6 @@ from sb3_snake.acceleration.optimizations import Decision
 
 if TYPE_CHECKING:
     from stable_baselines3 import DQN
-
-logger = logging.getLogger(__name__)
 
 #: The compile decision's reason when :class:`~sb3_snake.dqn.update.compiled.CompiledSteps` is what runs.
 WHOLE_UPDATE = "the whole update as one graph: forward, backward, clipping and Adam"
@@ -68,13 +66,9 @@ def unsupported_reason(model: DQN) -> str:
     return ""
 
 
-def decide_compiled_update(device_type: str, unsupported: str) -> Decision:
-    """Whether an active compile compiles the whole gradient step rather than the two Q-networks:
-    on a CPU, unless the model is one it cannot compile (``unsupported``, its reason; nothing is
-    compiled then). On CUDA the update is captured as a CUDA graph instead, with the networks
-    compiled inside it."""
-    if device_type != "cpu":
-        return Decision.not_requested()
+def decide_compiled_update(unsupported: str) -> Decision:
+    """Whether an active compile can compile the model's whole gradient step: unless the model is
+    one it cannot compile (``unsupported``, its reason; nothing is compiled then)."""
     if unsupported:
         return Decision.off(unsupported)
     return Decision.on(WHOLE_UPDATE)
@@ -86,31 +80,14 @@ def compile_failure(error: BaseException) -> str:
     return f"compile failed: {type(error).__name__}: {lines[0] if lines else ''}"
 
 
-def compile_networks(model: DQN, mode: str) -> str:
-    """Compile both Q-networks in place and warm them up; the error (one line), or ``""``.
-    A compile that fails its warm-up pass is undone."""
-    networks = (model.q_net, model.q_net_target)
-    for network in networks:
-        network.compile(mode=mode)
-    sample = torch.as_tensor(model.observation_space.sample()[None], device=model.device)
-    try:
-        with torch.no_grad():
-            for network in networks:
-                network(sample)
-    except Exception as error:  # noqa: BLE001 - reported as the reason compile is off
-        for network in networks:
-            network._compiled_call_impl = None
-        return compile_failure(error)
-    return ""
-
-
 @dataclass
 class CompileState:
     """The compile of one model: asked for, what, when, and how it went.
 
     :param requested: the compile decision before anything was compiled: requested, and
         available on this machine (inactive, with the reason, when not).
-    :param whole_update: :func:`decide_compiled_update` for the model: the whole update, or the networks.
+    :param whole_update: :func:`decide_compiled_update` for the model: whether its update compiles
+        (a compile asked for where it cannot is off, with its reason, from the start).
     :param after: gradient steps trained eagerly before compiling (0: at the first update).
     :param mode: the ``torch.compile`` mode.
     :param background: train on eagerly while the child compiles (else wait for it).
@@ -121,7 +98,7 @@ class CompileState:
     after: int = 0
     mode: str = "default"
     background: bool = False
-    compiled: bool = False  #: the compiled update (or networks) runs
+    compiled: bool = False  #: the compiled update runs
     failure: str = ""  #: why compiling failed, if it did
     steps_per_call: int = 0  #: gradient steps per call of the compiled update in effect (0: none)
     steps_wanted: int = 0  #: the steps per call the compile aims at, fixed by the call it first starts at
@@ -136,17 +113,13 @@ class CompileState:
     ) -> CompileState:
         """The state of a model just built: a compile deferred by ``compile_after`` gradient steps
         counts from the model's own (a loaded model defers what is left, or compiles at its first update)."""
-        whole = decide_compiled_update(model.device.type, unsupported_reason(model))
+        whole = decide_compiled_update(unsupported_reason(model))
         after = compile_after if compile_after > model._n_updates else 0
-        state = cls(requested, whole, after, mode, background)
-        if requested.active and whole.requested and not whole.active:
-            state.failure = whole.reason  # on a CPU, only the whole update is compiled
-        return state
+        return cls(requested, whole, after, mode, background)
 
-    @property
-    def in_child(self) -> bool:
-        """Whether the compile runs in a child process (the whole update, on a CPU)."""
-        return self.whole_update.active
+    def __post_init__(self) -> None:
+        if self.requested.active and not self.whole_update.active and not self.failure:
+            self.failure = self.whole_update.reason  # only the whole update is compiled
 
     @property
     def active(self) -> bool:
@@ -154,18 +127,13 @@ class CompileState:
         its thread count)."""
         return self.requested.active and self.compiled and not self.failure
 
-    @property
-    def compiles_whole_update(self) -> bool:
-        """Whether the whole update runs compiled now (:class:`~sb3_snake.dqn.update.compiled.CompiledSteps`)."""
-        return self.active and self.whole_update.active
-
     def due(self, n_updates: int) -> bool:
         """Whether to compile, or start the compile child, now, with ``n_updates`` gradient steps
         trained: the first compile from :attr:`after` on, the wider graph once the first runs."""
         if not self.requested.active or self.failure or self.compiling_since is not None:
             return False
         if self.compiled:
-            return self.in_child and self.steps_per_call < self.steps_wanted
+            return self.steps_per_call < self.steps_wanted
         return n_updates >= self.after
 
     def next_steps_per_call(self) -> int:
@@ -191,10 +159,8 @@ class CompileState:
         if self.failure:
             return Decision.off(self.failure)
         when = f"after the first {self.after:,} gradient steps" if self.after else ""
-        where = ""
-        if self.in_child:
-            where = "in a child process while training goes on" if self.background else "in a child process"
-        what = self.whole_update.reason if self.whole_update.active else ""
+        where = "in a child process while training goes on" if self.background else "in a child process"
+        what = self.whole_update.reason
         return Decision.on(": ".join(part for part in (", ".join(p for p in (when, where) if p), what) if part))
 
     def in_effect(self, n_updates: int) -> Decision:
@@ -224,8 +190,3 @@ class CompileState:
             since = f"since gradient step {self.stopped_since:,}"
             return f"{graph} was compiling {since} when training stopped, and was stopped"
         return ""
-
-    def compile_networks_now(self, model: DQN) -> str:
-        """Compile both Q-networks in place (CUDA, in this process); the failure (one line), or ``""``."""
-        self.compiled = True
-        return compile_networks(model, self.mode)

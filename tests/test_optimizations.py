@@ -241,7 +241,7 @@ def test_the_whole_update_is_compiled_on_the_cpu_only_and_for_what_it_supports(m
     assert compile_unavailable("cuda") == COMPILE_ON_CPU_ONLY
     assert "where a crash of it ends the run" in COMPILE_ON_CPU_ONLY
     asked = OptimizationSettings(use_torch_compile=True, use_bf16=False, use_flash_attention=False)
-    on_gpu = ActiveOptimizations.decide(asked, "cuda")  # decided without a GPU: no CUDA call is made
+    on_gpu = ActiveOptimizations.decide(asked, "cuda")  # decidable without a GPU, as CI has none
     assert on_gpu.compile == Decision.off(COMPILE_ON_CPU_ONLY) and on_gpu.cuda_graph == Decision.on()
     monkeypatch.setattr(system, "compile_unavailable_reason", lambda: "no compiler here")
     assert compile_unavailable("cpu") == "no compiler here"

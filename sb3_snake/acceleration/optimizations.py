@@ -152,8 +152,8 @@ def compile_unavailable(device_type: str) -> str:
     Only a CPU compiles: there a child process compiles the whole gradient step and training
     loads what it saved (:mod:`sb3_snake.dqn.update.child`), so no crash of the compiler can take
     training down. On CUDA the compile ran in the training process (the networks compiled in
-    place): a crash of the compiler there would be one of training, and cold it stopped training
-    for tens of seconds, while its gain over the captured step (the CUDA graph, which already
+    place): a crash of the compiler there would be one of training, and a cold compile stopped
+    training while it ran; its gain over the captured step (the CUDA graph, which already
     removes the launch cost of the step's many small kernels) was never measured. Until a compile
     child is built and measured for CUDA, a GPU trains with the CUDA graph and no compile
     (docs/gpu.md). On a CPU: :func:`~sb3_snake.common.system.compile_unavailable_reason`.

@@ -61,6 +61,8 @@ COMBINATIONS: dict[str, tuple[bool, bool, bool]] = {
 #: A combination named with this suffix also replays the step as one CUDA graph (CUDA only);
 #: one without it never does, whatever ``USE_CUDA_GRAPH`` says.
 GRAPH_SUFFIX = "+graph"
+#: Every combination name ``--combinations`` takes: each of :data:`COMBINATIONS`, with or without the graph.
+COMBINATION_NAMES = (*COMBINATIONS, *(name + GRAPH_SUFFIX for name in COMBINATIONS))
 
 
 def combination_names(device: str = "cpu", names: Sequence[str] = tuple(COMBINATIONS)) -> tuple[str, ...]:

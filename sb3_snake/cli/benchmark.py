@@ -49,8 +49,7 @@ def _parse_combinations(text: str) -> tuple[str, ...]:
     from sb3_snake.benchmark import gradient_step
 
     names = tuple(name.strip() for name in text.split(",") if name.strip())
-    known = (*gradient_step.COMBINATIONS, *(name + gradient_step.GRAPH_SUFFIX for name in gradient_step.COMBINATIONS))
-    unknown = [name for name in names if name not in known]
+    unknown = [name for name in names if name not in gradient_step.COMBINATION_NAMES]
     if unknown or not names:
         raise UsageError(
             f"--combinations: unknown {', '.join(unknown) or '(none given)'}; "

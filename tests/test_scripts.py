@@ -93,6 +93,39 @@ def test_eager_step_rate_appends_one_line_per_run(tmp_path):
 TINY_MODEL = ["--batch-size", "8", "--board-size", "5", "--transitions", "64", "--rounds", "1", "--seconds", "0.01"]
 
 
+def test_eager_step_breakdown_times_every_part(tmp_path):
+    output = tmp_path / "breakdown.json"
+    tiny = ["--threads", "1", "--batch-size", "8", "--board-size", "5", "--transitions", "64"]
+    done = run_script("eager_step_breakdown.py", "--output", str(output), *tiny, "--steps", "2", "--warmup", "1")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(output.read_text())
+    parts = ["sampling", "TD targets", "online forward", "loss", "zero_grad", "backward", "clipping", "Adam"]
+    assert list(report["milliseconds"]) == parts and report["batch_size"] == 8 and report["threads"] == 1
+    assert all(value >= 0 for value in report["milliseconds"].values()) and report["whole_step_median_milliseconds"] > 0
+
+
+def test_eager_step_variants_times_every_variant_in_each_round(tmp_path):
+    output = tmp_path / "variants.json"
+    tiny = ["--batch-size", "8", "--board-size", "5", "--transitions", "64", "--rounds", "2", "--block", "1"]
+    done = run_script("eager_step_variants.py", "--output", str(output), "--label", "smoke", *tiny)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(output.read_text())
+    assert report["label"] == "smoke" and report["batch_size"] == 8
+    assert {name: len(blocks) for name, blocks in report["block_milliseconds"].items()} == {
+        "sdpa_pool": 2,
+        "matmul_pool": 2,
+        "one_thread": 2,
+    }
+    # The pool without SDPA is the same function: the variant changes the speed, not the network.
+    assert report["pool_max_abs_difference"] < 1e-5 and report["ratio_to_sdpa_pool"]["sdpa_pool"] == 1
+
+
+def test_every_script_has_a_smoke_test_here():
+    source = Path(__file__).read_text()
+    untested = [path.name for path in sorted(SCRIPTS.glob("*.py")) if f'"{path.name}"' not in source]
+    assert not untested, f"scripts without a smoke test in tests/test_scripts.py: {untested}"
+
+
 @pytest.mark.slow
 def test_compiled_step_breakdown_times_every_part(tmp_path):
     output = tmp_path / "breakdown.json"

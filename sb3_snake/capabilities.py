@@ -58,7 +58,11 @@ def capability_report(
         "torch": torch.__version__,
         "python": platform.python_version(),
         "device": str(target),
-        "device_name": torch.cuda.get_device_name(target) if target.type == "cuda" else system.cpu_model(),
+        "device_name": (
+            torch.cuda.get_device_name(target)
+            if target.type == "cuda"
+            else system.cpu_description(system.cpu_model(), system.cpu_identity())
+        ),
         "cuda_available": torch.cuda.is_available(),
         "available": available,
         "settings": _settings_table(settings, batch, batch_source),
@@ -163,7 +167,7 @@ def format_capability_report(report: dict[str, Any]) -> str:
         "sb3-snake capability report",
         "",
         f"PyTorch {report['torch']}, Python {report['python']}",
-        f"device: {report['device']} ({report['device_name']}); CUDA available: {yes[report['cuda_available']]}",
+        f"device: {report['device']}, {report['device_name']}; CUDA available: {yes[report['cuda_available']]}",
         "",
         "What this machine supports (tiny real operations were run):",
         f"  BF16: native {yes[bf16['native']]}, autocast matmul ran {yes[bf16['autocast_runs']]}"

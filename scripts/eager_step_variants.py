@@ -57,17 +57,6 @@ def matmul_pool(self, x: torch.Tensor) -> torch.Tensor:
 VARIANTS = {"sdpa_pool": (SDPA_POOL, 2), "matmul_pool": (matmul_pool, 2), "one_thread": (SDPA_POOL, 1)}
 
 
-def cpu_family_model() -> str:
-    """``family 25, model 1``: which generation the CPU is (``system_info`` gives its name only)."""
-    fields = {}
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        key, _, value = line.partition(":")
-        fields.setdefault(key.strip(), value.strip())
-    return f"family {fields.get('cpu family')}, model {fields.get('model')}, flags with avx512: " + ", ".join(
-        sorted(flag for flag in fields.get("flags", "").split() if flag.startswith(("avx512", "amx")))
-    )
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=Path, required=True)
@@ -106,7 +95,6 @@ def main() -> None:
         "benchmark": "eager_step_variants",
         "label": options.label,
         "system": system_info(),
-        "cpu_family_model": cpu_family_model(),
         "batch_size": batch,
         "statistic": f"median over {options.rounds} blocks of {options.block} gradient steps, alternating; ms per step",
         "pool_max_abs_difference": difference,

@@ -293,6 +293,20 @@ def test_a_cache_entry_of_another_machine_is_not_used(tmp_path, monkeypatch):
     assert resolve(asked, table).settings.use_flash_attention is False and table.calls
 
 
+def test_a_cpu_of_the_same_name_and_another_generation_measures_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("SB3_SNAKE_CACHE_DIR", str(tmp_path))
+    zen2 = {"vendor": "AuthenticAMD", "family": 23, "model": 49, "vector_flags": ["avx2"]}
+    zen5 = {"vendor": "AuthenticAMD", "family": 26, "model": 2, "vector_flags": ["avx2", "avx512_bf16", "avx512f"]}
+    monkeypatch.setattr("sb3_snake.common.system.cpu_model", lambda: "AMD EPYC")
+    monkeypatch.setattr("sb3_snake.common.system.cpu_identity", lambda: zen5)
+    asked = settings(use_flash_attention="auto")
+    resolve(asked, Table(flash=2.0))
+    assert resolve(asked, fails).settings.use_flash_attention is True  # the same machine: cached
+    monkeypatch.setattr("sb3_snake.common.system.cpu_identity", lambda: zen2)
+    table = Table(flash=0.5)
+    assert resolve(asked, table).settings.use_flash_attention is False and table.calls
+
+
 def test_an_unwritable_cache_is_a_warning_not_an_error(tmp_path, monkeypatch, caplog):
     blocker = tmp_path / "file"
     blocker.write_text("")

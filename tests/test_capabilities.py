@@ -12,6 +12,7 @@ from sb3_snake.acceleration.description import summary_lines
 from sb3_snake.acceleration.optimizations import ActiveOptimizations
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.capabilities import capability_report, format_capability_report
+from sb3_snake.common.system import cpu_description, cpu_identity, cpu_model
 from sb3_snake.dqn.update.compile import WHOLE_UPDATE
 
 SCRIPT = Path(__file__).resolve().parent.parent / "test_optimizations.py"
@@ -38,6 +39,8 @@ def test_script_prints_json_with_settings_sources_and_active_state(tmp_path):
     assert report["active"]["bf16_requested"] is False and report["active"]["bf16_active"] is False
     assert report["available"]["flash_attention"]["float32"] is True
     assert report["device"] == "cpu" and report["torch"]
+    # The CPU by name and, where /proc/cpuinfo says it, generation: "AMD EPYC" alone is many machines.
+    assert report["device_name"] == cpu_description(cpu_model(), cpu_identity())
 
 
 @pytest.mark.slow

@@ -17,6 +17,8 @@ from sb3_snake.common.system import (
     compile_cache_problem,
     compile_unavailable_reason,
     cpu_cores,
+    cpu_description,
+    cpu_identity,
     cpu_model,
     descendants,
     native_bf16,
@@ -62,6 +64,34 @@ def test_facts():
     info = system_info()
     assert info["torch"] == torch.__version__ and info["cpu_cores"] >= 1
     assert {"cpu_native_bf16", "cuda_bf16"} <= set(capabilities())
+
+
+CPUINFO = """processor\t: 0
+vendor_id\t: AuthenticAMD
+cpu family\t: 25
+model\t\t: 1
+model name\t: AMD EPYC
+flags\t\t: fpu sse2 avx avx2 fma avx512f avx512_bf16 amx_tile sha_ni
+
+processor\t: 1
+vendor_id\t: AuthenticAMD
+cpu family\t: 26
+model\t\t: 9
+flags\t\t: avx2
+"""
+
+
+def test_cpu_identity_names_the_generation_and_vector_units_of_the_first_processor():
+    assert cpu_identity(CPUINFO) == {
+        "vendor": "AuthenticAMD",
+        "family": 25,
+        "model": 1,
+        "vector_flags": ["amx_tile", "avx2", "avx512_bf16", "avx512f"],
+    }
+    assert cpu_identity("processor\t: 0\nmodel name\t: an ARM core\n") is None  # no family: not x86's fields
+    assert system_info()["cpu_id"] == cpu_identity()
+    assert cpu_description("AMD EPYC", cpu_identity(CPUINFO)) == "AMD EPYC (family 25, model 1)"
+    assert cpu_description("AMD EPYC", None) == "AMD EPYC"
 
 
 def test_descendants_follow_the_parents_down():

@@ -26,8 +26,9 @@ from sb3_snake.common.paths import cache_dir, regular_file_problem, write_text_a
 
 logger = logging.getLogger(__name__)
 
-#: Bumped when the measurement changes, so old cache files are measured again.
-CACHE_VERSION = 2
+#: Bumped when the measurement or the key changes, so old cache files are measured again
+#: (3: the key names the CPU's generation, :func:`~sb3_snake.common.system.cpu_identity`).
+CACHE_VERSION = 3
 #: A cache file is a few kilobytes; anything far larger is not one of ours and is not parsed.
 MAX_CACHE_BYTES = 1 << 20
 #: The attention kernels a cached choice may name.
@@ -45,7 +46,10 @@ def cache_key(
     batch_size: int | str,
 ) -> dict[str, Any]:
     """What a measurement depends on: machine, software, threads, policy (and the boards it
-    reads) and what was asked for: ``settings`` and ``batch_size`` (a size, or ``auto``)."""
+    reads) and what was asked for: ``settings`` and ``batch_size`` (a size, or ``auto``).
+
+    A CPU is named by its generation as well as its name: "AMD EPYC" is a Zen 2 without bf16
+    one day and a Zen 5 with it the next, in a home folder that outlives the machine."""
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else system.cpu_model()
     asked = {"batch_size": batch_size} | {
         key: getattr(settings, key)
@@ -62,6 +66,7 @@ def cache_key(
         "version": CACHE_VERSION,
         "device": device.type,
         "device_name": name,
+        "cpu_id": system.cpu_identity() if device.type == "cpu" else None,
         "cores": system.cpu_cores(),
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,

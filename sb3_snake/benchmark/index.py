@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 
 from sb3_snake.benchmark.results import RESULTS_DIR
+from sb3_snake.common.system import cpu_description
 
 #: The index's own name inside the results folder.
 INDEX_NAME = "README.md"
@@ -96,7 +97,8 @@ def _kind(path: Path) -> str:
 
 def _machine(path: Path) -> str:
     """The machine a JSON recorded (a plot: the JSON beside it of the same name): its GPU if any,
-    else its CPU and cores; ``not recorded`` when the file names none."""
+    else its CPU (with family and model where recorded) and cores; ``not recorded`` when the
+    file names none."""
     data = _load(path.with_suffix(".json") if path.suffix == ".png" else path)
     system = data.get("system")
     if isinstance(system, dict):
@@ -106,6 +108,7 @@ def _machine(path: Path) -> str:
         if isinstance(gpu, str) and gpu:
             return gpu
         if isinstance(cpu, str) and cpu:
+            cpu = cpu_description(cpu, system.get("cpu_id"))
             return f"{cpu}, {cores} cores" if isinstance(cores, int) else cpu
     machine = data.get("machine")
     if isinstance(machine, str):

@@ -36,6 +36,47 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+#: The /proc/cpuinfo flags that :func:`cpu_identity` keeps: the vector units that decide which
+#: kernels run fast (AVX2 only, AVX-512 with or without bf16, Intel's AMX).
+VECTOR_FLAG_PREFIXES = ("avx2", "avx512", "amx")
+
+
+def cpu_identity(cpuinfo: str | None = None) -> dict[str, Any] | None:
+    """Which generation the CPU is: ``{"vendor", "family", "model", "vector_flags"}`` of its first
+    processor in ``/proc/cpuinfo`` (or ``cpuinfo``, that file's text), ``None`` without one.
+
+    The marketing name alone does not tell machines apart: a cloud's "AMD EPYC" is a Zen 2, 3, 4
+    or 5 from one day to the next, and what is fastest on one is not on another. Family and model
+    name the generation (AMD family 23 is Zen 1-2, 25 Zen 3-4, 26 Zen 5), and the vector flags say
+    which kernels the CPU has, e.g. native bf16 (``avx512_bf16``, ``amx_bf16``).
+    """
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return None
+    fields: dict[str, str] = {}
+    for line in cpuinfo.split("\n\n", 1)[0].splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    if "cpu family" not in fields or "model" not in fields:
+        return None
+    flags = fields.get("flags", "").split()
+    return {
+        "vendor": fields.get("vendor_id", ""),
+        "family": int(fields["cpu family"]),
+        "model": int(fields["model"]),
+        "vector_flags": sorted(flag for flag in flags if flag.startswith(VECTOR_FLAG_PREFIXES)),
+    }
+
+
+def cpu_description(name: str, identity: dict[str, Any] | None) -> str:
+    """``AMD EPYC (family 25, model 1)``: the name with the generation where it is known."""
+    if isinstance(identity, dict) and "family" in identity and "model" in identity:
+        return f"{name} (family {identity['family']}, model {identity['model']})"
+    return name
+
+
 def cpu_cores() -> int:
     """CPU cores this process may run on (its affinity where the OS says, else all)."""
     try:
@@ -247,6 +288,7 @@ def system_info() -> dict[str, Any]:
     """Hardware and software versions, recorded with every benchmark result and training run."""
     info: dict[str, Any] = {
         "cpu": cpu_model(),
+        "cpu_id": cpu_identity(),
         "cpu_cores": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "platform": platform.platform(),

@@ -24,6 +24,7 @@ benchmarks page ("The first minute").
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import statistics
 import time
@@ -93,6 +94,7 @@ def main() -> None:
     medians = {name: statistics.median(values) for name, values in milliseconds.items()}
     report = {
         "benchmark": "eager_step_variants",
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "label": options.label,
         "system": system_info(),
         "batch_size": batch,

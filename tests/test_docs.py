@@ -69,12 +69,16 @@ def test_index_names_the_machine_a_result_recorded(tmp_path):
     (tmp_path / "zen3_20261127.json").write_text(
         '{"system": {"cpu": "AMD EPYC", "cpu_cores": 2, "cpu_id": {"family": 25, "model": 1}, "gpu": null}}'
     )
+    (tmp_path / "zen3_20261127" / "variants").mkdir(parents=True)
+    (tmp_path / "zen3_20261127" / "variants" / "default_1.json").write_text('{"system": {"cpu": "AMD EPYC"}}')
     (tmp_path / "gpu").mkdir()
     (tmp_path / "gpu" / "env_20261122.json").write_text('{"system": {"cpu": "x", "gpu": {"name": "NVIDIA H100"}}}')
     index = index_markdown(tmp_path)
     assert "| 2026-11-24 | [gradient_step_20261124T131930Z.json](gradient_step_20261124T131930Z.json) |" in index
     assert "AMD EPYC, 2 cores" in index and "NVIDIA H100" in index and "(gpu/env_20261122.json)" in index
     assert "| AMD EPYC (family 25, model 1), 2 cores |" in index
+    # A file named without a date takes the nearest dated folder's.
+    assert "| 2026-11-27 | [default_1.json](zen3_20261127/variants/default_1.json) |" in index
 
 
 @pytest.mark.slow

@@ -6,6 +6,7 @@ tests do: no C++ is built), set before the script runs, so they test the script,
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -117,12 +118,15 @@ def test_eager_step_variants_times_every_variant_in_each_round(tmp_path):
         "one_thread": 2,
     }
     # The pool without SDPA is the same function: the variant changes the speed, not the network.
-    assert report["pool_max_abs_difference"] < 1e-5 and report["ratio_to_sdpa_pool"]["sdpa_pool"] == 1
+    assert report["pool_max_abs_difference"] < 1e-5
+    assert all(value > 0 for value in report["median_milliseconds"].values()) and report["date"]
 
 
 def test_every_script_has_a_smoke_test_here():
     source = Path(__file__).read_text()
-    untested = [path.name for path in sorted(SCRIPTS.glob("*.py")) if f'"{path.name}"' not in source]
+    run = re.compile(r'run_script\(\s*"([^"]+)"')
+    tested = set(run.findall(source))
+    untested = [path.name for path in sorted(SCRIPTS.glob("*.py")) if path.name not in tested]
     assert not untested, f"scripts without a smoke test in tests/test_scripts.py: {untested}"
 
 

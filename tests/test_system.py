@@ -81,14 +81,32 @@ flags\t\t: avx2
 """
 
 
+ARM_CPUINFO = """processor\t: 0
+BogoMIPS\t: 2100.00
+Features\t: fp asimd aes sve svebf16 i8mm bf16 rng
+CPU implementer\t: 0x41
+CPU architecture: 8
+CPU variant\t: 0x1
+CPU part\t: 0xd40
+"""
+
+
 def test_cpu_identity_names_the_generation_and_vector_units_of_the_first_processor():
     assert cpu_identity(CPUINFO) == {
         "vendor": "AuthenticAMD",
-        "family": 25,
-        "model": 1,
+        "family": "25",
+        "model": "1",
         "vector_flags": ["amx_tile", "avx2", "avx512_bf16", "avx512f"],
     }
-    assert cpu_identity("processor\t: 0\nmodel name\t: an ARM core\n") is None  # no family: not x86's fields
+    assert cpu_identity(ARM_CPUINFO) == {
+        "vendor": "0x41",
+        "family": "8",
+        "model": "0xd40",
+        "vector_flags": ["bf16", "i8mm", "sve", "svebf16"],
+    }
+    # Neither architecture's fields, or a value no parser expects: nothing, or the text as written.
+    assert cpu_identity("processor\t: 0\nmodel name\t: a core\n") is None
+    assert cpu_identity("cpu family\t: unknown\nmodel\t: ?\n")["family"] == "unknown"
     assert system_info()["cpu_id"] == cpu_identity()
     assert cpu_description("AMD EPYC", cpu_identity(CPUINFO)) == "AMD EPYC (family 25, model 1)"
     assert cpu_description("AMD EPYC", None) == "AMD EPYC"

@@ -43,15 +43,17 @@ def index_markdown(directory: Path = RESULTS_DIR) -> str:
     for folder in sorted(by_folder, key=lambda f: (f != Path("."), str(f))):
         parts.append(f"\n## {'Top level' if folder == Path('.') else f'`{folder.as_posix()}/`'}\n")
         parts.append("| date | file | what | machine |\n|---|---|---|---|")
-        for path in sorted(by_folder[folder], key=lambda p: (_date(p), p.name)):
-            link = path.relative_to(directory).as_posix()
-            parts.append(f"| {_date(path) or '-'} | [{path.name}]({link}) | {_kind(path)} | {_machine(path)} |")
+        for path in sorted(by_folder[folder], key=lambda p: (_date(p.relative_to(directory)), p.name)):
+            link = path.relative_to(directory)
+            row = f"| {_date(link) or '-'} | [{path.name}]({link.as_posix()}) | {_kind(path)} | {_machine(path)} |"
+            parts.append(row)
     return "\n".join(parts) + "\n"
 
 
 def _date(path: Path) -> str:
-    """The date in the file's name, else in its folder's name (``YYYY-MM-DD``), else empty."""
-    for name in (path.name, path.parent.name):
+    """The date in ``path``'s name (relative to the results folder), else in the nearest folder
+    above it that names one (``YYYY-MM-DD``), else empty."""
+    for name in reversed(path.parts):
         match = _DATE.search(name)
         if match:
             return "-".join(match.groups())

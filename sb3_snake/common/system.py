@@ -37,37 +37,47 @@ def cpu_model() -> str:
 
 
 #: The /proc/cpuinfo flags that :func:`cpu_identity` keeps: the vector units that decide which
-#: kernels run fast (AVX2 only, AVX-512 with or without bf16, Intel's AMX).
-VECTOR_FLAG_PREFIXES = ("avx2", "avx512", "amx")
+#: kernels run fast (x86: AVX2 only, AVX-512 with or without bf16, Intel's AMX; Arm: SVE, SME,
+#: bf16 and int8 matrix multiplies).
+VECTOR_FLAG_PREFIXES = ("avx2", "avx512", "amx", "sve", "sme", "bf16", "i8mm")
+#: Where each architecture's /proc/cpuinfo names vendor, family, model and flags.
+_CPUINFO_FIELDS = (
+    ("vendor_id", "cpu family", "model", "flags"),  # x86
+    ("CPU implementer", "CPU architecture", "CPU part", "Features"),  # Arm
+)
 
 
 def cpu_identity(cpuinfo: str | None = None) -> dict[str, Any] | None:
     """Which generation the CPU is: ``{"vendor", "family", "model", "vector_flags"}`` of its first
-    processor in ``/proc/cpuinfo`` (or ``cpuinfo``, that file's text), ``None`` without one.
+    processor in Linux's ``/proc/cpuinfo`` (or ``cpuinfo``, that file's text), read from the x86
+    fields (vendor_id, cpu family, model, flags) or the Arm ones (CPU implementer, CPU
+    architecture, CPU part, Features); ``None`` where there is no such file or it has neither
+    (macOS, other systems: there the name alone stands).
 
     The marketing name alone does not tell machines apart: a cloud's "AMD EPYC" is a Zen 2, 3, 4
     or 5 from one day to the next, and what is fastest on one is not on another. Family and model
     name the generation (AMD family 23 is Zen 1-2, 25 Zen 3-4, 26 Zen 5), and the vector flags say
-    which kernels the CPU has, e.g. native bf16 (``avx512_bf16``, ``amx_bf16``).
+    which kernels the CPU has, e.g. native bf16 (``avx512_bf16``, ``amx_bf16``, Arm's ``bf16``).
+    Values are kept as the file writes them (strings), so no machine's format can fail the read.
     """
     if cpuinfo is None:
         try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
+            cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
         except OSError:
             return None
     fields: dict[str, str] = {}
     for line in cpuinfo.split("\n\n", 1)[0].splitlines():
         key, _, value = line.partition(":")
         fields.setdefault(key.strip(), value.strip())
-    if "cpu family" not in fields or "model" not in fields:
-        return None
-    flags = fields.get("flags", "").split()
-    return {
-        "vendor": fields.get("vendor_id", ""),
-        "family": int(fields["cpu family"]),
-        "model": int(fields["model"]),
-        "vector_flags": sorted(flag for flag in flags if flag.startswith(VECTOR_FLAG_PREFIXES)),
-    }
+    for vendor, family, model, flags in _CPUINFO_FIELDS:
+        if family in fields and model in fields:
+            return {
+                "vendor": fields.get(vendor, ""),
+                "family": fields[family],
+                "model": fields[model],
+                "vector_flags": sorted(f for f in fields.get(flags, "").split() if f.startswith(VECTOR_FLAG_PREFIXES)),
+            }
+    return None
 
 
 def cpu_description(name: str, identity: dict[str, Any] | None) -> str:

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from sb3_snake.common.system import cpu_description
+
 #: Greedy mean scores whose time to reach the report gives.
 SCORE_THRESHOLDS = (10, 20, 25, 30)
 #: Counted seconds at which the report gives the greedy mean (the first target: 20 within a minute).
@@ -118,7 +120,8 @@ def plot_learning_benchmark(report: dict[str, Any], output: Path) -> Path:
     system = report["system"]
     axis.set_xlabel("wall-clock minutes (imports and compilation included)")
     axis.set_ylabel(f"greedy mean score ({report['plan']['episodes']} games)")
-    axis.set_title(f"{system['cpu']}, {system['cpu_cores']} cores, torch {system['torch']}", fontsize=9)
+    cpu = cpu_description(system["cpu"], system.get("cpu_id"))
+    axis.set_title(f"{cpu}, {system['cpu_cores']} cores, torch {system['torch']}", fontsize=9)
     axis.grid(alpha=0.3)
     axis.legend(loc="upper left")
     figure.tight_layout()

@@ -21,6 +21,7 @@ from sb3_snake.common.system import (
     cpu_identity,
     cpu_model,
     descendants,
+    first_processor,
     native_bf16,
     processes,
     resolve_device,
@@ -92,6 +93,8 @@ CPU part\t: 0xd40
 
 
 def test_cpu_identity_names_the_generation_and_vector_units_of_the_first_processor():
+    assert first_processor(CPUINFO)["model name"] == "AMD EPYC"  # cpu_model's source: the same parse
+    assert first_processor(CPUINFO)["cpu family"] == "25"  # the first processor's, not the second's
     assert cpu_identity(CPUINFO) == {
         "vendor": "AuthenticAMD",
         "family": "25",

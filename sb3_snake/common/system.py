@@ -25,15 +25,25 @@ from sb3_snake.common.errors import UsageError
 DEVICES = ("auto", "cpu", "cuda")
 
 
+def first_processor(cpuinfo: str | None = None) -> dict[str, str]:
+    """The fields of the first processor in Linux's ``/proc/cpuinfo`` (or ``cpuinfo``, that
+    file's text), as written; empty where there is no such file. Every processor of a machine
+    this package runs on is the same model, so the first stands for all."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
+        except OSError:
+            return {}
+    fields: dict[str, str] = {}
+    for line in cpuinfo.split("\n\n", 1)[0].splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
 def cpu_model() -> str:
     """The CPU's marketing name, from /proc/cpuinfo where there is one."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return first_processor().get("model name") or platform.processor() or platform.machine()
 
 
 #: The /proc/cpuinfo flags that :func:`cpu_identity` keeps: the vector units that decide which
@@ -49,7 +59,7 @@ _CPUINFO_FIELDS = (
 
 def cpu_identity(cpuinfo: str | None = None) -> dict[str, Any] | None:
     """Which generation the CPU is: ``{"vendor", "family", "model", "vector_flags"}`` of its first
-    processor in Linux's ``/proc/cpuinfo`` (or ``cpuinfo``, that file's text), read from the x86
+    processor (:func:`first_processor`; ``cpuinfo``: the file's text), read from the x86
     fields (vendor_id, cpu family, model, flags) or the Arm ones (CPU implementer, CPU
     architecture, CPU part, Features); ``None`` where there is no such file or it has neither
     (macOS, other systems: there the name alone stands).
@@ -60,15 +70,7 @@ def cpu_identity(cpuinfo: str | None = None) -> dict[str, Any] | None:
     which kernels the CPU has, e.g. native bf16 (``avx512_bf16``, ``amx_bf16``, Arm's ``bf16``).
     Values are kept as the file writes them (strings), so no machine's format can fail the read.
     """
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
-        except OSError:
-            return None
-    fields: dict[str, str] = {}
-    for line in cpuinfo.split("\n\n", 1)[0].splitlines():
-        key, _, value = line.partition(":")
-        fields.setdefault(key.strip(), value.strip())
+    fields = first_processor(cpuinfo)
     for vendor, family, model, flags in _CPUINFO_FIELDS:
         if family in fields and model in fields:
             return {

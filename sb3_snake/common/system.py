@@ -46,14 +46,14 @@ def cpu_model() -> str:
     return first_processor().get("model name") or platform.processor() or platform.machine()
 
 
-#: The /proc/cpuinfo flags that :func:`cpu_identity` keeps: the vector units that decide which
-#: kernels run fast (x86: AVX2 only, AVX-512 with or without bf16, Intel's AMX; Arm: SVE, SME,
-#: bf16 and int8 matrix multiplies).
-VECTOR_FLAG_PREFIXES = ("avx2", "avx512", "amx", "sve", "sme", "bf16", "i8mm")
-#: Where each architecture's /proc/cpuinfo names vendor, family, model and flags.
+#: Where each architecture's /proc/cpuinfo names vendor, family, model and flags, and the flags
+#: :func:`cpu_identity` keeps: the vector units that decide which kernels run fast (x86: AVX2
+#: only, AVX-512 with or without bf16, Intel's AMX; Arm: SVE, SME, bf16 and int8 matrix
+#: multiplies). The prefixes are each architecture's own: x86's ``smep`` and ``sme`` (memory
+#: protection and encryption) are not Arm's SME.
 _CPUINFO_FIELDS = (
-    ("vendor_id", "cpu family", "model", "flags"),  # x86
-    ("CPU implementer", "CPU architecture", "CPU part", "Features"),  # Arm
+    ("vendor_id", "cpu family", "model", "flags", ("avx2", "avx512", "amx")),  # x86
+    ("CPU implementer", "CPU architecture", "CPU part", "Features", ("sve", "sme", "bf16", "i8mm")),  # Arm
 )
 
 
@@ -71,13 +71,13 @@ def cpu_identity(cpuinfo: str | None = None) -> dict[str, Any] | None:
     Values are kept as the file writes them (strings), so no machine's format can fail the read.
     """
     fields = first_processor(cpuinfo)
-    for vendor, family, model, flags in _CPUINFO_FIELDS:
+    for vendor, family, model, flags, vector_prefixes in _CPUINFO_FIELDS:
         if family in fields and model in fields:
             return {
                 "vendor": fields.get(vendor, ""),
                 "family": fields[family],
                 "model": fields[model],
-                "vector_flags": sorted(f for f in fields.get(flags, "").split() if f.startswith(VECTOR_FLAG_PREFIXES)),
+                "vector_flags": sorted(f for f in fields.get(flags, "").split() if f.startswith(vector_prefixes)),
             }
     return None
 

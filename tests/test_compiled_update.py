@@ -35,7 +35,8 @@ def adopt_compiled(model, folder, steps=1, batch_size=32, backend="inductor"):
     with forward_context("cpu", active.bf16.active, active.sdpa_backends):
         path = folder / f"update-{artifact_key(graph, arguments, {'backend': backend})}.bin"
         save(compile_graph(graph, arguments, backend=backend), path)
-    update = CompiledSteps(model, active, graph, load(path), steps, batch_size)
+    function = load(path, "cpu", active.bf16.active, active.sdpa_backends)  # as training loads it
+    update = CompiledSteps(model, active, graph, function, steps, batch_size)
     model.step_choice.current, model.step_choice.compile.compiled = update, True
     return update
 
@@ -113,6 +114,22 @@ def test_in_bf16_with_the_flash_kernel_the_compiled_update_trains_as_the_eager_o
     assert compiled.active_optimizations.bf16.active and compiled.active_optimizations.flash.active
     step_both(eager, compiled, rtol=1e-2)  # bf16 products round differently once compiled
     assert compiled.step_choice.current.calls == 3 and not compiled.step_choice.current.failure  # no fallback to eager
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_a_graph_loaded_outside_any_autocast_runs_in_the_context_it_was_compiled_for(bf16, tmp_path):
+    # the training process loads with no autocast entered; the guards must expect the context of
+    # the calls (bf16 autocast needs no native bf16 to be entered, so this runs on every CPU)
+    model = small_dqn(EAGER, board_size=6, transitions=96)
+    graph = UpdateGraph(model)
+    batches = split(EagerSteps(model).sample(1, 32), 1)
+    arguments = (batches, torch.zeros(()), *graph_arguments(model, graph))
+    with forward_context("cpu", bf16, ["MATH"]):
+        save(compile_graph(graph, arguments, backend=GRAPH_ONLY), tmp_path / "update.bin")
+    function = load(tmp_path / "update.bin", "cpu", bf16, ["MATH"])
+    assert not torch.is_autocast_enabled("cpu")
+    with forward_context("cpu", bf16, ["MATH"]):
+        assert torch.isfinite(function(graph, *arguments))  # its guards accept the call
 
 
 def test_a_new_learning_rate_and_loaded_parameters_are_used_by_the_same_compiled_function(tmp_path):
@@ -195,8 +212,8 @@ def test_a_first_call_that_fails_trains_eagerly_and_turns_the_compile_off(tmp_pa
     decision = compiled.active_optimizations.compile
     assert (
         not decision.active
-        and decision.reason == "compile failed: RuntimeError: GuardManager check failed, reason: a guard"
-    )
+        and decision.reason == "compile failed: RuntimeError: GuardManager check failed, reason: a guard and more"
+    )  # the whole message, on one line
     assert not isinstance(compiled.step_choice.current, CompiledSteps)
 
 

@@ -68,20 +68,25 @@ def save(function: Any, path: Path) -> None:
         temporary.write_bytes(data)
 
 
-def load(path: Path) -> Callable[..., torch.Tensor]:
-    """The function :func:`save` wrote to ``path``, ready to call (no trace, no lowering).
+def load(
+    path: Path, device_type: str, bf16: bool, sdpa_backends: Sequence[SDPBackend | str]
+) -> Callable[..., torch.Tensor]:
+    """The function :func:`save` wrote to ``path``, ready to call (no trace, no lowering) in the
+    :func:`forward_context` of the same ``device_type``, ``bf16`` and ``sdpa_backends``.
 
-    torch 2.13's loader rebuilds guards on imported modules (``collections.namedtuple``, the
-    pytree registry: the batches are a named tuple) through a class that registers each guard
-    with the dynamo trace in progress, and fails where there is none; the rebuilt guards are
-    kept by the loaded function, so an empty tracing context for the load is all it takes.
+    It is loaded in that context, since torch 2.13's loader rebuilds each tensor guard's
+    expected dispatch keys from the thread's state at load time: loaded outside autocast, a
+    graph compiled under bf16 autocast refuses every call made under it. The loader also
+    registers the guards it rebuilds on imported modules (``collections.namedtuple``, the
+    pytree registry: the batches are a named tuple) with the dynamo trace in progress, and
+    fails where there is none, so the load runs in an empty tracing context.
     """
     from torch._dynamo.aot_compile import AOTCompiledFunction
     from torch._guards import TracingContext, tracing
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     data = path.read_bytes()
-    with tracing(TracingContext(FakeTensorMode())):
+    with forward_context(device_type, bf16, sdpa_backends), tracing(TracingContext(FakeTensorMode())):
         return AOTCompiledFunction.deserialize(data)
 
 

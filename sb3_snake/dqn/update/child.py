@@ -157,16 +157,17 @@ def main(argv: list[str]) -> int:
     torch.set_num_threads(options["threads"])
     started = time.perf_counter()
     cached = artifact.is_file()
-    with forward_context(options["device_type"], options["bf16"], options["sdpa_backends"]):
+    context = (options["device_type"], options["bf16"], options["sdpa_backends"])
+    with forward_context(*context):
         if cached:
             try:
-                load(artifact)(graph, *arguments)  # the child's own copies: nothing to keep
+                load(artifact, *context)(graph, *arguments)  # the child's own copies: nothing to keep
             except Exception as error:  # noqa: BLE001 - a stale or broken file is compiled again
                 print(f"cached compiled update {artifact} not used: {type(error).__name__}: {error}", flush=True)
                 cached = False
         if not cached:
             save(compile_graph(graph, arguments, options["mode"], options["backend"]), artifact)
-            load(artifact)(graph, *arguments)  # what the training process will load, loaded and run here first
+            load(artifact, *context)(graph, *arguments)  # what the training process will load, loaded and run here first
     seconds = time.perf_counter() - started
     write_text_atomically(request_path.parent / "result.json", json.dumps({"seconds": seconds, "cached": cached}))
     return 0

@@ -179,7 +179,8 @@ class StepChoice:
         function = None
         if not failure:
             try:
-                function = load(job.artifact)
+                active = self.model.active_optimizations
+                function = load(job.artifact, self.model.device.type, active.bf16.active, active.sdpa_backends)
             except Exception as error:  # noqa: BLE001 - reported as the reason compile is off
                 failure = compile_failure(error)
         result = job.result()

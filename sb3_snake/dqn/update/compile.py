@@ -74,10 +74,17 @@ def decide_compiled_update(unsupported: str) -> Decision:
     return Decision.on(WHOLE_UPDATE)
 
 
+#: The most characters of an error's message a compile failure keeps (a guard's report runs to a few hundred).
+FAILURE_CHARACTERS = 2000
+
+
 def compile_failure(error: BaseException) -> str:
-    """A failed compile in one line, as the compile decision's reason."""
-    lines = str(error).splitlines()
-    return f"compile failed: {type(error).__name__}: {lines[0] if lines else ''}"
+    """A failed compile as the compile decision's reason: one line holding the whole message
+    (its lines joined, white space folded), so that the reason says why, not only where."""
+    message = " ".join(str(error).split())
+    if len(message) > FAILURE_CHARACTERS:
+        message = message[: FAILURE_CHARACTERS - 3] + "..."
+    return f"compile failed: {type(error).__name__}: {message}"
 
 
 @dataclass

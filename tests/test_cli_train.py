@@ -610,3 +610,12 @@ def test_training_on_a_small_tmpfs_ends_in_one_line(tmp_path):
         assert not list((disk / "run").glob("*.tmp.*"))
     finally:
         subprocess.run(["umount", str(disk)], check=False)
+
+
+@pytest.mark.parametrize("name", ["a[/]b", "[red]x"])
+def test_paths_with_rich_markup_are_printed_as_text(name, tmp_path):
+    output = tmp_path / name
+    result = runner.invoke(app, ["train", "--timesteps", "64", *TINY, "--threads", "1", "--output", str(output)])
+    assert result.exit_code == 0, result.output
+    assert f"run folder:       {output}" in result.output
+    assert (output / "model.zip").is_file()

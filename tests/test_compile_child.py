@@ -281,3 +281,54 @@ def test_a_job_left_behind_is_closed_when_it_is_collected(monkeypatch):
     del job, model
     gc.collect()
     assert not alive(pid) and not folder.exists()
+
+
+def test_the_child_imports_nothing_from_the_working_directory(monkeypatch, tmp_path):
+    planted = tmp_path / "work"
+    planted.mkdir()
+    (planted / "json.py").write_text(f"open({str(planted / 'imported')!r}, 'w').close()\nfrom _json import *\n")
+    monkeypatch.chdir(planted)
+    monkeypatch.setenv(FAULT_ENV, "fail")  # the child imports json, then fails at once
+    model = compiling_model()
+    model.train(gradient_steps=2, batch_size=32)
+    assert "compile failed on purpose" in model.optimizations_in_effect().compile.reason  # the child ran
+    assert not (planted / "imported").exists()
+
+
+def test_the_folders_of_training_processes_that_are_gone_are_removed_by_the_next_compile(monkeypatch, tmp_path):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    orphan = tmp_path / "sb3-snake-compile-999999999-x1"  # no process has this id
+    orphan.mkdir()
+    (orphan / "request.pt").write_bytes(b"left by a training killed outright")
+    running = tmp_path / f"sb3-snake-compile-{os.getppid()}-x2"  # a process that is alive
+    running.mkdir()
+    monkeypatch.setenv(FAULT_ENV, "fail")
+    compiling_model().train(gradient_steps=2, batch_size=32)
+    assert not orphan.exists() and running.exists()
+    assert not list(tmp_path.glob(f"sb3-snake-compile-{os.getpid()}-*"))  # its own, removed as ever
+
+
+def test_a_hook_on_the_network_declines_the_compile_with_its_name_and_training_goes_on():
+    model = compiling_model()
+    seen = []
+    model.q_net.q_net[0].register_forward_hook(lambda module, inputs, output: seen.append(output.shape))
+    model.train(gradient_steps=2, batch_size=32)
+    assert model._n_updates == 2 and seen  # trained eagerly, the hook called
+    decision = model.optimizations_in_effect().compile
+    assert not decision.active and decision.reason.startswith("compile declined: the compiled update would not call")
+    assert "forward hook <lambda> on q_net.q_net.0" in decision.reason
+    assert model.step_choice.job is None
+
+
+def test_a_compile_that_cannot_start_is_declined_with_its_reason(monkeypatch):
+    def unpicklable(*arguments, **keywords):
+        raise TypeError("cannot pickle 'generator' object")
+
+    monkeypatch.setattr("sb3_snake.dqn.update.child.torch.save", unpicklable)
+    model = compiling_model()
+    model.train(gradient_steps=2, batch_size=32)
+    assert model._n_updates == 2
+    reason = model.optimizations_in_effect().compile.reason
+    assert reason == "compile could not start: TypeError: cannot pickle 'generator' object"

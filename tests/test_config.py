@@ -170,6 +170,7 @@ def test_every_field_declares_its_role_and_the_sorts_follow_from_it():
         "symmetry_augmentation",
         "food_shaping",
         "learning_rate_half_life",
+        "safe_exploration",
     }
     assert set(roles) - set(HYPERPARAMETER_FIELDS) == set(panels[RUN]) | {"device"}
     assert set(EXTRACTOR_SIZES) == {"embed_dim", "num_layers", "head_view_dim"}

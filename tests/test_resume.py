@@ -168,3 +168,11 @@ def test_resume_refuses_what_cannot_change(tmp_path, change, flag):
     with pytest.raises(UsageError, match=f"{flag} cannot change on resume: the model was trained with"):
         train(config, FAST, tmp_path / "b", resume=tmp_path / "a" / "model.zip")
     assert not (tmp_path / "b").exists()  # a failed start leaves no folder behind
+
+
+def test_safe_exploration_is_saved_with_the_model_and_kept_on_resume(tmp_path):
+    train(tiny_config(episodes=2, safe_exploration=True), FAST, tmp_path / "a")
+    path = tmp_path / "a" / "model.zip"
+    assert load_model(path).safe_exploration is True
+    config = resume_config(path, episodes=2)
+    assert config.safe_exploration is True and build_model(config, FAST, resume=path).safe_exploration is True

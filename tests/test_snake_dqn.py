@@ -163,3 +163,41 @@ def test_a_long_update_asks_between_chunks_whether_to_go_on():
     model.update_interrupt = None
     model.train(gradient_steps=3, batch_size=8)  # a usual update never asks, and runs whole
     assert model._n_updates == 2 * UPDATE_CHUNK + 3
+
+
+@pytest.mark.parametrize("egocentric", [False, True], ids=["absolute", "egocentric"])
+def test_safe_exploration_never_picks_a_fatal_move_while_a_safe_one_exists(egocentric):
+    """Both ways a model acts: the tensor loop (batched env) and SB3's ``predict`` (any VecEnv of
+    SnakeEnvs), and ``predict`` on mirror images of the boards, every move a random one."""
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from sb3_snake import SnakeEnv
+    from sb3_snake.envs.rules import mirror_action, mirror_observation
+
+    model = filled_model(egocentric=egocentric, safe_exploration=True)
+    model.exploration_rate = 1.0
+    batched = model.get_env()
+    singles = DummyVecEnv([lambda: SnakeEnv(5, egocentric=egocentric)] * 8)
+    singles.seed(3)
+    observations = (batched.reset(), singles.reset())
+    fatal_when_safe = 0
+    for _ in range(150):
+        for k, env in enumerate((batched, singles)):
+            masks = np.stack(env.env_method("action_masks"))
+            if k == 0:
+                actions = model._act_on_tensors(torch.as_tensor(observations[k]), 0, env.num_envs).numpy()
+            else:
+                actions, _ = model.predict(observations[k], deterministic=False)
+            if egocentric and k == 1:  # the mirror image's move, mirrored back, is safe too
+                mirrored, _ = model.predict(mirror_observation(observations[k]), deterministic=False)
+                fatal_when_safe += int((masks.any(1) & ~masks[np.arange(8), mirror_action(mirrored)]).sum())
+            fatal_when_safe += int((masks.any(1) & ~masks[np.arange(8), actions]).sum())
+            observations = (*observations[:k], env.step(actions)[0], *observations[k + 1 :])
+    assert fatal_when_safe == 0
+
+
+def test_safe_exploration_is_refused_in_one_line_where_it_cannot_read_boards():
+    import gymnasium as gym
+
+    with pytest.raises(UsageError, match="safe_exploration reads the moves that do not die from Snake boards"):
+        SnakeDQN("MlpPolicy", gym.make("CartPole-v1"), safe_exploration=True)

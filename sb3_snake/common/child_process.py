@@ -30,8 +30,14 @@ PARENT_ENV = "SB3_SNAKE_PARENT_PID"
 TERMINATE_GRACE = 5.0
 #: The child's ``__main__``: it calls ``module.main(arguments)``. Run with ``-m``, the module
 #: itself would be ``__main__``, and what the child pickles by reference to its globals (torch's
-#: objects, found through ``__main__.torch``) could not be unpickled by the parent.
-_BOOTSTRAP = "import importlib, sys; sys.exit(importlib.import_module(sys.argv[1]).main(sys.argv[2:]))"
+#: objects, found through ``__main__.torch``) could not be unpickled by the parent. ``python -c``
+#: puts the working directory first on ``sys.path``, where a ``json.py`` of wherever training was
+#: started would shadow the standard library's: the bootstrap takes that entry (``""``) off and adds
+#: the folder the parent imported the module's package from last (Python 3.10 has no ``-P``).
+_BOOTSTRAP = (
+    "import sys; sys.path[:1] = [p for p in sys.path[:1] if p]; sys.path.append(sys.argv[1]); import importlib; "
+    "sys.exit(importlib.import_module(sys.argv[2]).main(sys.argv[3:]))"
+)
 #: Linux's ``prctl`` option that sends the child a signal when its parent dies.
 _PR_SET_PDEATHSIG = 1
 
@@ -59,7 +65,7 @@ class ChildProcess:
         self.started = time.monotonic()
         with open(self.log, "wb") as output:
             self.process = subprocess.Popen(
-                [sys.executable, "-c", _BOOTSTRAP, module, *arguments],
+                [sys.executable, "-c", _BOOTSTRAP, package_root(module), module, *arguments],
                 stdin=subprocess.DEVNULL,
                 stdout=output,
                 stderr=subprocess.STDOUT,
@@ -117,6 +123,12 @@ class ChildProcess:
             return f"was killed by {_signal_name(-code)} after {self.seconds:,.0f} s"
         last = last_line(self.log)
         return f"exited with code {code}" + (f": {last}" if last else "")
+
+
+def package_root(module: str) -> str:
+    """The folder the parent imported ``module``'s top-level package from (the child finds it there)."""
+    package = sys.modules[module.split(".")[0]]
+    return str(Path(package.__file__).resolve().parents[1])
 
 
 def last_line(path: Path, limit: int = 300) -> str:

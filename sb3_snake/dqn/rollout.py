@@ -100,8 +100,9 @@ class TensorRollouts:
 
     def _act_on_tensors(self, obs: torch.Tensor, learning_starts: int, num_envs: int) -> torch.Tensor:
         """SB3's DQN action choice on tensors: random before ``learning_starts``; afterwards one
-        exploration draw per vector step (as ``DQN.predict``), else the greedy action of every game."""
+        exploration draw per vector step (as ``DQN.predict``; the moves from the model's
+        ``random_actions``), else the greedy action of every game."""
         if self.num_timesteps < learning_starts or np.random.rand() < self.exploration_rate:
-            return torch.randint(int(self.action_space.n), (num_envs,), device=obs.device)
+            return self.random_actions(obs)
         with torch.no_grad():
             return self.q_net(obs.to(self.device)).argmax(dim=1).to(obs.device)

@@ -32,9 +32,8 @@ from sb3_snake.common.errors import UsageError
 from sb3_snake.dqn.extractor import SnakeAttentionExtractor
 from sb3_snake.dqn.policies import POLICY_ALIASES
 from sb3_snake.envs.rules import (
-    BASE_CHANNELS,
+    CHANNEL_COUNTS,
     MIN_BOARD_SIZE,
-    OPTIONAL_CHANNELS,
     board_options,
     channel_options,
     observation_channels,
@@ -68,14 +67,13 @@ HYPERPARAMETERS = (
     "early_update_fraction",
     "food_shaping",
     "learning_rate_half_life",
+    "safe_exploration",
 )
 #: Counters that a resumed run continues from.
 COUNTERS = ("num_timesteps", "_n_updates", "_n_calls", "_episode_num", "exploration_rate")
 
 #: The largest board a model file may describe (the head view alone grows with its square).
 MAX_BOARD_SIZE = 256
-#: Channels of a model's boards: the base ones, and one or both of the optional ones.
-CHANNEL_COUNTS = tuple(range(BASE_CHANNELS, BASE_CHANNELS + len(OPTIONAL_CHANNELS) + 1))
 BOARD_SHAPES = f"(C, n, n) with C from {CHANNEL_COUNTS[0]} to {CHANNEL_COUNTS[-1]}"
 #: Actions of a model: the four absolute directions, or three turns seen from the snake (egocentric).
 ACTION_COUNTS = (4, 3)
@@ -309,6 +307,7 @@ HYPERPARAMETER_SCHEMA: dict[str, Any] = {
     "early_update_fraction": Range(0, MAX_EARLY_UPDATE_FRACTION),
     "food_shaping": Range(0, 1e6),
     "learning_rate_half_life": _COUNT,
+    "safe_exploration": _choice(False, True),
     "train_freq": Range(1, MAX_TRAIN_FREQ, integer=True),
     "train_freq_unit": _choice("step", "episode"),
 }

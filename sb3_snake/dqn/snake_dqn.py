@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
 import torch
 from stable_baselines3 import DQN
 from stable_baselines3.common.utils import LinearSchedule
@@ -37,6 +38,7 @@ from sb3_snake.dqn.save_format import HYPERPARAMETERS
 from sb3_snake.dqn.symmetry import SymmetryAugmentation
 from sb3_snake.dqn.update.choice import StepChoice
 from sb3_snake.dqn.update.compile import CompileState
+from sb3_snake.envs.action_masks import action_masks, is_snake_board, random_safe_actions
 
 logger = logging.getLogger(__name__)
 
@@ -119,6 +121,10 @@ class SnakeDQN(TensorRollouts, DQN):
         eighths of a half-life (:func:`half_life_factor`). SB3's own schedules follow the
         progress towards ``total_timesteps``, which a run that stops by episodes or by the clock
         does not know; this follows the env steps taken.
+    :param safe_exploration: draw exploration's random moves among the moves that do not die at
+        once (:mod:`sb3_snake.envs.action_masks`, read from the observations; any move where
+        none is safe), so that exploring games live on and fill the replay buffer with long
+        snakes; greedy moves are the network's as ever. Needs Snake boards.
     :param kwargs: any other ``DQN`` argument (``n_steps`` gives n-step returns; a dueling
         head is ``policy_kwargs={"dueling": True}``).
 
@@ -146,9 +152,11 @@ class SnakeDQN(TensorRollouts, DQN):
         early_update_fraction: float = 1.0,
         food_shaping: float = 0.0,
         learning_rate_half_life: int = 0,
+        safe_exploration: bool = False,
         **kwargs: Any,
     ):
         self.exploration_steps = exploration_steps
+        self.safe_exploration = safe_exploration
         self.learning_rate_half_life = learning_rate_half_life
         self.early_steps = early_steps
         self.early_update_fraction = early_update_fraction
@@ -177,6 +185,11 @@ class SnakeDQN(TensorRollouts, DQN):
             # SB3 warns that n_steps is ignored with a custom buffer class; ours takes it above.
             warnings.filterwarnings("ignore", message=r"`n_steps=\d+` is ignored because a custom")
             super()._setup_model()
+        if self.safe_exploration and not is_snake_board(self.observation_space, self.action_space):
+            raise UsageError(
+                "safe_exploration reads the moves that do not die from Snake boards, and this env's "
+                f"observations {self.observation_space} are not; turn safe_exploration off"
+            )
         self.active_optimizations = self._apply_optimizations(self.optimizations)
         self._setup_augmentation()
         self.step_choice = StepChoice(self)
@@ -217,6 +230,31 @@ class SnakeDQN(TensorRollouts, DQN):
                 )
             egocentric = self.action_space.n == 3  # three turns: boards seen from the snake
             self._augmentation = SymmetryAugmentation(width, self.device, egocentric=egocentric)
+
+    def random_actions(self, observations: torch.Tensor) -> torch.Tensor:
+        """Exploration's random move for each game of ``observations``: uniform, or among the
+        moves that do not die at once with ``safe_exploration``."""
+        if not self.safe_exploration:
+            return torch.randint(int(self.action_space.n), (observations.shape[0],), device=observations.device)
+        return random_safe_actions(action_masks(observations, egocentric=self.action_space.n == 3))
+
+    def predict(
+        self,
+        observation: np.ndarray | dict[str, np.ndarray],
+        state: tuple[np.ndarray, ...] | None = None,
+        episode_start: np.ndarray | None = None,
+        deterministic: bool = False,
+    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
+        """SB3's, with exploration's random moves from :meth:`random_actions` when
+        ``safe_exploration`` is on (SB3's own, uniform, otherwise)."""
+        if not self.safe_exploration:
+            return super().predict(observation, state, episode_start, deterministic)
+        if deterministic or np.random.rand() >= self.exploration_rate:
+            return self.policy.predict(observation, state, episode_start, deterministic)
+        observations = np.asarray(observation)
+        single = not self.policy.is_vectorized_observation(observations)
+        actions = self.random_actions(torch.as_tensor(observations[None] if single else observations)).numpy()
+        return (actions[0] if single else actions), state
 
     @property
     def compile_state(self) -> CompileState:

@@ -31,6 +31,7 @@ from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvO
 
 from sb3_snake.common.errors import UsageError
 from sb3_snake.common.system import check_torch_device
+from sb3_snake.envs.action_masks import action_masks
 from sb3_snake.envs.batched_games import BatchedGames, BatchedStep
 from sb3_snake.envs.render import (
     RENDER_MODES,
@@ -164,6 +165,15 @@ class BatchedSnakeVecEnv(VecEnv):
             check_actions(actions.numpy(), self.num_envs, self.rules.egocentric)  # raises, naming the first bad one
         return self._games.step(actions)
 
+    def action_mask_tensors(self) -> torch.Tensor:
+        """The moves of every game that do not die at once, ``(N, A)`` bool on ``device``
+        (:func:`~sb3_snake.envs.action_masks.action_masks` of the games' observations now)."""
+        return action_masks(self._games.observe_in_play(), self.rules.egocentric)
+
+    def action_masks(self) -> np.ndarray:
+        """:meth:`action_mask_tensors` as NumPy, ``(N, A)``: the masks sb3-contrib's ``MaskablePPO`` takes."""
+        return self.action_mask_tensors().cpu().numpy()
+
     @property
     def scores(self) -> torch.Tensor:
         """Food eaten so far in each game's current episode, ``(N,)`` int64 on ``device``."""
@@ -266,6 +276,11 @@ class BatchedSnakeVecEnv(VecEnv):
         )
 
     def env_method(self, method_name: str, *method_args, indices: VecEnvIndices = None, **method_kwargs) -> list[Any]:
+        """Per-game methods: ``action_masks`` (each game's row of :meth:`action_masks`, as
+        sb3-contrib's ``get_action_masks`` asks for them); the games have no other."""
+        if method_name == "action_masks" and not method_args and not method_kwargs:
+            masks = self.action_masks()
+            return [masks[index] for index in self._get_indices(indices)]
         raise AttributeError(
             f"BatchedSnakeVecEnv has no per-game {method_name!r}: its games are tensors, not gym.Env objects; "
             "call the batched env's own methods instead"

@@ -30,6 +30,8 @@ HEAD, BODY, FOOD, TAIL, NECK, COUNTDOWN = 0, 1, 2, 3, 4, 5
 BASE_CHANNELS, NUM_CHANNELS = 5, 6
 #: The names of every board's channels, then of the optional ones in the order they come.
 BASE_CHANNEL_NAMES, OPTIONAL_CHANNELS = ("head", "body", "food", "tail", "neck"), ("countdown", "reachable")
+#: Channels a board may have: the base ones, and one or both of the optional ones.
+CHANNEL_COUNTS = tuple(range(BASE_CHANNELS, BASE_CHANNELS + len(OPTIONAL_CHANNELS) + 1))
 #: The countdown's largest value: it counts moves up to this and stays there on boards of more cells.
 MAX_COUNTDOWN = 255
 

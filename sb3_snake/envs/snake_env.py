@@ -9,6 +9,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from sb3_snake.envs.action_masks import action_masks
 from sb3_snake.envs.render import RENDER_MODES, check_render_mode, draw_text, render_ansi, render_rgb
 from sb3_snake.envs.rules import (
     BODY,
@@ -216,6 +217,11 @@ class SnakeEnv(gym.Env[np.ndarray, np.int64]):
         self._drawn = False
         self._draw_for_human()
         return self._observation(), reward, terminated, truncated, info
+
+    def action_masks(self) -> np.ndarray:
+        """The moves that do not die at once, ``(A,)`` bool (all False for a walled-in snake): the
+        mask sb3-contrib's ``MaskablePPO`` takes (:mod:`~sb3_snake.envs.action_masks`)."""
+        return action_masks(self._observation()[None], self.rules.egocentric)[0].numpy()
 
     def render(self):
         """``ansi``: the board as text; ``rgb_array``: as an image; ``human``: draws it on stdout

@@ -22,6 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from stable_baselines3.common.callbacks import BaseCallback
 
 from sb3_snake.acceleration.threads import AdaptiveThreads
+from sb3_snake.common.console import plain_console
 from sb3_snake.persistence import save_model
 from sb3_snake.training.config import TrainConfig
 from sb3_snake.training.evaluation import (
@@ -188,7 +189,7 @@ class ProgressReport(BaseCallback):
     ):
         super().__init__()
         self.budget, self.evaluations = budget, list(evaluations)
-        self.console = console or Console()
+        self.console = console or plain_console()
         self.log_seconds = log_seconds
         self._progress: Progress | None = None
         self._task = None
@@ -203,7 +204,7 @@ class ProgressReport(BaseCallback):
                 TextColumn("episodes"),
                 BarColumn(),
                 MofNCompleteColumn(),
-                TextColumn("{task.fields[stats]}"),
+                TextColumn("{task.fields[stats]}", markup=False),
                 TimeElapsedColumn(),
                 TextColumn("ETA"),
                 TimeRemainingColumn(),
@@ -250,7 +251,7 @@ class CompileReport(BaseCallback):
 
     def __init__(self, console: Console | None = None):
         super().__init__()
-        self.console = console or Console()
+        self.console = console or plain_console()
         self._seen: tuple | None = None
 
     def _on_step(self) -> bool:

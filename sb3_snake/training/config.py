@@ -213,6 +213,9 @@ class TrainConfig:
     exploration_initial_eps: float = option(1.0, "Epsilon at the start.", LEARNING)
     exploration_final_eps: float = option(0.02, "Epsilon after the decay.", LEARNING)
     exploration_steps: int = option(10_000, "Env steps of linear epsilon decay.", LEARNING)
+    safe_exploration: bool = option(
+        False, "Draw exploration's random moves among the moves that do not die at once.", LEARNING
+    )
     double_dqn: bool = option(False, "Double DQN targets (online net picks, target net values).", LEARNING)
     dueling: bool = option(False, "Dueling head: Q = V + A - mean(A).", NETWORK)
     head_view: bool = option(True, "The extractor also sees the board re-centred on the snake's head.", NETWORK)

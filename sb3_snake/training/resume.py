@@ -55,6 +55,7 @@ def resume_config(path: Path, trusted: bool = False, **changes: Any) -> TrainCon
         symmetry_augmentation=saved.get("symmetry_augmentation", False),  # as food_shaping
         early_replay_ratio=saved.get("early_update_fraction", 1.0) * replay_ratio,
         learning_rate_half_life=saved.get("learning_rate_half_life", 0),  # older models trained at one rate
+        safe_exploration=saved.get("safe_exploration", False),  # older models explored uniformly
     )
     schedule = (saved["train_freq"], saved["gradient_steps"])
     if TrainConfig(**values).update_schedule() != schedule:

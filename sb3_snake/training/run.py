@@ -25,6 +25,7 @@ from stable_baselines3.common.utils import get_latest_run_id
 from sb3_snake.acceleration.description import summary_lines
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.autotune import resolve_auto
+from sb3_snake.common.console import plain_console
 from sb3_snake.common.errors import OutputError, UsageError
 from sb3_snake.common.system import capabilities, resolve_device
 from sb3_snake.dqn.snake_dqn import SnakeDQN, TrainingDiverged
@@ -67,7 +68,7 @@ def train(
     last checkpoint stays the last good model), and :class:`TrainingDiverged` is raised.
     ``callbacks`` (SB3 callbacks) run after the run's own, as with ``learn(callback=...)``.
     """
-    console, stop, resumed = console or Console(), stop or StopRequest(), resume is not None
+    console, stop, resumed = console or plain_console(), stop or StopRequest(), resume is not None
     # Bad input refused before any ``auto`` is measured, then ``auto`` measured (or read from its cache).
     check_before_measuring(config)
     config, settings = resolve_settings(config, settings, console)

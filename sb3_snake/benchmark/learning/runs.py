@@ -152,10 +152,10 @@ def check_sb3_snake_run(spec: RunSpec) -> None:
 
 def _train_sb3_snake(spec: RunSpec, stopwatch: Stopwatch, checkpoints_dir: Path, log: Any) -> dict[str, Any]:
     import torch
-    from rich.console import Console
 
     from sb3_snake.acceleration.optimizations import threads_for, torch_threads
     from sb3_snake.acceleration.settings import OptimizationSettings
+    from sb3_snake.common.console import plain_console
     from sb3_snake.persistence import save_model
     from sb3_snake.training.run import train
 
@@ -171,7 +171,7 @@ def _train_sb3_snake(spec: RunSpec, stopwatch: Stopwatch, checkpoints_dir: Path,
             settings,
             Path(spec.directory) / "run",
             callbacks=[checkpoints],
-            console=Console(file=log, width=100),
+            console=plain_console(file=log, width=100),
         )
         threads = torch.get_num_threads()
     return {

@@ -45,6 +45,8 @@ from sb3_snake.dqn.update.graph import UpdateGraph
 
 #: Seconds a compile child may take before it is stopped and training goes on eagerly.
 COMPILE_TIMEOUT = 900.0
+#: The start of a job folder's name in the temporary folder; the training process's id follows.
+FOLDER_PREFIX = "sb3-snake-compile-"
 #: ``crash``, ``hang`` or ``fail``: the child does that instead of compiling (for tests).
 FAULT_ENV = "SB3_SNAKE_COMPILE_FAULT"
 
@@ -72,7 +74,8 @@ class CompileJob:
         self.graph, self.threads = graph, options["threads"]
         #: The calls compiled for: gradient steps per call, and their batch size.
         self.steps_per_call, self.batch_size = arguments[0].observations.shape[:2]
-        self.folder = Path(tempfile.mkdtemp(prefix="sb3-snake-compile-"))
+        remove_orphaned_folders()
+        self.folder = Path(tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{os.getpid()}-"))
         self.artifact = _artifact_place(artifact_key(graph, arguments, options), self.folder)
         self.cached_before = self.artifact.is_file()
         request = self.folder / "request.pt"
@@ -122,6 +125,29 @@ class CompileJob:
         self._close()
 
 
+def remove_orphaned_folders() -> None:
+    """Remove the job folders of training processes that are gone (killed outright, say, so that
+    they could not remove their own): this user's, named by a process id that no process has."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{FOLDER_PREFIX}*"):
+        pid = folder.name[len(FOLDER_PREFIX) :].split("-")[0]
+        try:
+            owned = folder.lstat().st_uid == os.getuid() and folder.is_dir() and not folder.is_symlink()
+        except OSError:
+            continue
+        if owned and pid.isdigit() and _process_gone(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _process_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # no signal: asks only whether the process exists
+    except (ProcessLookupError, OverflowError):
+        return True
+    except PermissionError:  # another user's process
+        return False
+    return False
+
+
 def _close_job(child: ChildProcess, folder: Path) -> None:
     child.stop()
     shutil.rmtree(folder, ignore_errors=True)
@@ -167,7 +193,9 @@ def main(argv: list[str]) -> int:
                 cached = False
         if not cached:
             save(compile_graph(graph, arguments, options["mode"], options["backend"]), artifact)
-            load(artifact, *context)(graph, *arguments)  # what the training process will load, loaded and run here first
+            load(artifact, *context)(
+                graph, *arguments
+            )  # what the training process will load, loaded and run here first
     seconds = time.perf_counter() - started
     write_text_atomically(request_path.parent / "result.json", json.dumps({"seconds": seconds, "cached": cached}))
     return 0

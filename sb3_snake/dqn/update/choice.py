@@ -38,7 +38,7 @@ from sb3_snake.common.compile_record import record_compile
 from sb3_snake.dqn.update.artifact import load, prepare_load
 from sb3_snake.dqn.update.captured import CapturedSteps
 from sb3_snake.dqn.update.child import CompileJob
-from sb3_snake.dqn.update.compile import CompileState, compile_failure
+from sb3_snake.dqn.update.compile import CompileState, compile_failure, network_hooks
 from sb3_snake.dqn.update.compiled import CompiledSteps, steps_per_call_for
 from sb3_snake.dqn.update.eager import EagerSteps
 from sb3_snake.dqn.update.graph import UpdateGraph, graph_arguments, split
@@ -121,6 +121,11 @@ class StepChoice:
             # models that train on other threads (tune --n-jobs) train eagerly.
             self._turn_off("compile", "torch.compile", MAIN_THREAD_ONLY)
             return
+        hooks = network_hooks(self.model)
+        if hooks:
+            reason = f"compile declined: the compiled update would not call the networks' {'; '.join(hooks)}"
+            self._turn_off("compile", "torch.compile", f"{reason}; remove them to compile")
+            return
         started = time.perf_counter()
         prepare_load()  # first, while training has the cores to itself
         model, active, compile = self.model, self.model.active_optimizations, self.compile
@@ -146,7 +151,11 @@ class StepChoice:
             "backend": COMPILE_BACKEND,
             "threads": threads if steps == compile.steps_wanted else training_threads,
         }
-        self.job = CompileJob(graph, arguments, options, compile_threads=system.cpu_cores() - training_threads)
+        try:
+            self.job = CompileJob(graph, arguments, options, compile_threads=system.cpu_cores() - training_threads)
+        except Exception as error:  # noqa: BLE001 - a compile that cannot start is declined, as one that fails
+            self._turn_off("compile", "torch.compile", compile_failure(error, "compile could not start"))
+            return
         compile.compiling_since, compile.stopped_since = model._n_updates, None
         compile.child_pid = self.job.child.pid
         if training_threads != threads:

@@ -66,6 +66,29 @@ def unsupported_reason(model: DQN) -> str:
     return ""
 
 
+#: A module's hooks, by the attribute that holds them, and how a reason names each kind.
+_HOOK_KINDS = {
+    "_forward_pre_hooks": "forward pre-hook",
+    "_forward_hooks": "forward hook",
+    "_backward_pre_hooks": "backward pre-hook",
+    "_backward_hooks": "backward hook",
+}
+
+
+def network_hooks(model: DQN) -> list[str]:
+    """The hooks registered on the modules of ``model``'s Q-networks, each named with its module
+    (``forward hook <lambda> on q_net.q_net.0``): a compiled update runs in code traced in
+    another process, which never calls them, so a compile with any of them is declined."""
+    found = []
+    for network_name, network in (("q_net", model.q_net), ("q_net_target", model.q_net_target)):
+        for name, module in network.named_modules():
+            for attribute, kind in _HOOK_KINDS.items():
+                for hook in getattr(module, attribute, {}).values():
+                    where = f"{network_name}.{name}" if name else network_name
+                    found.append(f"{kind} {getattr(hook, '__name__', type(hook).__name__)} on {where}")
+    return found
+
+
 def decide_compiled_update(unsupported: str) -> Decision:
     """Whether an active compile can compile the model's whole gradient step: unless the model is
     one it cannot compile (``unsupported``, its reason; nothing is compiled then)."""
@@ -78,13 +101,13 @@ def decide_compiled_update(unsupported: str) -> Decision:
 FAILURE_CHARACTERS = 2000
 
 
-def compile_failure(error: BaseException) -> str:
-    """A failed compile as the compile decision's reason: one line holding the whole message
-    (its lines joined, white space folded), so that the reason says why, not only where."""
+def compile_failure(error: BaseException, what: str = "compile failed") -> str:
+    """A failed compile as the compile decision's reason, ``what`` first: one line holding the
+    whole message (its lines joined, white space folded), so that it says why, not only where."""
     message = " ".join(str(error).split())
     if len(message) > FAILURE_CHARACTERS:
         message = message[: FAILURE_CHARACTERS - 3] + "..."
-    return f"compile failed: {type(error).__name__}: {message}"
+    return f"{what}: {type(error).__name__}: {message}"
 
 
 @dataclass

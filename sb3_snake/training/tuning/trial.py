@@ -18,6 +18,7 @@ from rich.console import Console
 
 from sb3_snake.acceleration.optimizations import threads_for
 from sb3_snake.acceleration.settings import AUTO, OptimizationSettings
+from sb3_snake.common.console import plain_console
 from sb3_snake.common.interrupts import uninterrupted
 from sb3_snake.dqn.snake_dqn import TrainingDiverged
 from sb3_snake.training.evaluation import GreedyEvaluation
@@ -109,7 +110,7 @@ def tune(
     with uninterrupted():  # writes to the study's storage
         for name in GAME_ATTRIBUTES:  # what best_hyperparameters.json needs to replay the study's games
             study.set_user_attr(name, getattr(config.trial, name))
-    console = console or Console(quiet=True)
+    console = console or plain_console(quiet=True)
     if config.n_jobs > 1 and settings.num_threads == AUTO:
         # Concurrent trials share the process's thread count: none of them may change it.
         fixed = threads_for(settings, config.trial.device)

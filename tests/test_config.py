@@ -173,7 +173,7 @@ def test_every_field_declares_its_role_and_the_sorts_follow_from_it():
         "safe_exploration",
     }
     assert set(roles) - set(HYPERPARAMETER_FIELDS) == set(panels[RUN]) | {"device"}
-    assert set(EXTRACTOR_SIZES) == {"embed_dim", "num_layers", "head_view_dim"}
+    assert set(EXTRACTOR_SIZES) == {"embed_dim", "num_layers", "head_view_dim", "conv_stem"}
     assert set(NETWORK_FIELDS) == {
         "board_size",
         "countdown",
@@ -201,6 +201,7 @@ def test_the_network_folds_the_head_view_switch_into_its_size():
         "head_view_dim": 64,
         "embed_dim": 32,
         "num_layers": 0,
+        "conv_stem": 0,
         "n_steps": 1,
     }
     assert TrainConfig(head_view=False).network()["head_view_dim"] == 0

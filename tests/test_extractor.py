@@ -200,3 +200,24 @@ def test_head_view_keeps_no_table_that_grows_with_the_board_squared():
         corner = view[b, :, size - 1 - row, size - 1 - col]
         torch.testing.assert_close(corner, torch.cat([boards[b, others, 0, 0], torch.ones(1)]), rtol=0, atol=0)
         assert view[b, -1].sum() == size * size  # every board cell is in view, and nothing else
+
+
+@pytest.mark.parametrize("board_size", [6, 10, 11])
+def test_a_conv_stem_makes_the_tokens_from_features_that_see_each_cells_neighbourhood(board_size):
+    space = board_space(board_size)
+    torch.manual_seed(0)  # 16 channels: some cell's all dying in the ReLUs is no worry with this seed
+    extractor = SnakeAttentionExtractor(space, features_dim=16, embed_dim=8, num_layers=0, conv_stem=16)
+    assert extractor.embed.in_features == 16 * extractor.patch_size**2
+    board = torch.zeros(1, *space.shape)
+    board[0, HEAD, 2, 2] = 1
+    assert extractor(board).shape == (1, 16)
+    features = extractor.stem(board)[0]  # (16, n, n): the head reaches its neighbours' features only
+    far = extractor.stem(torch.zeros_like(board))[0]
+    changed = (features != far).any(dim=0)
+    assert changed[0:5, 0:5].all() and not changed[5:, :].any() and not changed[:, 5:].any()
+
+
+def test_a_conv_stem_tells_the_wall_from_a_free_cell():
+    stem = SnakeAttentionExtractor(board_space(6), conv_stem=4).stem
+    empty = stem(torch.zeros(1, *board_space(6).shape))[0]
+    assert not torch.allclose(empty[:, 0, 3], empty[:, 2, 3])  # a cell beside the wall, one inside

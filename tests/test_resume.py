@@ -176,3 +176,12 @@ def test_safe_exploration_is_saved_with_the_model_and_kept_on_resume(tmp_path):
     assert load_model(path).safe_exploration is True
     config = resume_config(path, episodes=2)
     assert config.safe_exploration is True and build_model(config, FAST, resume=path).safe_exploration is True
+
+
+def test_a_conv_stem_is_built_and_kept_on_resume(tmp_path):
+    train(tiny_config(episodes=2, conv_stem=8), FAST, tmp_path / "a")
+    path = tmp_path / "a" / "model.zip"
+    config = resume_config(path, episodes=2)
+    assert config.conv_stem == 8 and build_model(config, FAST, resume=path).q_net.features_extractor.stem is not None
+    with pytest.raises(UsageError, match="--conv-stem cannot change on resume"):
+        build_model(replace(config, conv_stem=0), FAST, resume=path)

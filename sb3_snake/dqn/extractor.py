@@ -197,6 +197,27 @@ class HeadView(nn.Module):
         return F.relu(self.linear(self.view(observations).flatten(1)))
 
 
+class ConvStem(nn.Module):
+    """Two 3x3 convolutions and a LayerNorm over channels: each cell's features see its 5x5
+    neighbourhood before it becomes a token. An on-board channel of ones is added first, so
+    that the zeros the convolutions pad with read as wall, not as free cells.
+
+    :param channels: the observations' channels.
+    :param width: the channels of each convolution, and of every cell's features.
+    """
+
+    def __init__(self, channels: int, width: int):
+        super().__init__()
+        self.first = nn.Conv2d(channels + 1, width, 3, padding=1)
+        self.second = nn.Conv2d(width, width, 3, padding=1)
+        self.norm = nn.LayerNorm(width)
+
+    def forward(self, board: torch.Tensor) -> torch.Tensor:
+        on_board = torch.ones_like(board[:, :1])
+        features = F.relu(self.second(F.relu(self.first(torch.cat([board, on_board], dim=1)))))
+        return self.norm(features.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
 class SnakeAttentionExtractor(BaseFeaturesExtractor):
     """Transformer features extractor for ``(C, H, W)`` board observations.
 
@@ -221,6 +242,8 @@ class SnakeAttentionExtractor(BaseFeaturesExtractor):
     :param patch_size: cells per token side; ``None`` picks :func:`default_patch_size`.
     :param head_view_dim: output size of the :class:`HeadView` beside the transformer; 0 leaves
         it out (then the observations need no head channel).
+    :param conv_stem: channels of a :class:`ConvStem` whose features, not the cells' channels,
+        are cut into tokens (0: none, each token a linear map of its cells).
     """
 
     def __init__(
@@ -233,6 +256,7 @@ class SnakeAttentionExtractor(BaseFeaturesExtractor):
         mlp_ratio: int = 2,
         patch_size: int | None = None,
         head_view_dim: int = 64,
+        conv_stem: int = 0,
     ):
         if len(observation_space.shape) != 3:
             raise ValueError(
@@ -243,7 +267,8 @@ class SnakeAttentionExtractor(BaseFeaturesExtractor):
         self.patch_size = patch_size or default_patch_size(max(height, width))
         self.grid = (math.ceil(height / self.patch_size), math.ceil(width / self.patch_size))
         self.padding = (0, self.grid[1] * self.patch_size - width, 0, self.grid[0] * self.patch_size - height)
-        patch_inputs = channels * self.patch_size**2
+        self.stem = ConvStem(channels, conv_stem) if conv_stem else None
+        patch_inputs = (conv_stem or channels) * self.patch_size**2
         self.embed = nn.Linear(patch_inputs, embed_dim)
         self.row_embedding = nn.Parameter(torch.randn(self.grid[0], 1, embed_dim) * 0.02)
         self.col_embedding = nn.Parameter(torch.randn(1, self.grid[1], embed_dim) * 0.02)
@@ -266,7 +291,8 @@ class SnakeAttentionExtractor(BaseFeaturesExtractor):
     def forward(self, observations: torch.Tensor) -> torch.Tensor:
         if self.input_scale is not None:
             observations = observations * self.input_scale.to(observations.dtype)
-        board = F.pad(observations, self.padding) if any(self.padding) else observations
+        board = self.stem(observations) if self.stem is not None else observations
+        board = F.pad(board, self.padding) if any(self.padding) else board
         patches = cut_patches(board, self.patch_size)
         positions = (self.row_embedding + self.col_embedding).reshape(1, -1, self.row_embedding.shape[-1])
         tokens = F.linear(patches, self.channels_last_embedding(), self.embed.bias) + positions

@@ -373,6 +373,7 @@ EXTRACTOR_SCHEMA: dict[str, Any] = {
     "mlp_ratio": Range(1, 16, integer=True),
     "patch_size": Range(1, 256, integer=True, optional=True),
     "head_view_dim": Range(0, MAX_WIDTH, integer=True),
+    "conv_stem": Range(0, MAX_WIDTH, integer=True),
 }
 #: Adam's and the other portable optimizers' keyword arguments a model file may set.
 OPTIMIZER_SCHEMA: dict[str, Any] = {

@@ -224,6 +224,9 @@ class TrainConfig:
     num_layers: int = option(
         0, "Transformer blocks of the extractor (0: token embedding and attention pooling).", EXTRACTOR
     )
+    conv_stem: int = option(
+        0, "Channels of a 3x3 convolutional stem that makes the extractor's tokens (0: none).", EXTRACTOR
+    )
     n_steps: int = option(1, "n-step returns (SB3's NStepReplayBuffer).", REPLAY_SHAPE)
     symmetry_augmentation: bool = option(
         True,

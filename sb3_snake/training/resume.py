@@ -48,6 +48,7 @@ def resume_config(path: Path, trusted: bool = False, **changes: Any) -> TrainCon
         head_view_dim=head_view_dim or TrainConfig.head_view_dim,
         embed_dim=extractor["embed_dim"],
         num_layers=extractor["num_layers"],
+        conv_stem=extractor["conv_stem"],
         seed=saved.get("seed") or 0,
         replay_ratio=replay_ratio,
         early_steps=saved.get("early_steps", 0),

@@ -457,3 +457,75 @@ def test_a_fifo_in_the_caches_place_is_measured_again_without_blocking(tmp_path,
     finally:
         signal.alarm(0)
     assert resolved.use_flash_attention is True and "FIFO" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        {"measurements": "corrupt"},
+        {"measurements": [{"stage": 1, "candidate": {"use_bf16": False}, "samples_per_second": 1.0}]},
+        {"measurements": [{"stage": 1, "candidate": None, "samples_per_second": "fast"}]},
+        {"rule": ["not", "text"]},
+    ],
+    ids=["measurements-text", "candidate-fields", "rate-text", "rule-list"],
+)
+def test_every_field_of_a_cache_entry_is_checked_on_read(tmp_path, monkeypatch, caplog, edit):
+    monkeypatch.setenv("SB3_SNAKE_CACHE_DIR", str(tmp_path))
+    asked = settings(use_flash_attention="auto")
+    resolve(asked, Table())
+    entry = json.loads(path_for(asked).read_text())
+    entry["result"].update(edit)
+    path_for(asked).write_text(json.dumps(entry))
+    table = Table()
+    with caplog.at_level("WARNING"):
+        resolved = resolve(asked, table)
+    assert table.calls and str(path_for(asked)) in caplog.text and "measuring again" in caplog.text
+    assert summary_lines(ActiveOptimizations.decide(resolved.settings, "cpu"), {})  # and it can be shown
+
+
+def test_evidence_with_rich_markup_is_shown_as_written(tmp_path, monkeypatch):
+    from sb3_snake.common.console import plain_console
+
+    monkeypatch.setenv("SB3_SNAKE_CACHE_DIR", str(tmp_path))
+    asked = settings(use_flash_attention="auto")
+    resolve(asked, Table())
+    entry = json.loads(path_for(asked).read_text())
+    entry["result"]["evidence"]["use_flash_attention"] = "chose flash: [/] and [red]x"
+    path_for(asked).write_text(json.dumps(entry))
+    resolved = resolve(asked, fails).settings
+    console = plain_console(record=True, width=300)
+    for line in summary_lines(ActiveOptimizations.decide(resolved, "cpu"), {}):
+        console.print(line)
+    assert "chose flash: [/] and [red]x" in console.export_text()
+
+
+@pytest.mark.parametrize("where", ["file", "folder"])
+def test_a_cache_that_others_may_write_is_neither_read_nor_written(tmp_path, monkeypatch, caplog, where):
+    import os
+
+    shared = tmp_path / "shared"
+    monkeypatch.setenv("SB3_SNAKE_CACHE_DIR", str(shared))
+    asked = settings(use_flash_attention="auto")
+    resolve(asked, Table(flash=2.0))
+    planted = path_for(asked)
+    os.chmod(planted if where == "file" else shared, 0o777)
+    table = Table(flash=0.5)
+    with caplog.at_level("WARNING"):
+        assert resolve(asked, table).settings.use_flash_attention is False and table.calls
+    assert "can be written by others" in caplog.text
+    if where == "folder":
+        assert json.loads(planted.read_text())["result"]["chosen"]["sdpa_backend"] == "flash"  # not rewritten there
+
+
+def test_a_link_in_the_caches_place_is_not_followed_when_reading_or_writing(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("SB3_SNAKE_CACHE_DIR", str(tmp_path / "cache"))
+    asked = settings(use_flash_attention="auto")
+    resolve(asked, Table())
+    target = tmp_path / "precious.txt"
+    target.write_text("mine")
+    path_for(asked).unlink()
+    path_for(asked).symlink_to(target)
+    with caplog.at_level("WARNING"):
+        resolve(asked, Table())
+    assert "is a symbolic link" in caplog.text
+    assert target.read_text() == "mine" and not path_for(asked).is_symlink()  # the link replaced, not followed

@@ -332,3 +332,75 @@ def test_a_compile_that_cannot_start_is_declined_with_its_reason(monkeypatch):
     assert model._n_updates == 2
     reason = model.optimizations_in_effect().compile.reason
     assert reason == "compile could not start: TypeError: cannot pickle 'generator' object"
+
+
+class _Payload:
+    """A pickle that touches ``marker`` when it is loaded: what a planted artifact could run."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+def test_a_planted_compile_artifact_is_never_loaded_and_the_update_is_compiled_anew(tmp_path):
+    import pickle
+
+    compiling_model().train(gradient_steps=2, batch_size=32)  # a first compile fills the cache
+    (artifact,) = (tmp_path / "cache" / "compiled").glob("update-*.bin")
+    marker = tmp_path / "payload-ran"
+    artifact.write_bytes(pickle.dumps(_Payload(marker)))
+    os.chmod(artifact, 0o666)  # anyone could have written it
+    model = compiling_model()
+    model.train(gradient_steps=2, batch_size=32)
+    assert not marker.exists()
+    assert isinstance(model.step_choice.current, CompiledSteps)  # compiled anew, into our own file
+    assert os.stat(artifact).st_mode & 0o077 == 0
+
+
+@pytest.mark.parametrize("planted", ["writable-file", "writable-folder", "link", "another-users"])
+def test_an_artifact_that_is_not_the_users_own_is_refused_before_it_is_read(planted, tmp_path, monkeypatch):
+    import pickle
+
+    from sb3_snake.common.paths import UntrustedCacheError
+    from sb3_snake.dqn.update.artifact import load
+
+    folder, marker = tmp_path / "compiled", tmp_path / "payload-ran"
+    folder.mkdir(mode=0o700)
+    artifact, payload = folder / "update-key.bin", tmp_path / "payload.bin"
+    payload.write_bytes(pickle.dumps(_Payload(marker)))
+    if planted == "link":
+        artifact.symlink_to(payload)
+    else:
+        artifact.write_bytes(payload.read_bytes())
+        os.chmod({"writable-file": artifact, "writable-folder": folder}.get(planted, artifact), 0o777)
+    if planted == "another-users":
+        os.chmod(artifact, 0o600)
+        monkeypatch.setattr(os, "getuid", lambda: 12345)
+    with pytest.raises(UntrustedCacheError, match=r"not used$"):
+        load(artifact, "cpu", False, ["MATH"])
+    assert not marker.exists()
+
+
+def test_a_compile_cache_folder_others_may_write_is_not_used(tmp_path, caplog):
+    from sb3_snake.dqn.update.child import _artifact_place
+
+    shared = tmp_path / "cache" / "compiled"
+    shared.mkdir(parents=True)
+    os.chmod(shared, 0o777)
+    with caplog.at_level("WARNING"):
+        place = _artifact_place("key", tmp_path / "job")
+    assert place == tmp_path / "job" / "update-key.bin"
+    assert "kept for this run only" in caplog.text and "can be written by others" in caplog.text
+
+
+def test_the_compile_record_replaces_a_link_in_its_place_rather_than_writing_through_it(tmp_path):
+    from sb3_snake.common.compile_record import record_compile, record_path
+
+    target = tmp_path / "precious.txt"
+    target.write_text("mine")
+    record_path().parent.mkdir(parents=True)
+    record_path().symlink_to(target)
+    record_compile("compiled", compiled=True)
+    assert target.read_text() == "mine" and last_compile()["outcome"] == "compiled"

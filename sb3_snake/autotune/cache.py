@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ import torch
 from sb3_snake.acceleration.settings import AUTO, OptimizationSettings
 from sb3_snake.autotune.search import Candidate, batch_candidates
 from sb3_snake.common import system
-from sb3_snake.common.paths import cache_dir, regular_file_problem, write_text_atomically
+from sb3_snake.common.paths import cache_dir, read_private, write_private
 
 logger = logging.getLogger(__name__)
 
@@ -87,16 +88,11 @@ def read_cache(path: Path, key: dict[str, Any]) -> dict[str, Any] | None:
     """The cached result for ``key``, or None when missing, unreadable, corrupt, for another key,
     or holding a choice that is not a valid one: the cache is input like any other, so an entry
     that fails :func:`check_entry` is measured again, with a warning that names the file."""
-    problem = regular_file_problem(path)
-    if problem is None and not path.exists():
-        return None
     try:
-        if problem:
-            raise ValueError(f"it {problem}")
-        if path.stat().st_size > MAX_CACHE_BYTES:
-            raise ValueError(f"it is larger than {MAX_CACHE_BYTES:,} bytes")
-        entry = json.loads(path.read_text(encoding="utf-8"))
+        entry = json.loads(read_private(path, MAX_CACHE_BYTES).decode("utf-8"))
         check_entry(entry, key)
+    except FileNotFoundError:
+        return None
     except (OSError, ValueError, KeyError, TypeError, RecursionError) as error:
         logger.warning("auto settings cache %s cannot be used (%s); measuring again", path, error)
         return None
@@ -123,13 +119,31 @@ def check_entry(entry: Any, key: dict[str, Any]) -> None:
     evidence = result.get("evidence")
     if not isinstance(evidence, dict) or not all(isinstance(v, str) for v in evidence.values()):
         raise ValueError("its evidence is not a mapping of texts")
+    if not isinstance(result.get("rule", ""), str):
+        raise ValueError("its rule is not a text")
+    measurements = result.get("measurements", [])
+    if not isinstance(measurements, list) or not all(_is_measurement(m) for m in measurements):
+        raise ValueError("its measurements are not a list of stages, candidates and finite rates")
+
+
+def _is_measurement(record: Any) -> bool:
+    """Whether ``record`` is one measurement as a search writes it (``_Timings.records``)."""
+    if not isinstance(record, dict) or set(record) != {"stage", "candidate", "samples_per_second"}:
+        return False
+    rate, candidate = record["samples_per_second"], record["candidate"]
+    if type(record["stage"]) is not int or type(rate) not in (int, float) or not math.isfinite(rate):
+        return False
+    try:
+        return isinstance(candidate, dict) and bool(Candidate(**candidate))
+    except TypeError:
+        return False
 
 
 def write_cache(path: Path, key: dict[str, Any], result: dict[str, Any], measured_on: str) -> bool:
     """Keep ``result``; a cache that cannot be written is a warning, not an error."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomically(path, json.dumps({"key": key, "date": measured_on, "result": result}, indent=2) + "\n")
+        text = json.dumps({"key": key, "date": measured_on, "result": result}, indent=2) + "\n"
+        write_private(path, text.encode())
     except OSError as error:
         logger.warning("auto settings cache %s cannot be written (%s); the next run measures again", path, error)
         return False

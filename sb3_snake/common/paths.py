@@ -11,7 +11,14 @@ the call, then renames it over the target: readers see the old file or the new o
 mix, two processes writing the same target never share a temporary file, and an interrupted
 write (an exception, or Ctrl-C) removes its temporary file. A write that fails (a full disk)
 is one :class:`~sb3_snake.common.errors.OutputError` naming the file, which was left as it was.
-A symbolic link is written through: the file it points to is replaced, the link stays.
+A symbolic link is written through: the file it points to is replaced, the link stays; a
+cache writes with ``follow_links=False``, replacing the link itself.
+
+**Caches** (:func:`cache_dir`) hold our own output only, never input from others: a compiled
+update is code that loading runs. :func:`private_dir` creates a cache folder for the user alone
+(0700) and refuses one that another user owns or others may write; :func:`read_private` opens a
+cache file without following a link and refuses one that is not a regular file of the user's,
+private to them; both say why in one line.
 
 :func:`claim_new_path` names a new file or folder after a timestamp without ever taking one
 that exists: two commands started in the same second get ``<stamp>`` and ``<stamp>-2``.
@@ -132,6 +139,11 @@ def regular_file_problem(path: Path) -> str | None:
         return None
     except OSError as error:
         return f"cannot be read ({error.strerror or error})"
+    return _kind_problem(mode)
+
+
+def _kind_problem(mode: int) -> str | None:
+    """Why a file of ``mode`` is not a regular file, or None when it is one."""
     if stat.S_ISREG(mode):
         return None
     if stat.S_ISDIR(mode):
@@ -149,14 +161,15 @@ def check_regular_file(path: Path, what: str = "file") -> None:
 
 
 @contextmanager
-def atomic_write(path: Path) -> Iterator[Path]:
+def atomic_write(path: Path, follow_links: bool = True) -> Iterator[Path]:
     """Yield a unique temporary path beside ``path``; on success rename it over ``path`` (over the
-    file it points to, when ``path`` is a symbolic link).
+    file it points to, when ``path`` is a symbolic link, unless not ``follow_links``: then over
+    the link itself).
 
     The temporary name keeps ``path``'s suffix (``model.zip`` -> ``model.tmp.<random>.zip``), so
     writers that add a suffix of their own, like SB3's ``save``, write exactly there.
     """
-    path = _link_target(Path(path))
+    path = _link_target(Path(path)) if follow_links else Path(path)
     # Created by the writer itself, so with the usual permissions (mkstemp's files are private to the user).
     temporary = _temporary_path(path)
     try:
@@ -181,6 +194,72 @@ def write_atomically(path: Path, write: Callable[[Path], object]) -> None:
 
 def write_text_atomically(path: Path, text: str) -> None:
     write_atomically(path, lambda temporary: temporary.write_text(text))
+
+
+class UntrustedCacheError(OSError):
+    """A cache folder or file that is not the user's own: it is not used, and this says why."""
+
+
+def _private_problem(status: os.stat_result) -> str:
+    """Why a file or folder of ``status`` is not private to this user (``""`` when it is)."""
+    if hasattr(os, "getuid") and status.st_uid != os.getuid():
+        return f"belongs to another user (uid {status.st_uid})"
+    if status.st_mode & 0o022:
+        return f"can be written by others (mode {stat.S_IMODE(status.st_mode):o})"
+    return ""
+
+
+def private_dir(folder: Path) -> Path:
+    """``folder``, created for this user alone (mode 0700) where it is missing. Raises
+    :class:`UntrustedCacheError` when it is another user's or others may write to it (or it
+    is no folder), and OSError when it cannot be created."""
+    folder = Path(folder)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    status = os.stat(folder)
+    problem = "is not a folder" if not stat.S_ISDIR(status.st_mode) else _private_problem(status)
+    if problem:
+        raise UntrustedCacheError(f"cache folder {folder} {problem}; not used")
+    return folder
+
+
+def read_private(path: Path, max_bytes: int) -> bytes:
+    """The bytes of cache file ``path``, opened without following a link. Raises
+    FileNotFoundError where there is none, :class:`UntrustedCacheError` (one line) where it is a
+    link, not a regular file, not private to this user, larger than ``max_bytes``, or in a folder
+    that is not (:func:`private_dir`'s checks), and OSError where it cannot be read."""
+    path = Path(path)
+    try:
+        folder = os.stat(path.parent)
+    except FileNotFoundError:
+        raise FileNotFoundError(path) from None
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        descriptor = os.open(path, flags)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise UntrustedCacheError(f"cache file {path} is a symbolic link; not used") from None
+        raise
+    with os.fdopen(descriptor, "rb") as file:
+        status = os.fstat(descriptor)
+        problem = (
+            _kind_problem(status.st_mode)
+            or _private_problem(status)
+            or (f"lies in a folder that {_private_problem(folder)}" if _private_problem(folder) else "")
+            or (f"is larger than {max_bytes:,} bytes" if status.st_size > max_bytes else "")
+        )
+        if problem:
+            raise UntrustedCacheError(f"cache file {path} {problem}; not used")
+        return file.read()
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Write cache file ``path`` atomically in its :func:`private_dir`, replacing a link at
+    ``path`` rather than writing where it points."""
+    private_dir(Path(path).parent)
+    with atomic_write(path, follow_links=False) as temporary:
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        with os.fdopen(descriptor, "wb") as file:
+            file.write(data)
 
 
 def remove_temporary_files(directory: Path) -> list[Path]:

@@ -33,11 +33,13 @@ from typing import Any
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from sb3_snake.common.paths import atomic_write, cache_dir
+from sb3_snake.common.paths import cache_dir, read_private, write_private
 from sb3_snake.dqn.update.graph import UpdateGraph
 
 #: Bumped when the file's content changes meaning, so older files are compiled again.
 ARTIFACT_VERSION = 1
+#: The largest compiled update a file may hold (a few megabytes in practice).
+MAX_ARTIFACT_BYTES = 1 << 30
 #: The package's modules whose code a compiled update runs (their sources enter the key).
 _TRACED_MODULES = ("dqn/update/graph.py", "dqn/targets.py", "dqn/extractor.py", "dqn/policies.py", "envs/rules.py")
 
@@ -61,11 +63,9 @@ def compile_graph(graph: UpdateGraph, arguments: tuple[Any, ...], mode: str = "d
 
 
 def save(function: Any, path: Path) -> None:
-    """Write a function of :func:`compile_graph` to ``path`` atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = type(function).serialize(function).serialized_data
-    with atomic_write(path) as temporary:
-        temporary.write_bytes(data)
+    """Write a function of :func:`compile_graph` to ``path`` atomically, in a folder private to
+    the user (:func:`~sb3_snake.common.paths.write_private`: a link there is replaced, not followed)."""
+    write_private(path, type(function).serialize(function).serialized_data)
 
 
 def load(
@@ -74,7 +74,9 @@ def load(
     """The function :func:`save` wrote to ``path``, ready to call (no trace, no lowering) in the
     :func:`forward_context` of the same ``device_type``, ``bf16`` and ``sdpa_backends``.
 
-    It is loaded in that context, since torch 2.13's loader rebuilds each tensor guard's
+    Only a regular file private to the user, in a folder private to them, is loaded
+    (:func:`~sb3_snake.common.paths.read_private`; else :class:`UntrustedCacheError` says why):
+    deserializing runs code. It is loaded in that context, since torch 2.13's loader rebuilds each tensor guard's
     expected dispatch keys from the thread's state at load time: loaded outside autocast, a
     graph compiled under bf16 autocast refuses every call made under it. The loader also
     registers the guards it rebuilds on imported modules (``collections.namedtuple``, the
@@ -85,7 +87,7 @@ def load(
     from torch._guards import TracingContext, tracing
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    data = path.read_bytes()
+    data = read_private(path, MAX_ARTIFACT_BYTES)  # loading runs its code: our own files only
     with forward_context(device_type, bf16, sdpa_backends), tracing(TracingContext(FakeTensorMode())):
         return AOTCompiledFunction.deserialize(data)
 

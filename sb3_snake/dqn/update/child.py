@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import faulthandler
 import json
+import logging
 import os
 import shutil
 import signal
@@ -39,9 +40,11 @@ import torch
 
 from sb3_snake.common.child_process import ChildProcess, tie_to_parent
 from sb3_snake.common.errors import UsageError
-from sb3_snake.common.paths import check_writable_dir, write_text_atomically
+from sb3_snake.common.paths import check_writable_dir, private_dir, write_text_atomically
 from sb3_snake.dqn.update.artifact import artifact_key, artifact_path, compile_graph, forward_context, load, save
 from sb3_snake.dqn.update.graph import UpdateGraph
+
+logger = logging.getLogger(__name__)
 
 #: Seconds a compile child may take before it is stopped and training goes on eagerly.
 COMPILE_TIMEOUT = 900.0
@@ -154,11 +157,14 @@ def _close_job(child: ChildProcess, folder: Path) -> None:
 
 
 def _artifact_place(key: str, fallback: Path) -> Path:
-    """The cache folder's file for ``key``, or one in ``fallback`` where that folder cannot be written."""
+    """The cache folder's file for ``key``, or one in ``fallback`` (the job's private folder)
+    where that folder cannot be written or is not private to the user (a warning says why)."""
     path = artifact_path(key)
     try:
-        check_writable_dir(path.parent, "compile cache folder", create=True)
-    except UsageError:
+        private_dir(path.parent)
+        check_writable_dir(path.parent, "compile cache folder")
+    except (UsageError, OSError) as error:
+        logger.warning("the compiled update is kept for this run only: %s", " ".join(str(error).split()))
         return fallback / path.name
     return path
 

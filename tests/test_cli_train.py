@@ -619,3 +619,28 @@ def test_paths_with_rich_markup_are_printed_as_text(name, tmp_path):
     assert result.exit_code == 0, result.output
     assert f"run folder:       {output}" in result.output
     assert (output / "model.zip").is_file()
+
+
+@pytest.mark.parametrize("fps", ["1e-300", "-1", "nan", "inf", "1e9"])
+def test_play_refuses_a_frame_rate_outside_its_bounds_in_one_line(trained_run, fps):
+    run_dir, _ = trained_run
+    result = runner.invoke(app, ["play", str(run_dir / "model.zip"), "--fps", fps])
+    assert result.exit_code == 2
+    assert "--fps must be 0 (no wait) or from 0.0167 (a frame a minute) to 1000" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_a_slow_frame_rate_within_the_bounds_waits_at_most_a_minute_a_frame(monkeypatch):
+    import io
+
+    from sb3_snake.envs.render import MIN_FPS, draw_text
+
+    waits = []
+    monkeypatch.setattr("time.sleep", waits.append)
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    draw_text("frame", out=Terminal(), fps=MIN_FPS)
+    assert waits == [pytest.approx(60.0)]

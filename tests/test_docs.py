@@ -96,3 +96,33 @@ def test_site_builds_strictly(tmp_path):
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert (tmp_path / "site" / "reference" / "index.html").read_text().count("SnakeDQN") > 3
+
+
+#: README's Python block runs as printed but for these sizes, lowered so that it runs in seconds
+#: (each must occur in the block, so a change of README's figures fails here, not silently).
+README_SMALLER = {
+    "4096": "64",
+    ".learn(10_000)": ".learn(512)",
+    ".learn(20_000)": ".learn(512)",
+    "episodes=100": "episodes=8",
+}
+
+
+def python_blocks(path: Path) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.S)
+
+
+@pytest.mark.slow
+def test_readmes_python_runs_as_printed_with_smaller_sizes(tmp_path):
+    (block,) = python_blocks(ROOT / "README.md")
+    for printed, smaller in README_SMALLER.items():
+        assert printed in block, f"README's Python no longer holds {printed!r}: update README_SMALLER"
+        block = block.replace(printed, smaller)
+    script = tmp_path / "readme.py"
+    script.write_text(block)
+    environment = {**os.environ, "SB3_SNAKE_CACHE_DIR": str(tmp_path / "cache"), "WANDB_MODE": "disabled"}
+    result = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "snake.zip").is_file() and list((tmp_path / "runs").glob("*/summary.json"))

@@ -113,7 +113,7 @@ def test_the_batch_size_flag_then_environment_then_env_file_then_default(tmp_pat
         # Lines python-dotenv only warned about, or that were skipped: errors now.
         (
             'OPTIMAL_BATCH_SIZE="64',
-            r"line 1 of .*custom.env cannot be parsed: 'OPTIMAL_BATCH_SIZE=\"64' \(an unterminated",
+            r"line 1 of .*custom.env cannot be parsed \(key OPTIMAL_BATCH_SIZE: an unterminated quote\?\); write",
         ),
         ("# fine\nUSE_BF16", r"line 2 of .*custom.env: USE_BF16 has no value; write USE_BF16=value"),
         ("USE_BF61=true", r"line 1 of .*: unknown key USE_BF61; did you mean USE_BF16\?"),
@@ -123,6 +123,15 @@ def test_the_batch_size_flag_then_environment_then_env_file_then_default(tmp_pat
 def test_malformed_env_file_lines_name_line_key_value_and_file(tmp_path, line, message):
     with pytest.raises(SettingsError, match=message):
         OptimizationSettings.load(write_env(tmp_path, line + "\n"))
+
+
+@pytest.mark.parametrize("line", ['HF_TOKEN="hf_TOPSECRET_42', "export HF_TOKEN='hf_TOPSECRET_42", '"hf_TOPSECRET_42'])
+def test_a_line_that_cannot_be_parsed_is_named_by_its_line_and_key_never_its_value(tmp_path, line):
+    with pytest.raises(SettingsError) as refused:
+        OptimizationSettings.load(write_env(tmp_path, "USE_BF16=false\n" + line + "\n"))
+    message = str(refused.value)
+    assert "line 2 of" in message and "TOPSECRET" not in message
+    assert ("key HF_TOKEN" in message) == line.lstrip("export ").startswith("HF_TOKEN")
 
 
 def test_a_key_set_twice_is_refused_naming_the_file_the_key_and_both_lines(tmp_path):

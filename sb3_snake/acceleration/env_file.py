@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import stat
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -21,6 +22,8 @@ from sb3_snake.acceleration.setting_values import SettingsError
 from sb3_snake.common.errors import did_you_mean
 from sb3_snake.common.paths import check_writable_file
 
+#: What a key looks like; anything else on a line is no key (and may be a value: never shown).
+_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 #: The comment line :func:`write_env_lines` keeps up to date with its ``note``.
 WRITTEN_BY = "# Written by sb3-snake benchmark --write-env: "
 
@@ -51,10 +54,12 @@ def read_env_file(path: Path, known: Sequence[str]) -> dict[str, str]:
     first_lines: dict[str, int] = {}
     for binding in parse_stream(io.StringIO(text)):
         line = binding.original.line
-        first_line = binding.original.string.splitlines()[0].strip() if binding.original.string.strip() else ""
         where = f"line {line} of {path}"
-        if binding.error:
-            raise SettingsError(f"{where} cannot be parsed: {first_line!r} (an unterminated quote?); write KEY=value")
+        if binding.error or (binding.key is not None and not _KEY.fullmatch(binding.key)):
+            # its key, never its value: the line may hold another tool's secret
+            key = _key_of(binding.original.string)
+            named = f" (key {key}: an unterminated quote?)" if key else " (an unterminated quote?)"
+            raise SettingsError(f"{where} cannot be parsed{named}; write KEY=value")
         if binding.key is None:
             continue  # a comment or a blank line
         if binding.key not in known:
@@ -68,6 +73,13 @@ def read_env_file(path: Path, known: Sequence[str]) -> dict[str, str]:
         first_lines[binding.key] = line
         values[binding.key] = binding.value
     return values
+
+
+def _key_of(text: str) -> str:
+    """The key a ``.env`` line sets (``KEY=...`` or ``export KEY=...``), or ``""`` where none reads as one."""
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    name = first.removeprefix("export ").split("=", 1)[0].strip()
+    return name if _KEY.fullmatch(name) and "=" in first else ""
 
 
 def check_env_file_writable(path: str | os.PathLike) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import sys
 from enum import Enum
 from pathlib import Path
@@ -22,7 +21,6 @@ from sb3_snake.cli.options import (
     settings_parameters,
     with_parameters,
 )
-from sb3_snake.common.errors import UsageError
 from sb3_snake.common.paths import check_writable_file
 from sb3_snake.training.config import RUN
 from sb3_snake.training.tracking import resolve_mode
@@ -181,13 +179,13 @@ def play(
     trust_model: TrustModelOption = False,
 ) -> None:
     """Play one greedy game, animated in the terminal or recorded as a GIF."""
+    from sb3_snake.envs.render import check_fps
     from sb3_snake.training.evaluation import check_evaluation
     from sb3_snake.training.evaluation import play as play_game
 
     with user_errors():
         check_evaluation(1, seed)
-        if not (math.isfinite(fps) and fps >= 0):
-            raise UsageError(f"--fps must be a finite number >= 0, got {fps}")
+        check_fps(fps)
         if gif is not None:
             check_writable_file(gif, (".gif",), what="--gif")
     loaded = _load_for_acting(model, env_file, trust_model)

@@ -74,6 +74,21 @@ def render_ansi(observation: np.ndarray, body: Body | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: The slowest animation, in frames per second: a frame a minute (a slower one looks stopped,
+#: and ``1 / fps`` of a tiny rate overflows the clock); 0 draws without waiting.
+MIN_FPS = 1 / 60
+#: The fastest animation that still waits between frames: a millisecond a frame.
+MAX_FPS = 1000.0
+
+
+def check_fps(fps: float) -> None:
+    """Raise UsageError unless ``fps`` is 0 (no wait) or from :data:`MIN_FPS` to :data:`MAX_FPS`."""
+    if isinstance(fps, bool) or not isinstance(fps, (int, float)) or not (fps == 0 or MIN_FPS <= fps <= MAX_FPS):
+        raise UsageError(
+            f"--fps must be 0 (no wait) or from {MIN_FPS:.4f} (a frame a minute) to {MAX_FPS:g}, got {fps!r}"
+        )
+
+
 def draw_text(frame: str, caption: str = "", out: TextIO | None = None, fps: float = 0.0) -> None:
     """Show a text frame (:func:`render_ansi`) and a caption line on ``out`` (stdout): in a
     terminal over the frame before, waiting ``1 / fps`` seconds after it (0: no wait); elsewhere

@@ -23,7 +23,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from sb3_snake.common.errors import UsageError
 from sb3_snake.common.paths import atomic_write
 from sb3_snake.envs import BatchedSnakeVecEnv, SnakeEnv
-from sb3_snake.envs.render import draw_text
+from sb3_snake.envs.render import check_fps, draw_text
 from sb3_snake.envs.rules import board_options, can_survive
 from sb3_snake.persistence import save_model
 
@@ -127,7 +127,9 @@ def play(
 
     ``gif`` is written atomically (a failed write leaves no partial file; an OutputError names
     it); check its place before the game with :func:`~sb3_snake.common.paths.check_writable_file`.
+    ``fps`` is checked by :func:`~sb3_snake.envs.render.check_fps`.
     """
+    check_fps(fps)
     board_size, channels = model.observation_space.shape[-1], board_options(model.observation_space)
     mode = "rgb_array" if gif else "ansi"
     env = SnakeEnv(board_size=board_size, render_mode=mode, egocentric=egocentric(model), **channels)

@@ -1,7 +1,7 @@
 """A training run, top to bottom: settings, run folder, model, logging, callbacks, learn, summary, save.
 
 :func:`train` is what ``sb3-snake train`` calls; a Python user gets the same run with
-``train(TrainConfig(...), OptimizationSettings.load())``. :class:`TrainConfig` declares every
+``train(TrainConfig(...))`` (the settings read as the CLI reads them, or given). :class:`TrainConfig` declares every
 option once (value, one-line help, group), and the CLI builds its options from it.
 
 Resuming: :func:`resume_config` gives the config a saved model trained with, changed by what
@@ -48,7 +48,7 @@ from sb3_snake.training.tracking import WandbOutput, WandbRun, resolve_mode
 
 def train(
     config: TrainConfig,
-    settings: OptimizationSettings,
+    settings: OptimizationSettings | None = None,
     run_dir: Path | None = None,
     *,
     resume: Path | None = None,
@@ -67,7 +67,9 @@ def train(
     A loss that becomes NaN stops the run: the summary is written, ``model.zip`` is not (the
     last checkpoint stays the last good model), and :class:`TrainingDiverged` is raised.
     ``callbacks`` (SB3 callbacks) run after the run's own, as with ``learn(callback=...)``.
+    ``settings`` ``None`` reads them as the CLI does without flags (:meth:`OptimizationSettings.load`).
     """
+    settings = settings if settings is not None else OptimizationSettings.load()
     console, stop, resumed = console or plain_console(), stop or StopRequest(), resume is not None
     # Bad input refused before any ``auto`` is measured, then ``auto`` measured (or read from its cache).
     check_before_measuring(config)

@@ -1,5 +1,6 @@
-"""benchmark-learning's bookkeeping: the clock that leaves saving out, checkpoint timing, the
-curve and time-to-score, the report's fields; and, on a tiny budget, real runs of both systems."""
+"""benchmark-learning's bookkeeping: the clock that leaves saving out, checkpoint timing (by
+seconds or env steps), the curve and time-to-score, the report's fields, the runs side by side and
+the paired comparison of two arms; and, on a tiny budget, real runs of every system."""
 
 import functools
 import itertools
@@ -12,14 +13,16 @@ from stable_baselines3 import DQN, PPO
 from sb3_snake.benchmark.learning import (
     SCORE_AT_SECONDS,
     SCORE_THRESHOLDS,
+    SYSTEMS,
+    Checkpoints,
     LearningPlan,
     RunFailed,
     RunSpec,
     Stopwatch,
-    WallClockCheckpoints,
     compile_cache_state,
     evaluate_checkpoints,
     format_summary,
+    paired_differences,
     plot_learning_benchmark,
     run_in_process,
     run_learning_benchmark,
@@ -52,7 +55,7 @@ def checkpoints_on(clock, every=10.0, budget=35.0, save_seconds=0.0):
         clock.now += save_seconds  # saving takes time the stopwatch must not count
 
     stopwatch = Stopwatch(clock.now, clock)
-    callback = WallClockCheckpoints(stopwatch, every, budget, Path("ckpt"), save)
+    callback = Checkpoints(stopwatch, every, budget, Path("ckpt"), save)
     callback.model = FakeModel()
     return callback, stopwatch, saved_files
 
@@ -495,33 +498,36 @@ def test_ctrl_c_in_a_run_exits_its_process_quietly(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_sigterm_to_the_benchmark_stops_its_run_and_exits_143(tmp_path):
+@pytest.mark.parametrize("parallel", [1, 2])
+def test_sigterm_to_the_benchmark_stops_its_run_and_exits_143(tmp_path, parallel):
+    """Two runs side by side, each waited on by a thread of its own, are both stopped too."""
     import signal
     import subprocess
     import sys
     import time
 
     command = [sys.executable, "-c", "from sb3_snake.cli import main; main()", "benchmark-learning", "--quick"]
-    command += ["--no-baseline", "--seeds", "1", "--minutes", "1", "--output", str(tmp_path / "out")]
+    command += ["--no-baseline", "--no-ppo", "--seeds", str(parallel), "--parallel", str(parallel)]
+    command += ["--minutes", "1", "--output", str(tmp_path / "out")]
     parent = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline, children = time.monotonic() + 120, []
-        while time.monotonic() < deadline and not children:
+        while time.monotonic() < deadline and len(children) < parallel:
             time.sleep(0.5)
             listed = subprocess.run(["pgrep", "-P", str(parent.pid)], capture_output=True, text=True).stdout
             children = [int(pid) for pid in listed.split()]
-        assert children, "the run's process never started"
-        # The run opens its log once it has imported everything and starts to train.
-        while time.monotonic() < deadline and not list((tmp_path / "runs").rglob("train.log")):
+        assert len(children) >= parallel, "the runs' processes never started"
+        # A run opens its log once it has imported everything and starts to train.
+        while time.monotonic() < deadline and len(list((tmp_path / "runs").rglob("train.log"))) < parallel:
             time.sleep(0.1)
-        assert list((tmp_path / "runs").rglob("train.log")), "the run never started to train"
+        assert len(list((tmp_path / "runs").rglob("train.log"))) == parallel, "the runs never started to train"
         parent.send_signal(signal.SIGTERM)
         output, _ = parent.communicate(timeout=60)
     finally:
         parent.kill()
     assert parent.returncode == 143, output
     assert "Traceback" not in output and "stopped: no results written" in output
-    deadline = time.monotonic() + 30  # the parent stops its run before it exits: a process may take a moment to go
+    deadline = time.monotonic() + 30  # the parent stops its runs before it exits: a process may take a moment to go
     while (alive := [pid for pid in children if _running(pid)]) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not alive, f"runs left training after the benchmark stopped: {alive}"
@@ -537,3 +543,310 @@ def _state(pid: int) -> str:
         return Path(f"/proc/{pid}/stat").read_text().split()[2]
     except OSError:
         return "Z"
+
+
+# --- the research loop: a budget of env steps, runs side by side, two arms compared -------------
+
+
+def test_checkpoints_by_env_steps_fall_due_at_each_interval_whatever_the_clock_says():
+    """16 games a step: the checkpoints due at 500, 1,000 and 1,500 env steps are taken at the
+    first step past each, the last at the budget, however long the steps take."""
+    clock = FakeClock()
+    saved_files = []
+    callback = Checkpoints(
+        Stopwatch(clock.now, clock), 500, 2000, Path("ckpt"), lambda m, p: saved_files.append(p), by="env_steps"
+    )
+    callback.model = FakeModel()
+    calls = 1
+    while step(callback, clock, seconds=1000.0 * calls, steps=16):  # the clock jumps far past any time budget
+        calls += 1
+    assert [entry["due_env_steps"] for entry in callback.saved] == [500, 1000, 1500, 2000]
+    assert [entry["env_steps"] for entry in callback.saved] == [512, 1008, 1504, 2000]
+    assert calls == 125 and len(saved_files) == 4  # the step that reached 2,000 stopped learning
+    assert all("due_seconds" not in entry and entry["seconds"] > 0 for entry in callback.saved)
+
+
+def test_a_budget_of_env_steps_is_one_of_two_and_refuses_what_cannot_run():
+    for changes, message in [
+        ({"minutes": 5.0, "env_steps": 1000}, "give one budget: minutes .* or env steps .*, not both"),
+        ({"env_steps": 1000, "every_seconds": 10.0}, "--every is the interval of a budget of --minutes"),
+        ({"every_env_steps": 100}, "--every-steps is the interval of a budget of --env-steps"),
+        ({"env_steps": 0}, "--env-steps must be a whole number of at least 1, got 0"),
+        ({"env_steps": 1000.5}, "--env-steps must be a whole number"),
+        ({"env_steps": 1000, "every_env_steps": 2000}, r"--every-steps must be a whole number from 1 to --env-steps"),
+        ({"env_steps": 10**6, "every_env_steps": 10}, "more than 1000 checkpoints .* give at least 1,000"),
+        ({"final_episodes": -1}, "--final-episodes must be a whole number of at least 0"),
+        ({"parallel": 0}, "--parallel must be at least 1, got 0"),
+        ({"threads": 0}, "--threads must be at least 1, got 0"),
+        ({"compare": {}, "systems": ("sb3_snake", "plain_sb3")}, "a comparison .* trains sb3_snake alone"),
+        ({"compare": {"long_starts": 5}}, "long_starts must be"),
+        ({"compare": {"board_size": 6}, "hyperparameters": {"board_size": 8}}, "hyperparameters' board_size 8 .* 6"),
+    ]:
+        with pytest.raises(UsageError, match=message):
+            LearningPlan(**changes)
+    with pytest.raises(UsageError, match="not both"):
+        LearningPlan.quick(env_steps=1000)
+
+
+def test_a_plan_resolves_what_was_left_to_it():
+    default = LearningPlan()
+    assert (default.minutes, default.every_seconds, default.env_steps, default.every_env_steps) == (
+        15.0,
+        15.0,
+        None,
+        None,
+    )
+    assert (default.final_episodes, default.threads, default.systems, default.budget_unit) == (
+        0,
+        None,
+        SYSTEMS,
+        "seconds",
+    )
+    assert (default.budget, default.every, default.budget_text) == (900.0, 15.0, "15 min")
+    by_steps = LearningPlan(env_steps=25_000, systems=("sb3_snake",))
+    assert (by_steps.minutes, by_steps.every_seconds, by_steps.every_env_steps) == (None, None, 2500)
+    assert (by_steps.budget_unit, by_steps.budget, by_steps.every, by_steps.final_episodes) == (
+        "env_steps",
+        25_000,
+        2500,
+        200,
+    )
+    assert by_steps.budget_text == "25,000 env steps" and by_steps.checkpoints_text.endswith("every 2,500 env steps")
+    compared = LearningPlan(minutes=2.0, compare={"board_size": 6}, parallel=2)
+    assert (compared.systems, compared.final_episodes, compared.threads, compared.board_size) == (
+        ("sb3_snake",),
+        200,
+        1,
+        6,
+    )
+    assert LearningPlan(parallel=2, threads=2, final_episodes=0).threads == 2
+    assert LearningPlan(env_steps=1000, final_episodes=0).final_episodes == 0
+
+
+def test_paired_differences_are_b_minus_a_seed_by_seed_at_each_checkpoint():
+    def curve(*points):
+        return [
+            {"env_steps": due + 8, "due_env_steps": due, "mean_score": score, "win_rate": wins}
+            for due, score, wins in points
+        ]
+
+    pairs = {
+        0: (curve((500, 2.0, 0.0), (1000, 10.0, 0.1)), curve((500, 3.0, 0.0), (1000, 12.5, 0.3))),
+        1: (curve((500, 4.0, 0.0), (1000, 11.0, 0.2)), curve((500, 3.0, 0.0), (1000, 11.0, 0.2))),
+        # Seed 2's arm B never reached 1,000 env steps: it counts at 500 only.
+        2: (curve((500, 1.0, 0.0), (1000, 9.0, 0.0)), curve((500, 1.5, 0.25))),
+    }
+    first, second = paired_differences(pairs)
+    assert first["env_steps"] == 500 and first["seeds"] == [0, 1, 2]
+    assert first["mean_score"] == {
+        "per_seed": [1.0, -1.0, 0.5],
+        "mean": pytest.approx(0.5 / 3),
+        "min": -1.0,
+        "max": 1.0,
+    }
+    assert first["win_rate"] == {"per_seed": [0.0, 0.0, 0.25], "mean": pytest.approx(0.25 / 3), "min": 0.0, "max": 0.25}
+    assert second["env_steps"] == 1000 and second["seeds"] == [0, 1]
+    assert second["mean_score"] == {"per_seed": [2.5, 0.0], "mean": 1.25, "min": 0.0, "max": 2.5}
+    assert second["win_rate"]["per_seed"] == pytest.approx([0.2, 0.0]) and second["win_rate"]["max"] == pytest.approx(
+        0.2
+    )
+    # Matched by seconds, curves that record no due point match by the time taken.
+    by_time = {0: ([{"seconds": 30.0, "mean_score": 1.0}], [{"seconds": 30.0, "mean_score": 4.0, "win_rate": 0.5}])}
+    assert paired_differences(by_time, by="seconds") == [
+        {
+            "seconds": 30.0,
+            "seeds": [0],
+            "mean_score": {"per_seed": [3.0], "mean": 3.0, "min": 3.0, "max": 3.0},
+            "win_rate": {"per_seed": [0.5], "mean": 0.5, "min": 0.5, "max": 0.5},
+        }
+    ]
+    assert paired_differences({}) == []
+
+
+def fake_steps_run(spec, cache_dir):
+    """A run of ``spec`` on a budget of env steps: a checkpoint at each point, 16 games a step."""
+    points = [*range(int(spec.every), int(spec.budget), int(spec.every)), int(spec.budget)]
+    checkpoints = [
+        {
+            "seconds": 2.0 * due / spec.every,
+            "env_steps": due + 8,
+            "due_env_steps": due,
+            "path": f"{spec.seed}-{due}.zip",
+        }
+        for due in points
+    ]
+    return {"system": spec.system, "seed": spec.seed, "env_steps": points[-1] + 8, "checkpoints": checkpoints}
+
+
+def test_a_comparison_runs_both_arms_in_turn_and_reports_b_minus_a_seed_by_seed(tmp_path):
+    plan = LearningPlan(
+        env_steps=1000,
+        every_env_steps=500,
+        seeds=(3, 4),
+        hyperparameters={"dueling": True},
+        compare={"learning_rate": 1e-3},
+        episodes=5,
+    )
+    specs, evaluated = [], []
+
+    def run(spec, cache_dir):
+        specs.append(spec)
+        return fake_steps_run(spec, cache_dir)
+
+    def evaluate_run(run, episodes):
+        evaluated.append((run["arm"], run["seed"], len(run["checkpoints"]), episodes))
+        bonus = 1.0 if run["arm"] == "B" else 0.0
+        return [
+            {
+                "seconds": c["seconds"],
+                "minutes": c["seconds"] / 60,
+                "env_steps": c["env_steps"],
+                "due_env_steps": c["due_env_steps"],
+                "mean_score": c["due_env_steps"] / 100 + bonus * (run["seed"] - 2) + (episodes == 200),
+                "win_rate": 0.1 * bonus,
+            }
+            for c in run["checkpoints"]
+        ]
+
+    report = run_learning_benchmark(plan, tmp_path, run=run, evaluate_run=evaluate_run)
+    assert [(spec.seed, spec.hyperparameters) for spec in specs] == [
+        (3, {"dueling": True}),
+        (3, {"learning_rate": 1e-3}),
+        (4, {"dueling": True}),
+        (4, {"learning_rate": 1e-3}),
+    ]
+    assert all(spec.system == "sb3_snake" and spec.budget_unit == "env_steps" for spec in specs)
+    assert all((spec.budget, spec.every, spec.threads) == (1000, 500, None) for spec in specs)
+    assert [(run["arm"], run["seed"]) for run in report["runs"]] == [("A", 3), ("B", 3), ("A", 4), ("B", 4)]
+    # Every checkpoint with plan.episodes games, then the last one alone with the final's 200.
+    assert evaluated[:2] == [("A", 3, 2, 5), ("A", 3, 1, 200)]
+    assert report["runs"][1]["final"] == {"episodes": 200, **report["runs"][1]["curve"][-1], "mean_score": 12.0}
+    assert report["budget"] == {
+        "unit": "env_steps",
+        "total": 1000,
+        "every": 500,
+        "text": "1,000 env steps, a checkpoint every 500 env steps",
+    }
+    assert set(report["summary"]) == {"A", "B"} and "env_steps_to_score" in report["summary"]["A"]
+    assert report["summary"]["A"]["env_steps_to_score"]["10"]["median"] == 1008
+    assert report["summary"]["B"]["final_evaluation"]["mean_score"] == {"median": 12.5, "min": 12.0, "max": 13.0}
+    comparison = report["comparison"]
+    assert comparison["by"] == "env_steps" and comparison["seeds"] == [3, 4]
+    assert [point["env_steps"] for point in comparison["checkpoints"]] == [500, 1000]
+    assert comparison["checkpoints"][0]["mean_score"] == {"per_seed": [1.0, 2.0], "mean": 1.5, "min": 1.0, "max": 2.0}
+    assert comparison["checkpoints"][1]["win_rate"]["mean"] == pytest.approx(0.1)
+    assert comparison["final"]["episodes"] == 200 and comparison["final"]["mean_score"]["per_seed"] == [1.0, 2.0]
+    assert report["plan"]["compare"] == {"learning_rate": 1e-3} and "comparison" in report["method"]
+    json.dumps(report)
+    table = format_summary(report)
+    assert table.startswith("budget: 1,000 env steps, a checkpoint every 500 env steps per run\n")
+    assert "median env steps to a greedy mean" in table and "at 60 s" not in table
+    assert "1,008 (1,008-1,008) 2/2" in table  # env steps to a greedy mean of 10, each seed's
+    assert "final evaluation of B (200 greedy games of the last checkpoint; seeds: 2)" in table
+    assert "B - A, seed by seed (seeds 3, 4" in table
+    assert "\n             500   +1.50 (+1.00 to +2.00)             +10.0% (+10.0% to +10.0%)\n" in table
+    assert "\nfinal, 200 games   +1.50 (+1.00 to +2.00)" in table
+    picture = plot_learning_benchmark(report, tmp_path / "curve.png")
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_runs_side_by_side_keep_the_order_of_the_plan_and_at_most_k_run_at_once(tmp_path):
+    """Seed 0's run waits until seed 1's has started, which only runs side by side allow; then
+    seed 0 ends last, and the report still lists the runs in the plan's order."""
+    import threading
+
+    plan = LearningPlan(env_steps=1000, seeds=(0, 1, 2, 3), systems=("sb3_snake",), parallel=2, final_episodes=0)
+    started, lock, running, most = {seed: threading.Event() for seed in plan.seeds}, threading.Lock(), [0], [0]
+
+    def run(spec, cache_dir):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        started[spec.seed].set()
+        if spec.seed == 0:
+            assert started[1].wait(timeout=60), "seed 1 never started beside seed 0"
+        with lock:
+            running[0] -= 1
+        if spec.seed == 2:
+            raise RunFailed("the sb3_snake run of seed 2 failed (exit code 1)")
+        return fake_steps_run(spec, cache_dir)
+
+    lines = []
+    report = run_learning_benchmark(plan, tmp_path, progress=lines.append, run=run, evaluate_run=lambda r, e: [])
+    assert [run["seed"] for run in report["runs"]] == [0, 1, 3] and most[0] == 2
+    assert [failure["seed"] for failure in report["failed_runs"]] == [2]
+    assert "1 torch thread(s) each" in report["method"]["parallel"]
+    assert sum(line.startswith("sb3_snake seed") and "training for 1,000 env steps" in line for line in lines) == 4
+
+
+def test_an_interrupt_stops_the_runs_going_and_starts_no_other():
+    import threading
+
+    from sb3_snake.benchmark.learning import run_in_turn
+
+    stopped, third_started = threading.Event(), []
+
+    def waits_until_stopped():
+        assert stopped.wait(timeout=60), "the run going was never stopped"
+        return "stopped"
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_in_turn([waits_until_stopped, interrupted, lambda: third_started.append(1)], 2, stop=stopped.set)
+    assert stopped.is_set() and not third_started
+    assert run_in_turn([lambda: 1, lambda: 2, lambda: 3], 1, stop=stopped.set) == [1, 2, 3]
+
+
+@pytest.mark.slow
+def test_plain_sb3_and_ppo_train_to_a_budget_of_env_steps(tmp_path):
+    for system in ("plain_sb3", "sb3_ppo"):
+        directory = str(tmp_path / system)
+        spec = RunSpec(system, 0, 1000, 300, 5, directory, total_timesteps=1000, budget_unit="env_steps", threads=1)
+        run = run_system(spec, Stopwatch(0.0, clock=functools.partial(next, itertools.count(1))))
+        assert [c["due_env_steps"] for c in run["checkpoints"]] == [300, 600, 900, 1000]
+        assert all(c["env_steps"] >= c["due_env_steps"] for c in run["checkpoints"]) and run["threads"] == 1
+        assert run["checkpoints"][-1]["env_steps"] == run["env_steps"] < 1000 + 64  # PPO steps 64 games at once
+
+
+@pytest.mark.slow
+def test_runs_side_by_side_learn_exactly_what_they_learn_one_after_another(tmp_path, monkeypatch):
+    """With compile and every measured setting off and one thread, a seed's run is the same
+    whether it ran alone or beside another: its checkpoints' env steps and greedy scores."""
+    from sb3_snake.acceleration.optimizations import torch_threads
+
+    monkeypatch.chdir(tmp_path)
+    env_file = tmp_path / "settings.env"
+    env_file.write_text("USE_TORCH_COMPILE=false\nUSE_BF16=false\nUSE_FLASH_ATTENTION=false\nTORCH_NUM_THREADS=1\n")
+    hyperparameters = {"n_envs": 4, "learning_starts": 50, "batch_size": 32, "embed_dim": 8, "head_view_dim": 8}
+    results = {}
+    for parallel in (1, 2):
+        plan = LearningPlan(
+            env_steps=1000,
+            every_env_steps=500,
+            seeds=(0, 1),
+            episodes=2,
+            final_episodes=3,
+            systems=("sb3_snake",),
+            board_size=5,
+            env_file=str(env_file),
+            hyperparameters=hyperparameters,
+            parallel=parallel,
+            threads=1,
+        )
+        (tmp_path / str(parallel)).mkdir()
+        with torch_threads(1):  # the evaluation's, the same for both
+            report = run_learning_benchmark(plan, tmp_path / str(parallel))
+        assert not report["failed_runs"] and all(run["threads"] == 1 for run in report["runs"])
+        results[parallel] = [
+            (
+                run["seed"],
+                [(p["env_steps"], p["due_env_steps"], p["mean_score"], p["win_rate"]) for p in run["curve"]],
+                run["final"]["mean_score"],
+            )
+            for run in report["runs"]
+        ]
+    assert [seed for seed, _, _ in results[1]] == [0, 1]
+    assert [len(curve) for _, curve, _ in results[1]] == [2, 2]
+    assert results[2] == results[1]

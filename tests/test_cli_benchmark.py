@@ -212,3 +212,71 @@ def test_benchmarks_check_their_outputs_before_measuring(tmp_path, monkeypatch):
 def test_the_lists_a_benchmark_parses_are_usage_errors(parse, text, message):
     with pytest.raises(UsageError, match=message):
         parse(text)
+
+
+def test_benchmark_learning_builds_the_research_loop_from_its_options(tmp_path, monkeypatch):
+    """A budget of env steps, runs side by side and two arms: the plan says each, the table says
+    the budget, and a comparison leaves plain SB3 and PPO out by itself."""
+    from sb3_snake.benchmark import learning
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.json").write_text('{"dueling": true}')
+    (tmp_path / "b.json").write_text('{"learning_rate": 0.001}')
+    plans = []
+
+    def fake_benchmark(plan, work_dir, progress):
+        plans.append(plan)
+        curve = [{"seconds": 30.0, "minutes": 0.5, "env_steps": 5000, "mean_score": 12.0}]
+        runs = [{"system": "sb3_snake", "arm": arm, "seed": 0, "curve": curve, "env_steps": 5000} for arm in "AB"]
+        budget = {"unit": "env_steps", "total": plan.budget, "every": plan.every, "text": "5,000 env steps, ..."}
+        return {
+            "system": {"cpu": "test", "cpu_cores": 2, "torch": "x"},
+            "plan": {"episodes": 5},
+            "budget": budget,
+            "runs": runs,
+            "summary": learning.summarize(runs, by="env_steps"),
+            "comparison": learning.compare_arms(runs, by="env_steps"),
+        }
+
+    monkeypatch.setattr(learning, "run_learning_benchmark", fake_benchmark)
+    arguments = ["benchmark-learning", "--env-steps", "5000", "--every-steps", "1000", "--parallel", "2"]
+    arguments += ["--hyperparams", "a.json", "--compare", "b.json", "--seeds", "2", "--output", "out"]
+    result = runner.invoke(app, arguments)
+    assert result.exit_code == 0, result.output
+    plan = plans[0]
+    assert (plan.env_steps, plan.every_env_steps, plan.minutes, plan.parallel, plan.threads) == (5000, 1000, None, 2, 1)
+    assert plan.hyperparameters == {"dueling": True} and plan.compare == {"learning_rate": 0.001}
+    assert plan.systems == ("sb3_snake",) and plan.final_episodes == 200
+    assert "4 runs of 5,000 env steps, a checkpoint every 1,000 env steps (arms A and B; seeds [0, 1], 2 at once)" in (
+        result.output
+    )
+    assert "budget: 5,000 env steps, ... per run" in result.output and "B - A, seed by seed" in result.output
+    result = runner.invoke(app, ["benchmark-learning", "--env-steps", "800", "--final-episodes", "0", "--threads", "3"])
+    assert result.exit_code == 0, result.output
+    assert (plans[1].every_env_steps, plans[1].final_episodes, plans[1].threads) == (80, 0, 3)
+    assert plans[1].systems == ("sb3_snake", "plain_sb3", "sb3_ppo") and plans[1].parallel == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--minutes", "2", "--env-steps", "1000"], "give one budget: minutes (--minutes, --quick) or env steps"),
+        (["--quick", "--env-steps", "1000"], "give one budget"),
+        (["--env-steps", "1000", "--every", "10"], "--every is the interval of a budget of --minutes"),
+        (["--every-steps", "100"], "--every-steps is the interval of a budget of --env-steps"),
+        (["--env-steps", "100", "--every-steps", "200"], "--every-steps must be a whole number from 1 to --env-steps"),
+        (["--compare", "b.json", "--baseline"], "a comparison (--compare) trains sb3_snake alone"),
+        (["--compare", "bad.json"], "long_starts must be from 0 to 1, got 5"),
+        (["--parallel", "0"], "Invalid value for '--parallel'"),
+    ],
+)
+def test_benchmark_learning_refuses_a_research_loop_that_cannot_run_in_one_line(tmp_path, monkeypatch, args, message):
+    from sb3_snake.benchmark import learning
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "b.json").write_text('{"learning_rate": 0.001}')
+    (tmp_path / "bad.json").write_text('{"long_starts": 5}')
+    monkeypatch.setattr(learning, "run_learning_benchmark", lambda *a, **k: pytest.fail("a run started"))
+    result = runner.invoke(app, ["benchmark-learning", *args])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error: ") and result.output.count("\n") == 1 and message in result.output

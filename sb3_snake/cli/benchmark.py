@@ -198,6 +198,39 @@ def benchmark_replay(
     typer.echo(f"Saved {save_results('replay_sampling', report, output)}")
 
 
+def _research(text: str, *names: str, **limits: Any) -> Any:
+    """An option of benchmark-learning's research loop, shown in a --help panel of its own."""
+    return typer.Option(*names, help=text, rich_help_panel="Research loop", **limits)
+
+
+EnvStepsOption = Annotated[int | None, _research("Train each run this many env steps instead of --minutes.", min=1)]
+EveryStepsOption = Annotated[int | None, _research("Env steps between checkpoints (default: a tenth).", min=1)]
+ParallelOption = Annotated[int, _research("Runs at once, each in its own process with one torch thread.", min=1)]
+RunThreadsOption = Annotated[
+    int | None, _research("torch threads of every run (default: 1 with --parallel, else each system's).", min=1)
+]
+CompareOption = Annotated[
+    Path | None,
+    _research("Compare seed by seed sb3-snake's defaults (or --hyperparams), arm A, with this file's, arm B."),
+]
+FinalEpisodesOption = Annotated[
+    int | None,
+    _research("Greedy games of a final evaluation of the last checkpoint (200 with --env-steps or --compare).", min=0),
+]
+
+
+BaselineOption = Annotated[
+    bool | None,
+    typer.Option(
+        "--baseline/--no-baseline", help='Also train plain SB3 DQN("MlpPolicy") the same way (not with --compare).'
+    ),
+]
+PpoOption = Annotated[
+    bool | None,
+    typer.Option("--ppo/--no-ppo", help="Also train SB3's PPO, attention extractor, batched env (not with --compare)."),
+]
+
+
 @app.command("benchmark-learning")
 def benchmark_learning(
     minutes: Annotated[float | None, typer.Option(help="Wall-clock budget of each run (default 15; quick: 2).")] = None,
@@ -210,15 +243,8 @@ def benchmark_learning(
     ] = None,
     episodes: Annotated[int, typer.Option(min=1, help="Greedy games per checkpoint evaluation.")] = 100,
     quick: Annotated[bool, typer.Option("--quick", help="2-minute runs, a checkpoint every 10 s.")] = False,
-    baseline: Annotated[
-        bool, typer.Option("--baseline/--no-baseline", help='Also train plain SB3 DQN("MlpPolicy") the same way.')
-    ] = True,
-    ppo: Annotated[
-        bool,
-        typer.Option(
-            "--ppo/--no-ppo", help="Also train SB3's PPO with the attention extractor on the batched env the same way."
-        ),
-    ] = True,
+    baseline: BaselineOption = None,
+    ppo: PpoOption = None,
     cold_cache: Annotated[
         bool,
         typer.Option(
@@ -231,32 +257,43 @@ def benchmark_learning(
             help="Train sb3-snake with this hyperparameter file (as train --hyperparams); its board_size is all boards."
         ),
     ] = None,
+    env_steps: EnvStepsOption = None,
+    every_steps: EveryStepsOption = None,
+    parallel: ParallelOption = 1,
+    threads: RunThreadsOption = None,
+    compare: CompareOption = None,
+    final_episodes: FinalEpisodesOption = None,
     env_file: EnvFileOption = None,
     output: OutputOption = RESULTS_DIR,
 ) -> None:
-    """Greedy score against wall-clock minutes: sb3-snake train against plain SB3 DQN and SB3's
-    PPO, per seed.
+    """Greedy score against wall-clock minutes (or env steps): sb3-snake train against plain SB3
+    DQN and SB3's PPO, or two sb3-snake settings against each other, per seed.
 
     Each run trains in a fresh process for the budget (imports and compilation counted),
-    saving a checkpoint every few seconds off the clock; every checkpoint then plays greedy
-    games. Writes learning_<UTC>.json and .png into --output; checkpoints go under
+    saving a checkpoint every few seconds (or env steps) off the clock; every checkpoint then
+    plays greedy games. Writes learning_<UTC>.json and .png into --output; checkpoints go under
     runs/benchmark-learning/. A run that fails is named and left out, the others kept, and
     the command exits 1.
     """
     from sb3_snake.benchmark.learning import SYSTEMS, LearningPlan, seed_range
     from sb3_snake.training.hyperparameters import read_hyperparameters
 
+    # Plain SB3 and PPO train unless turned off; a comparison trains sb3-snake alone (the plan refuses more).
+    wanted = (True, baseline, ppo) if compare else (True, baseline is not False, ppo is not False)
     with user_errors():
         load_settings(env_file, {})  # a bad .env is reported now, not by the first run's process
         changes: dict[str, Any] = {
             "seeds": seed_range(first_seed, seeds),
             "episodes": episodes,
-            "systems": tuple(system for system, wanted in zip(SYSTEMS, (True, baseline, ppo), strict=True) if wanted),
+            "systems": tuple(system for system, on in zip(SYSTEMS, wanted, strict=True) if on),
             "cold_cache": cold_cache,
             "env_file": str(env_file) if env_file else None,
             "hyperparameters": read_hyperparameters(hyperparams) if hyperparams else {},
+            "compare": read_hyperparameters(compare) if compare else None,
+            "parallel": parallel,
         }
-        given = {"minutes": minutes, "every_seconds": every}
+        given = {"minutes": minutes, "every_seconds": every, "env_steps": env_steps, "every_env_steps": every_steps}
+        given |= {"threads": threads, "final_episodes": final_episodes}
         changes.update({key: value for key, value in given.items() if value is not None})
         plan = LearningPlan.quick(**changes) if quick else LearningPlan(**changes)
         check_writable_dir(output, what="--output folder", create=True)
@@ -271,8 +308,12 @@ def _run_learning(plan: LearningPlan, work_dir: Path, output: Path) -> None:
     picture into ``output``; exit 1 when a run failed, with the signal's code when stopped."""
     from sb3_snake.benchmark.learning import format_summary, plot_learning_benchmark, run_learning_benchmark
 
-    runs = len(plan.seeds) * len(plan.systems)
-    typer.echo(f"{runs} runs of {plan.minutes:g} min ({', '.join(plan.systems)}; seeds {list(plan.seeds)})")
+    runs = len(plan.run_order())
+    what = "arms A and B" if plan.compare is not None else ", ".join(plan.systems)
+    at_once = f", {plan.parallel} at once" if plan.parallel > 1 else ""
+    typer.echo(
+        f"{runs} runs of {plan.budget_text}, {plan.checkpoints_text} ({what}; seeds {list(plan.seeds)}{at_once})"
+    )
     with interrupt_on_signals() as received:
         try:
             report = run_learning_benchmark(plan, work_dir, progress=typer.echo)

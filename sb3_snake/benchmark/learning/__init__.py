@@ -1,4 +1,4 @@
-"""``sb3-snake benchmark-learning``: greedy score against wall-clock minutes.
+"""``sb3-snake benchmark-learning``: greedy score against wall-clock minutes, or env steps.
 
 The number a user feels is how soon the agent plays well, so this benchmark trains for a
 wall-clock budget and judges the models saved along the way:
@@ -32,14 +32,24 @@ fell due at (``due_seconds``: every ``every_seconds``, and the budget) and the c
 was taken (``seconds``, the first env step at or after its point, later where a step was long,
 such as one that compiled); the score "at 60 s" is that of the last checkpoint due at or before
 60 s, and the report gives the latest time such a checkpoint was really taken beside it.
+
+The research loop (:class:`LearningPlan`): a budget of env steps instead of minutes
+(``env_steps``, checkpoints every ``every_env_steps``, by :class:`Checkpoints` counting env steps
+instead of seconds), which no machine's speed or load changes; up to ``parallel`` runs at once,
+each in its own process with one torch thread (:mod:`.schedule`), whose results do not depend on
+how many run at once; two arms compared seed by seed (``compare``: sb3_snake with the plan's
+hyperparameters as arm A against the compared ones as arm B, in turn), with the paired
+differences B - A of each checkpoint (:func:`paired_differences`); and a final evaluation of
+each run's last checkpoint with more games (``final_episodes``, :mod:`.evaluation`).
 """
 
-from sb3_snake.benchmark.learning.clock import Stopwatch, WallClockCheckpoints
+from sb3_snake.benchmark.learning.clock import BUDGET_UNITS, Checkpoints, Stopwatch
+from sb3_snake.benchmark.learning.evaluation import evaluate_checkpoints, judge_run
 from sb3_snake.benchmark.learning.plan import (
+    ARMS,
+    FINAL_EPISODES,
     SYSTEMS,
     LearningPlan,
-    compile_cache_state,
-    evaluate_checkpoints,
     run_learning_benchmark,
     seed_range,
 )
@@ -48,14 +58,20 @@ from sb3_snake.benchmark.learning.runs import (
     RunFailed,
     RunSpec,
     calibrate_plain_sb3,
+    compile_cache_state,
     run_in_process,
     run_system,
+    stop_runs,
 )
+from sb3_snake.benchmark.learning.schedule import run_in_turn
 from sb3_snake.benchmark.learning.summary import (
     LATE_CHECKPOINT_SECONDS,
     SCORE_AT_SECONDS,
     SCORE_THRESHOLDS,
+    compare_arms,
+    format_comparison,
     format_summary,
+    paired_differences,
     plot_learning_benchmark,
     score_at,
     spread,
@@ -64,27 +80,36 @@ from sb3_snake.benchmark.learning.summary import (
 )
 
 __all__ = [
+    "ARMS",
+    "BUDGET_UNITS",
     "CALIBRATION_SECONDS",
+    "FINAL_EPISODES",
     "LATE_CHECKPOINT_SECONDS",
     "SCORE_AT_SECONDS",
     "SCORE_THRESHOLDS",
     "SYSTEMS",
+    "Checkpoints",
     "LearningPlan",
     "RunFailed",
     "RunSpec",
     "Stopwatch",
-    "WallClockCheckpoints",
     "calibrate_plain_sb3",
+    "compare_arms",
     "compile_cache_state",
     "evaluate_checkpoints",
+    "format_comparison",
     "format_summary",
+    "judge_run",
+    "paired_differences",
     "plot_learning_benchmark",
     "run_in_process",
+    "run_in_turn",
     "run_learning_benchmark",
     "run_system",
     "score_at",
     "seed_range",
     "spread",
+    "stop_runs",
     "summarize",
     "time_to_score",
 ]

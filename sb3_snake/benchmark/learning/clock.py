@@ -1,5 +1,5 @@
 """The benchmark's clock: counted seconds that leave checkpoint saving out, and the callback that
-saves the model on that clock and stops learning at the budget."""
+saves the model on that clock, or every so many env steps, and stops learning at the budget."""
 
 from __future__ import annotations
 
@@ -32,16 +32,23 @@ class Stopwatch:
             self.paused_seconds += self.clock() - began
 
 
-class WallClockCheckpoints(BaseCallback):
-    """Saves the model every ``every`` counted seconds and stops learning at ``budget``.
+#: What a budget and its checkpoints count: counted seconds (:class:`Stopwatch`) or env steps.
+BUDGET_UNITS = ("seconds", "env_steps")
 
-    Saving happens with the stopwatch paused. A checkpoint is recorded at the counted time it
-    was taken and the point it fell due at (a long step can make the first later than the
-    second; points missed during one step are skipped, not saved twice, and the checkpoint
-    stands for the latest of them). When the budget is reached, a last checkpoint is saved
-    (due at the budget, recorded at the counted time the step that reached it ended, so that a
-    step running past the budget, such as a compile that stops training, shows as late) and
-    ``learn`` stops.
+
+class Checkpoints(BaseCallback):
+    """Saves the model every ``every`` counted seconds or env steps and stops learning at ``budget``.
+
+    :param by: what ``every`` and ``budget`` count: ``seconds`` of the stopwatch, or ``env_steps``
+        (the model's ``num_timesteps``, all envs together), which no machine's speed changes.
+
+    Saving happens with the stopwatch paused. A checkpoint is recorded at the counted time and
+    env steps it was taken and the point it fell due at (``due_seconds`` or ``due_env_steps``; a
+    long step, or one of many envs, can take it past the point; points missed during one step
+    are skipped, not saved twice, and the checkpoint stands for the latest of them). When the
+    budget is reached, a last checkpoint is saved (due at the budget, recorded when the step
+    that reached it ended, so that a step running past a time budget, such as a compile that
+    stops training, shows as late) and ``learn`` stops.
     """
 
     def __init__(
@@ -51,20 +58,24 @@ class WallClockCheckpoints(BaseCallback):
         budget: float,
         directory: Path,
         save: Callable[[Any, Path], None],
+        by: str = "seconds",
     ):
         super().__init__()
+        assert by in BUDGET_UNITS, by
         self.stopwatch, self.every, self.budget, self.directory, self.save = stopwatch, every, budget, directory, save
-        self.saved: list[dict[str, Any]] = []  #: counted seconds, env steps and file of each checkpoint
+        self.by = by
+        self.saved: list[dict[str, Any]] = []  #: counted seconds, env steps, due point and file of each checkpoint
         self._passed = 0  #: the points passed so far (point k falls at k * every)
 
     def _on_step(self) -> bool:
-        now = self.stopwatch.elapsed()
+        seconds = self.stopwatch.elapsed()
+        now = seconds if self.by == "seconds" else self.num_timesteps
         finished = now >= self.budget
         passed = self._points_by(now)
         if passed > self._passed or finished:
             due = passed * self.every if passed > self._passed else self.budget
             self._passed = passed
-            self.checkpoint(now, self.budget if finished else due)
+            self.checkpoint(seconds, self.budget if finished else due)
         return not finished
 
     def _points_by(self, now: float) -> int:
@@ -76,17 +87,11 @@ class WallClockCheckpoints(BaseCallback):
         passed += (passed + 1) * self.every <= now  # or down, a point short
         return max(passed, self._passed)
 
-    def checkpoint(self, seconds: float, due_seconds: float | None = None) -> None:
+    def checkpoint(self, seconds: float, due: float | None = None) -> None:
         """Save the model now, off the clock, as the checkpoint of counted time ``seconds``, due
-        at ``due_seconds`` (default: ``seconds``)."""
+        at ``due`` (in the unit ``by``; default: the time or the env steps it is taken at)."""
         with self.stopwatch.paused():
             path = self.directory / f"t{len(self.saved):04d}.zip"
             self.save(self.model, path)
-            self.saved.append(
-                {
-                    "seconds": seconds,
-                    "due_seconds": seconds if due_seconds is None else due_seconds,
-                    "env_steps": int(self.num_timesteps),
-                    "path": str(path),
-                }
-            )
+            taken = {"seconds": seconds, "env_steps": int(self.num_timesteps)}
+            self.saved.append({**taken, f"due_{self.by}": taken[self.by] if due is None else due, "path": str(path)})

@@ -1,6 +1,8 @@
 """One run of a system and a seed, in a process of its own: started fresh with the clock already
-running, trained with checkpoints on that clock, its result written back as JSON. Plain SB3's
-``total_timesteps`` comes from a short calibration run."""
+running, trained with checkpoints on that clock (or every so many env steps), its result written
+back as JSON. Several may run at once, each waited on by a thread of the parent, and
+:func:`stop_runs` stops them all. Plain SB3's ``total_timesteps`` on a budget of minutes comes
+from a short calibration run."""
 
 from __future__ import annotations
 
@@ -10,13 +12,15 @@ import json
 import multiprocessing
 import os
 import signal
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
-from sb3_snake.benchmark.learning.clock import Stopwatch, WallClockCheckpoints
+from sb3_snake.benchmark.learning.clock import Checkpoints, Stopwatch
 
 #: Seconds of plain SB3 learning whose env steps/s sets its ``total_timesteps``.
 CALIBRATION_SECONDS = 10.0
@@ -24,15 +28,23 @@ CALIBRATION_SECONDS = 10.0
 
 @dataclass(frozen=True)
 class RunSpec:
+    """One run: its system, seed and board, its budget and checkpoints, and where it writes."""
+
     system: str
     seed: int
-    budget_seconds: float
-    every_seconds: float
+    budget: float  #: where training stops, in ``budget_unit``
+    every: float  #: the distance between checkpoints, in ``budget_unit``
     board_size: int
     directory: str
     env_file: str | None = None
     hyperparameters: dict[str, Any] = field(default_factory=dict)
     total_timesteps: int | None = None  #: plain_sb3 only: what its exploration schedule spans
+    budget_unit: str = "seconds"  #: counted ``seconds`` or ``env_steps`` (:data:`~.clock.BUDGET_UNITS`)
+    threads: int | None = None  #: torch threads; None: sb3_snake's settings', torch's own for the others
+
+    def checkpoints(self, stopwatch: Stopwatch, directory: Path, save: Callable[[Any, Path], None]) -> Checkpoints:
+        """The callback that saves this run's checkpoints into ``directory`` and stops it at the budget."""
+        return Checkpoints(stopwatch, self.every, self.budget, directory, save, by=self.budget_unit)
 
 
 class RunFailed(RuntimeError):
@@ -40,8 +52,16 @@ class RunFailed(RuntimeError):
     fault); the message says how it ended and where its output is."""
 
 
+#: The run processes alive now, by pid, so that a parent running several at once can stop them
+#: all (:func:`stop_runs`); the lock also keeps one thread's environment for its process's start
+#: out of another's.
+_RUNNING: dict[int, BaseProcess] = {}
+_RUNNING_LOCK = threading.Lock()
+
+
 def run_in_process(spec: RunSpec, cache_dir: str | None) -> dict[str, Any]:
     """Train ``spec`` in a fresh process (spawned); the clock starts before the process does.
+    Safe to call from several threads at once, a run each.
 
     ``cache_dir``: a folder for the run's own compile and auto-settings caches (None: the user's).
     """
@@ -51,20 +71,20 @@ def run_in_process(spec: RunSpec, cache_dir: str | None) -> dict[str, Any]:
     if cache_dir is not None:
         caches = {"TORCHINDUCTOR_CACHE_DIR": f"{cache_dir}/inductor", "SB3_SNAKE_CACHE_DIR": f"{cache_dir}/sb3-snake"}
     start = time.time()
-    with _environment(**caches):
+    with _RUNNING_LOCK, _environment(**caches):
         process = multiprocessing.get_context("spawn").Process(
             target=_run_and_write, args=(asdict(spec), start, str(result_path))
         )
         process.start()
+        _RUNNING[process.pid] = process
     try:
         process.join()
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM turned into it: no run trains on, orphaned
-        process.terminate()
-        process.join(10)
-        if process.is_alive():
-            process.kill()
-            process.join()
+        _stop(process)
         raise
+    finally:
+        with _RUNNING_LOCK:
+            _RUNNING.pop(process.pid, None)
     if process.exitcode != 0 or not result_path.is_file():
         code = process.exitcode
         how = f"exit code {code}" + (f": {_signal_name(-code)}" if code is not None and code < 0 else "")
@@ -73,6 +93,33 @@ def run_in_process(spec: RunSpec, cache_dir: str | None) -> dict[str, Any]:
             f"its output is in {Path(spec.directory) / 'train.log'}"
         )
     return json.loads(result_path.read_text())
+
+
+def stop_runs() -> None:
+    """Stop every run process of :func:`run_in_process` still alive: what a parent interrupted
+    while other threads wait on its runs does, so that none trains on, orphaned."""
+    with _RUNNING_LOCK:
+        processes = list(_RUNNING.values())
+    for process in processes:
+        _stop(process)
+
+
+def _stop(process: BaseProcess) -> None:
+    process.terminate()
+    process.join(10)
+    if process.is_alive():
+        process.kill()
+        process.join()
+
+
+def compile_cache_state(cache_dir: str | None) -> str:
+    """``cold`` when the compile cache ``cache_dir`` (None: torch's default) is empty or missing."""
+    if cache_dir is None:
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+        cache_dir = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or default_cache_dir()
+    path = Path(cache_dir)
+    return "warm" if path.is_dir() and any(path.iterdir()) else "cold"
 
 
 def _signal_name(number: int) -> str:
@@ -135,10 +182,14 @@ def sb3_snake_config(spec: RunSpec) -> Any:
     from sb3_snake.training.options import load_config
 
     # The budget is the checkpoints' to enforce; the config's limit is only a backstop.
+    if spec.budget_unit == "seconds":
+        backstop: dict[str, Any] = {"time_limit_minutes": 2 * spec.budget / 60}
+    else:
+        backstop = {"timesteps": 2 * int(spec.budget)}
     return load_config(
         spec.env_file,
         **{**check_hyperparameters(spec.hyperparameters), "seed": spec.seed, "board_size": spec.board_size},
-        time_limit_minutes=2 * spec.budget_seconds / 60,
+        **backstop,
     )
 
 
@@ -159,12 +210,10 @@ def _train_sb3_snake(spec: RunSpec, stopwatch: Stopwatch, checkpoints_dir: Path,
     from sb3_snake.persistence import save_model
     from sb3_snake.training.run import train
 
-    settings = OptimizationSettings.load(spec.env_file)
+    settings = OptimizationSettings.load(spec.env_file, num_threads=spec.threads)
     config = sb3_snake_config(spec)
     threads = threads_for(settings, config.device)
-    checkpoints = WallClockCheckpoints(
-        stopwatch, spec.every_seconds, spec.budget_seconds, checkpoints_dir, lambda model, path: save_model(model, path)
-    )
+    checkpoints = spec.checkpoints(stopwatch, checkpoints_dir, lambda model, path: save_model(model, path))
     with torch_threads(threads):
         summary = train(
             config,
@@ -190,19 +239,21 @@ def _train_plain_sb3(spec: RunSpec, stopwatch: Stopwatch, checkpoints_dir: Path,
     from sb3_snake.envs import SnakeEnv
 
     # On the CPU even where a GPU exists, as benchmark.end_to_end does: a 64x64 MLP at batch
-    # 32 runs faster there. torch's own thread count, as a user's script would have.
+    # 32 runs faster there. torch's own thread count, as a user's script would have, unless the
+    # plan gives one (runs side by side share the cores).
     model = DQN("MlpPolicy", SnakeEnv(board_size=spec.board_size), seed=spec.seed, device="cpu")
-    checkpoints = WallClockCheckpoints(
-        stopwatch, spec.every_seconds, spec.budget_seconds, checkpoints_dir, lambda model, path: model.save(path)
-    )
-    model.learn(spec.total_timesteps or 10**12, callback=checkpoints)
-    if not checkpoints.saved or checkpoints.saved[-1]["env_steps"] != model.num_timesteps:
-        checkpoints.checkpoint(min(stopwatch.elapsed(), spec.budget_seconds))  # total_timesteps came first
+    checkpoints = spec.checkpoints(stopwatch, checkpoints_dir, lambda model, path: model.save(path))
+    with _torch_threads(spec.threads):
+        model.learn(spec.total_timesteps or 10**12, callback=checkpoints)
+        if not checkpoints.saved or checkpoints.saved[-1]["env_steps"] != model.num_timesteps:
+            seconds = stopwatch.elapsed()  # total_timesteps came first
+            checkpoints.checkpoint(min(seconds, spec.budget) if spec.budget_unit == "seconds" else seconds)
+        threads = torch.get_num_threads()
     log.write(f"plain SB3 DQN: {model.num_timesteps} env steps of total_timesteps={spec.total_timesteps}\n")
     return {
         "checkpoints": checkpoints.saved,
         "env_steps": int(model.num_timesteps),
-        "threads": torch.get_num_threads(),
+        "threads": threads,
         "total_timesteps": spec.total_timesteps,
     }
 
@@ -222,12 +273,19 @@ def _train_sb3_ppo(spec: RunSpec, stopwatch: Stopwatch, checkpoints_dir: Path, l
     settings.pop("n_timesteps")
     env = BatchedSnakeVecEnv(n_envs, board_size=spec.board_size, seed=spec.seed)
     model = PPO(policy, env, seed=spec.seed, device="cpu", **settings)
-    checkpoints = WallClockCheckpoints(
-        stopwatch, spec.every_seconds, spec.budget_seconds, checkpoints_dir, lambda model, path: model.save(path)
-    )
-    model.learn(10**12, callback=checkpoints)
+    checkpoints = spec.checkpoints(stopwatch, checkpoints_dir, lambda model, path: model.save(path))
+    with _torch_threads(spec.threads):
+        model.learn(10**12, callback=checkpoints)
+        threads = torch.get_num_threads()
     log.write(f"SB3 PPO: {model.num_timesteps} env steps\n")
-    return {"checkpoints": checkpoints.saved, "env_steps": int(model.num_timesteps), "threads": torch.get_num_threads()}
+    return {"checkpoints": checkpoints.saved, "env_steps": int(model.num_timesteps), "threads": threads}
+
+
+def _torch_threads(count: int | None) -> contextlib.AbstractContextManager[None]:
+    """torch's thread count set to ``count`` inside; None: left as torch chose it."""
+    from sb3_snake.acceleration.optimizations import torch_threads
+
+    return contextlib.nullcontext() if count is None else torch_threads(count)
 
 
 def calibrate_plain_sb3(seconds: float = CALIBRATION_SECONDS, board_size: int = 10) -> float:
@@ -238,6 +296,6 @@ def calibrate_plain_sb3(seconds: float = CALIBRATION_SECONDS, board_size: int = 
 
     model = DQN("MlpPolicy", SnakeEnv(board_size=board_size), seed=0, device="cpu")
     stopwatch = Stopwatch(time.time())
-    stop = WallClockCheckpoints(stopwatch, every=float("inf"), budget=seconds, directory=Path(), save=lambda *_: None)
+    stop = Checkpoints(stopwatch, every=float("inf"), budget=seconds, directory=Path(), save=lambda *_: None)
     model.learn(10**12, callback=stop)
     return model.num_timesteps / max(stopwatch.elapsed(), 1e-9)

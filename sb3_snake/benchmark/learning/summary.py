@@ -1,10 +1,11 @@
-"""From curves to the report: time to each score, the score at a time, median and spread over
-seeds per system, the table printed at the end, and the picture."""
+"""From curves to the report: time (or env steps) to each score, the score at a time, median and
+spread over seeds per system or arm, the paired differences of a comparison's arms, the tables
+printed at the end, and the picture."""
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +19,15 @@ SCORE_AT_SECONDS = (60,)
 LATE_CHECKPOINT_SECONDS = 5.0
 
 
-def time_to_score(curve: Sequence[dict[str, Any]], threshold: float) -> float | None:
-    """Counted seconds of the first checkpoint whose greedy mean reaches ``threshold``."""
-    return next((point["seconds"] for point in curve if point["mean_score"] >= threshold), None)
+def time_to_score(curve: Sequence[dict[str, Any]], threshold: float, by: str = "seconds") -> float | None:
+    """Counted seconds (``by="env_steps"``: env steps) of the first checkpoint whose greedy mean
+    reaches ``threshold``."""
+    return next((point[by] for point in curve if point["mean_score"] >= threshold), None)
+
+
+def group(run: dict[str, Any]) -> str:
+    """What the summary groups ``run`` under: its arm in a comparison (``A``, ``B``), else its system."""
+    return run.get("arm") or run["system"]
 
 
 def score_at(curve: Sequence[dict[str, Any]], seconds: float) -> dict[str, Any] | None:
@@ -53,17 +60,25 @@ def spread(values: Sequence[float | None]) -> dict[str, Any]:
     }
 
 
-def summarize(runs: Sequence[dict[str, Any]], thresholds: Sequence[float] = SCORE_THRESHOLDS) -> dict[str, Any]:
-    """Per system: time to each threshold (median and spread over seeds) and the final score."""
+def summarize(
+    runs: Sequence[dict[str, Any]], thresholds: Sequence[float] = SCORE_THRESHOLDS, by: str = "seconds"
+) -> dict[str, Any]:
+    """Per system (per arm in a comparison): time to each threshold (median and spread over
+    seeds), the score at :data:`SCORE_AT_SECONDS`, the last checkpoint's score and the final
+    evaluation's.
+
+    :param by: the budget's unit: ``seconds`` gives ``seconds_to_score`` and ``mean_score_at``;
+        ``env_steps`` gives ``env_steps_to_score`` and no score at a time.
+    """
     summary: dict[str, Any] = {}
-    for system in dict.fromkeys(run["system"] for run in runs):
-        own = [run for run in runs if run["system"] == system]
+    for name in dict.fromkeys(group(run) for run in runs):
+        own = [run for run in runs if group(run) == name]
         finals = [run["curve"][-1]["mean_score"] if run["curve"] else 0.0 for run in own]
         at = {seconds: [score_at(run["curve"], seconds) for run in own] for seconds in SCORE_AT_SECONDS}
-        summary[system] = {
+        entry = summary[name] = {
             "seeds": [run["seed"] for run in own],
-            "seconds_to_score": {
-                str(threshold): spread([time_to_score(run["curve"], threshold) for run in own])
+            f"{by}_to_score": {
+                str(threshold): spread([time_to_score(run["curve"], threshold, by) for run in own])
                 for threshold in thresholds
             },
             "mean_score_at": {
@@ -83,7 +98,80 @@ def summarize(runs: Sequence[dict[str, Any]], thresholds: Sequence[float] = SCOR
             "longest_snake": max((point.get("max_length", 0) for run in own for point in run["curve"]), default=0),
             "env_steps": {"median": statistics.median(run["env_steps"] for run in own)},
         }
+        if by != "seconds":
+            del entry["mean_score_at"]
+        final_evaluations = [run["final"] for run in own if "final" in run]
+        if final_evaluations:
+            entry["final_evaluation"] = {
+                "episodes": final_evaluations[0]["episodes"],
+                "seeds": len(final_evaluations),
+                "mean_score": _median_min_max([point["mean_score"] for point in final_evaluations]),
+                "win_rate": _median_min_max([point.get("win_rate", 0.0) for point in final_evaluations]),
+            }
     return summary
+
+
+def paired_differences(
+    pairs: Mapping[int, tuple[Sequence[dict[str, Any]], Sequence[dict[str, Any]]]], by: str = "env_steps"
+) -> list[dict[str, Any]]:
+    """Arm B against arm A, seed by seed: at each checkpoint, the difference B - A of each seed's
+    greedy mean score and win rate, and their mean, min and max over the seeds.
+
+    :param pairs: per seed, the curves of arm A and of arm B (points with ``mean_score``,
+        ``win_rate`` and ``by``).
+    :param by: what matches a checkpoint of A with one of B: its due point ``due_<by>`` (else
+        ``<by>``), ``env_steps`` or ``seconds``.
+    :return: one entry per point that both arms of at least one seed reached, in order:
+        ``{by: point, "seeds": [...], "mean_score": {"per_seed", "mean", "min", "max"},
+        "win_rate": {...}}``.
+    """
+
+    def point_of(point: dict[str, Any]) -> float:
+        return point.get(f"due_{by}", point[by])
+
+    matched: dict[float, list[tuple[int, dict[str, Any], dict[str, Any]]]] = {}
+    for seed, (curve_a, curve_b) in pairs.items():
+        of_b = {point_of(point): point for point in curve_b}
+        for point in curve_a:
+            if point_of(point) in of_b:
+                matched.setdefault(point_of(point), []).append((seed, point, of_b[point_of(point)]))
+    return [
+        {
+            by: at,
+            "seeds": [seed for seed, _, _ in seeds],
+            **{
+                metric: _differences([b.get(metric, 0.0) - a.get(metric, 0.0) for _, a, b in seeds])
+                for metric in ("mean_score", "win_rate")
+            },
+        }
+        for at, seeds in sorted(matched.items())
+    ]
+
+
+def _differences(values: Sequence[float]) -> dict[str, Any]:
+    return {"per_seed": list(values), "mean": statistics.fmean(values), "min": min(values), "max": max(values)}
+
+
+def compare_arms(runs: Sequence[dict[str, Any]], by: str = "env_steps") -> dict[str, Any]:
+    """The paired report of a comparison's evaluated ``runs`` (each with its ``arm``): the
+    :func:`paired_differences` of their curves and of their final evaluations, over the seeds
+    whose two arms were both evaluated."""
+    arms = {(run["arm"], run["seed"]): run for run in runs}
+    seeds = [seed for arm, seed in arms if arm == "A" and ("B", seed) in arms]
+    finals = {
+        seed: ([arms["A", seed]["final"]], [arms["B", seed]["final"]])
+        for seed in seeds
+        if "final" in arms["A", seed] and "final" in arms["B", seed]
+    }
+    final = paired_differences(finals, by)
+    return {
+        "by": by,
+        "seeds": seeds,
+        "checkpoints": paired_differences(
+            {seed: (arms["A", seed]["curve"], arms["B", seed]["curve"]) for seed in seeds}, by
+        ),
+        "final": {"episodes": next(iter(finals.values()))[0][0]["episodes"], **final[0]} if final else None,
+    }
 
 
 def _median_min_max(values: Sequence[float]) -> dict[str, float]:
@@ -91,34 +179,39 @@ def _median_min_max(values: Sequence[float]) -> dict[str, float]:
 
 
 def plot_learning_benchmark(report: dict[str, Any], output: Path) -> Path:
-    """Greedy mean score against minutes, one line per seed, a colour per system."""
+    """Greedy mean score against minutes (env steps, on a budget of env steps), one line per
+    seed, a colour per system (per arm in a comparison)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colours = {"sb3_snake": "tab:orange", "plain_sb3": "tab:blue", "sb3_ppo": "tab:green"}
+    colours = {"sb3_snake": "tab:orange", "plain_sb3": "tab:blue", "sb3_ppo": "tab:green", "A": "tab:blue"}
+    colours["B"] = "tab:orange"
     labels = {
         "sb3_snake": "sb3-snake train",
         "plain_sb3": 'plain SB3 DQN("MlpPolicy")',
         "sb3_ppo": "SB3 PPO, attention extractor, batched env",
+        "A": "A: sb3-snake train (its hyperparameters)",
+        "B": "B: the compared hyperparameters",
     }
+    by_steps = report.get("budget", {}).get("unit") == "env_steps"
     figure, axis = plt.subplots(figsize=(8, 4.5))
     for index, run in enumerate(report["runs"]):
-        minutes = [0.0] + [point["minutes"] for point in run["curve"]]
+        x = [0.0] + [point["env_steps" if by_steps else "minutes"] for point in run["curve"]]
         scores = [0.0] + [point["mean_score"] for point in run["curve"]]
-        first = all(other["system"] != run["system"] for other in report["runs"][:index])
+        first = all(group(other) != group(run) for other in report["runs"][:index])
         axis.plot(
-            minutes,
+            x,
             scores,
-            color=colours.get(run["system"], "tab:gray"),
+            color=colours.get(group(run), "tab:gray"),
             alpha=0.8,
-            label=labels.get(run["system"], run["system"]) if first else None,
+            label=labels.get(group(run), group(run)) if first else None,
         )
     for threshold in SCORE_THRESHOLDS:
         axis.axhline(threshold, color="gray", linewidth=0.5, linestyle=":")
     system = report["system"]
-    axis.set_xlabel("wall-clock minutes (imports and compilation included)")
+    axis.set_xlabel("env steps" if by_steps else "wall-clock minutes (imports and compilation included)")
     axis.set_ylabel(f"greedy mean score ({report['plan']['episodes']} games)")
     cpu = cpu_description(system["cpu"], system.get("cpu_id"))
     axis.set_title(f"{cpu}, {system['cpu_cores']} cores, torch {system['torch']}", fontsize=9)
@@ -131,60 +224,103 @@ def plot_learning_benchmark(report: dict[str, Any], output: Path) -> Path:
 
 
 def format_summary(report: dict[str, Any]) -> str:
-    """The time to each score and the score at :data:`SCORE_AT_SECONDS` and at the end, per
-    system: median over seeds and spread."""
+    """The budget, then per system (per arm): the time (env steps, on a budget of env steps) to
+    each score, the score at :data:`SCORE_AT_SECONDS` (on a budget of minutes) and at the end,
+    median over seeds and spread, and the final evaluation; then a comparison's paired table
+    (:func:`format_comparison`) and the runs that failed."""
+    by = report.get("budget", {}).get("unit", "seconds")
+    at_times = SCORE_AT_SECONDS if by == "seconds" else ()
+    width = 18 if by == "seconds" else 26
 
-    def seconds(value: float | None) -> str:
-        return "-" if value is None else f"{value:.0f}s"
-
-    def scores(cell: dict[str, float] | None) -> str:
-        return "-" if cell is None else f"{cell['median']:.2f} ({cell['min']:.2f}-{cell['max']:.2f})"
-
-    def win_rate(cell: dict[str, float] | None) -> str:
-        return "-" if cell is None else f"{cell['median']:.0%}"
+    def reach(value: float | None) -> str:
+        return "-" if value is None else f"{value:.0f}s" if by == "seconds" else f"{value:,.0f}"
 
     late: list[str] = []  # "at T s" cells holding a checkpoint taken well after T
 
-    def scores_at(system: str, seconds_at: int, cell: dict[str, float] | None) -> str:
+    def scores_at(name: str, seconds_at: int, cell: dict[str, float] | None) -> str:
         if cell is None or cell["latest_taken_seconds"] <= seconds_at + LATE_CHECKPOINT_SECONDS:
-            return scores(cell)
-        late.append(f"{system} at {seconds_at} s: the last of them taken at {cell['latest_taken_seconds']:.0f} s")
-        return scores(cell) + "*"
+            return _scores(cell)
+        late.append(f"{name} at {seconds_at} s: the last of them taken at {cell['latest_taken_seconds']:.0f} s")
+        return _scores(cell) + "*"
 
-    lines = [
+    lines = [f"budget: {report['budget']['text']} per run"] if "budget" in report else []
+    lines.append(
         f"{'system':<10} "
-        + " ".join(f"{'to ' + str(t):>18}" for t in SCORE_THRESHOLDS)
-        + "".join(f"   {'at ' + str(t) + ' s':>19}" for t in SCORE_AT_SECONDS)
+        + " ".join(f"{'to ' + str(t):>{width}}" for t in SCORE_THRESHOLDS)
+        + "".join(f"   {'at ' + str(t) + ' s':>19}" for t in at_times)
         + f"   {'final score':<21} {'win rate':>9}   {'longest':>7}"
-    ]
-    for system, entry in report["summary"].items():
+    )
+    for name, entry in report["summary"].items():
         cells = []
         for threshold in SCORE_THRESHOLDS:
-            cell = entry["seconds_to_score"][str(threshold)]
+            cell = entry[f"{by}_to_score"][str(threshold)]
             if cell["min"] is None:
                 cells.append(f"never {cell['reached']}")
             else:
-                cells.append(
-                    f"{seconds(cell['median'])} ({seconds(cell['min'])}-{seconds(cell['max'])}) {cell['reached']}"
-                )
+                cells.append(f"{reach(cell['median'])} ({reach(cell['min'])}-{reach(cell['max'])}) {cell['reached']}")
         at = entry.get("mean_score_at", {})
         lines.append(
-            f"{system:<10} "
-            + " ".join(f"{cell:>18}" for cell in cells)
-            + "".join(f"   {scores_at(system, t, at.get(str(t))):>19}" for t in SCORE_AT_SECONDS)
-            + f"   {scores(entry['final_mean_score']):<21}"
-            + f" {win_rate(entry.get('final_win_rate')):>9}   {entry.get('longest_snake', '-'):>7}"
+            f"{name:<10} "
+            + " ".join(f"{cell:>{width}}" for cell in cells)
+            + "".join(f"   {scores_at(name, t, at.get(str(t))):>19}" for t in at_times)
+            + f"   {_scores(entry['final_mean_score']):<21}"
+            + f" {_win_rate(entry.get('final_win_rate')):>9}   {entry.get('longest_snake', '-'):>7}"
         )
-    lines.append(
-        "to N: median seconds to a greedy mean of N (fastest-slowest seed, '-' where one never got there), "
-        "seeds that got there;\n"
-        "at T s: median greedy mean (lowest-highest seed) of each seed's last checkpoint due by T s;\n"
-        "win rate: median share of the last checkpoint's games that filled the board; "
-        "longest: the longest snake of any game played"
-    )
+    lines.append(_legend(by))
     if late:
         lines.append(
             "* checkpoints due by then but taken later, after a long step (such as a compile): " + "; ".join(late)
         )
+    for name, entry in report["summary"].items():
+        if "final_evaluation" in entry:
+            final = entry["final_evaluation"]
+            lines.append(
+                f"final evaluation of {name} ({final['episodes']} greedy games of the last checkpoint; "
+                f"seeds: {final['seeds']}): mean score {_scores(final['mean_score'])}, "
+                f"win rate {_win_rate(final['win_rate'])}"
+            )
+    if report.get("comparison"):
+        lines.append(format_comparison(report["comparison"]))
     lines.extend(f"failed, not in the figures above: {failure['error']}" for failure in report.get("failed_runs", []))
+    return "\n".join(lines)
+
+
+def _scores(cell: dict[str, float] | None) -> str:
+    return "-" if cell is None else f"{cell['median']:.2f} ({cell['min']:.2f}-{cell['max']:.2f})"
+
+
+def _win_rate(cell: dict[str, float] | None) -> str:
+    return "-" if cell is None else f"{cell['median']:.0%}"
+
+
+def _legend(by: str) -> str:
+    if by == "seconds":
+        reach = "median seconds to a greedy mean of N (fastest-slowest seed, '-' where one never got there)"
+        at = "at T s: median greedy mean (lowest-highest seed) of each seed's last checkpoint due by T s;\n"
+    else:
+        reach = "median env steps to a greedy mean of N (fewest-most of a seed, '-' where one never got there)"
+        at = ""
+    return (
+        f"to N: {reach}, seeds that got there;\n{at}"
+        "win rate: median share of the last checkpoint's games that filled the board; "
+        "longest: the longest snake of any game played"
+    )
+
+
+def format_comparison(comparison: dict[str, Any]) -> str:
+    """The paired table of a comparison (:func:`compare_arms`): at each checkpoint and for the
+    final evaluation, the mean over seeds of B - A and the lowest and highest seed's."""
+    by = comparison["by"]
+    seeds = ", ".join(str(seed) for seed in comparison["seeds"]) or "none"
+    lines = [
+        f"B - A, seed by seed (seeds {seeds}; A: the plan's hyperparameters, B: the compared ones):",
+        f"{by.replace('_', ' '):>16}   {'mean score: mean (min to max)':<34} win rate: mean (min to max)",
+    ]
+    rows = [(f"{point[by]:,.0f}", point) for point in comparison["checkpoints"]]
+    if comparison.get("final"):
+        rows.append((f"final, {comparison['final']['episodes']} games", comparison["final"]))
+    for label, point in rows:
+        score, wins = point["mean_score"], point["win_rate"]
+        scores = f"{score['mean']:+.2f} ({score['min']:+.2f} to {score['max']:+.2f})"
+        lines.append(f"{label:>16}   {scores:<34} {wins['mean']:+.1%} ({wins['min']:+.1%} to {wins['max']:+.1%})")
     return "\n".join(lines)

@@ -170,7 +170,7 @@ def instant_compile(monkeypatch):
     from sb3_snake.dqn.update.graph import UpdateGraph
 
     monkeypatch.setattr("sb3_snake.dqn.update.choice.CompileJob", InstantCompile)
-    monkeypatch.setattr("sb3_snake.dqn.update.choice.load", lambda path: UpdateGraph.forward)
+    monkeypatch.setattr("sb3_snake.dqn.update.choice.load", lambda path, *context: UpdateGraph.forward)
     InstantCompile.started = []
     return InstantCompile
 

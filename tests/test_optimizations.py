@@ -191,11 +191,11 @@ def test_a_wider_graph_that_fails_at_its_first_call_leaves_the_first_running(
     for _ in range(2):
         model.train(gradient_steps=2, batch_size=32)
     first = model.step_choice.current
-    monkeypatch.setattr("sb3_snake.dqn.update.choice.load", lambda path: fail)
+    monkeypatch.setattr("sb3_snake.dqn.update.choice.load", lambda path, *context: fail)
     model.train(gradient_steps=2, batch_size=32)  # adopts the wider graph, whose first call fails
     assert model.step_choice.current is first and model._n_updates == 6
     decision = model.optimizations_in_effect().compile
-    failed = "the graph of more steps per call failed: compile failed: RuntimeError: guards refused"
+    failed = "the graph of more steps per call failed: compile failed: RuntimeError: guards refused more detail"
     assert decision.active and f"{failed}; the first goes on at 1 thread" in decision.reason
     assert not model.compile_state.due(model._n_updates) and model.compile_state.steps_per_call == 1
     model.train(gradient_steps=2, batch_size=32)
@@ -294,13 +294,13 @@ def test_a_compiled_update_whose_first_call_fails_is_reported_off_and_training_g
     def fail(*arguments):
         raise RuntimeError("no C++ compiler\nmore detail")
 
-    monkeypatch.setattr("sb3_snake.dqn.update.choice.load", lambda path: fail)
+    monkeypatch.setattr("sb3_snake.dqn.update.choice.load", lambda path, *context: fail)
     model = small_dqn(compiled_after(1), board_size=6, transitions=64)
     model.train(gradient_steps=1, batch_size=32)
     assert model.active_optimizations.compile.active and type(model.step_choice.current) is EagerSteps
     with caplog.at_level("WARNING"):
         model.train(gradient_steps=2, batch_size=32)  # adopts, fails at its first call, trains these steps eagerly
-    failure = "compile failed: RuntimeError: no C++ compiler"
+    failure = "compile failed: RuntimeError: no C++ compiler more detail"  # every line, on one
     assert model.active_optimizations.compile == Decision.off(failure)
     assert model.optimizations_in_effect().compile == Decision.off(failure)
     assert f"torch.compile requested but not active: {failure}; training eagerly" in caplog.text

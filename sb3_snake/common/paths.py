@@ -240,11 +240,11 @@ def read_private(path: Path, max_bytes: int) -> bytes:
             raise UntrustedCacheError(f"cache file {path} is a symbolic link; not used") from None
         raise
     with os.fdopen(descriptor, "rb") as file:
-        status = os.fstat(descriptor)
+        status, folder_problem = os.fstat(descriptor), _private_problem(folder)
         problem = (
             _kind_problem(status.st_mode)
             or _private_problem(status)
-            or (f"lies in a folder that {_private_problem(folder)}" if _private_problem(folder) else "")
+            or (f"lies in a folder that {folder_problem}" if folder_problem else "")
             or (f"is larger than {max_bytes:,} bytes" if status.st_size > max_bytes else "")
         )
         if problem:

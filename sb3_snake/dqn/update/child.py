@@ -199,9 +199,8 @@ def main(argv: list[str]) -> int:
                 cached = False
         if not cached:
             save(compile_graph(graph, arguments, options["mode"], options["backend"]), artifact)
-            load(artifact, *context)(
-                graph, *arguments
-            )  # what the training process will load, loaded and run here first
+            # what the training process will load, loaded and run here first
+            load(artifact, *context)(graph, *arguments)
     seconds = time.perf_counter() - started
     write_text_atomically(request_path.parent / "result.json", json.dumps({"seconds": seconds, "cached": cached}))
     return 0

@@ -70,3 +70,18 @@ def test_maskable_algorithms_read_the_batched_envs_masks_per_game():
     assert len(env.env_method("action_masks", indices=[2])) == 1
     with pytest.raises(AttributeError, match="no per-game 'render'"):
         env.env_method("render")
+
+
+def test_sb3_contribs_maskable_ppo_trains_on_the_batched_env_and_plays_only_safe_moves():
+    """sb3-contrib finds the masks through ``env_method("action_masks")``; a walled-in game
+    (no safe move, an all-False row) leaves it a uniform choice, not an error."""
+    sb3_contrib = pytest.importorskip("sb3_contrib")  # the dev extra installs it
+    env = BatchedSnakeVecEnv(8, 6, seed=0)
+    model = sb3_contrib.MaskablePPO("MlpPolicy", env, n_steps=32, batch_size=64, n_epochs=1, seed=0)
+    model.learn(512)
+    buffer = model.rollout_buffer
+    masks = buffer.action_masks.reshape(-1, 4).astype(bool)
+    actions = buffer.actions.reshape(-1).astype(int)
+    assert len(actions) == 8 * 32 and not masks.all()  # the masks did forbid moves
+    chosen_allowed = masks[np.arange(len(actions)), actions]
+    assert chosen_allowed[masks.any(axis=1)].all()

@@ -207,8 +207,13 @@ def test_render_and_attributes():
     assert len(env.get_images()) == 20
     assert env.get_attr("render_mode") == ["rgb_array"] * 20
     assert env.env_is_wrapped(object) == [False] * 20
-    with pytest.raises(AttributeError, match="share one configuration"):
-        env.set_attr("board_size", 6)
+    env.set_attr("render_mode", "ansi")  # SB3's contract, for every game at once
+    assert env.get_attr("render_mode", indices=[0, 19]) == ["ansi", "ansi"]
+    with pytest.raises(AttributeError, match="for some games only: all games share one configuration"):
+        env.set_attr("render_mode", "rgb_array", indices=[0, 1])
+    with pytest.raises(AttributeError, match="no attribute 'board_sise' to set"):
+        env.set_attr("board_sise", 6)
+    assert env.get_attr("render_mode") == ["ansi"] * 20
     with pytest.raises(AttributeError, match="no per-game 'reset'"):
         env.env_method("reset")
 

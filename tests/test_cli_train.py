@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.cli import app
-from sb3_snake.common.paths import atomic_write
+from sb3_snake.common.paths import TEMPORARY_MARK, atomic_write
 from sb3_snake.persistence import load_model
 
 runner = CliRunner()
@@ -314,7 +314,10 @@ def test_an_abort_during_the_final_save_leaves_the_previous_files_and_no_tempora
     result = runner.invoke(app, [*args[:-1], "--resume", str(tmp_path / "model.zip")])
     assert result.exit_code == 130 and "aborted; files saved before it are intact" in result.output
     after = {path.name: path.read_bytes() for path in tmp_path.iterdir()}
-    assert after == before  # summary, episodes, model and buffer as they were; nothing partial
+    saved = ("model.zip", "model.replay.npz", "summary.json", "episodes.json")
+    assert {name: after[name] for name in saved} == {name: before[name] for name in saved}  # as they were
+    assert sorted(after) == sorted(before) and not any(TEMPORARY_MARK in name for name in after)  # nothing partial
+    assert after["monitor.csv"].startswith(before["monitor.csv"])  # the games played were appended
 
 
 @pytest.mark.slow

@@ -98,13 +98,23 @@ def test_site_builds_strictly(tmp_path):
     assert (tmp_path / "site" / "reference" / "index.html").read_text().count("SnakeDQN") > 3
 
 
-#: README's Python block runs as printed but for these sizes, lowered so that it runs in seconds
-#: (each must occur in the block, so a change of README's figures fails here, not silently).
-README_SMALLER = {
-    "4096": "64",
-    ".learn(10_000)": ".learn(512)",
-    ".learn(20_000)": ".learn(512)",
-    "episodes=100": "episodes=8",
+#: Every Python block of README and the docs runs as printed but for these sizes, lowered so that
+#: it runs in seconds (each must occur in its file's blocks, so a change of the figures printed
+#: fails here, not silently). A file with Python blocks and no entry runs them exactly as printed.
+SMALLER_SIZES = {
+    "README.md": {
+        "4096": "64",
+        ".learn(10_000)": ".learn(512)",
+        ".learn(20_000)": ".learn(512)",
+        "episodes=100": "episodes=8",
+    },
+    "docs/environments.md": {
+        "4096": "64",
+        ".learn(10_000)": ".learn(512)",
+        "n_steps=128": "n_steps=8",
+        ".learn(100_000)": ".learn(512)",
+    },
+    "docs/training.md": {".learn(50_000)": ".learn(1_500)"},
 }
 
 
@@ -112,17 +122,35 @@ def python_blocks(path: Path) -> list[str]:
     return re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.S)
 
 
+def documented_python() -> list[str]:
+    """README and the site's pages that hold Python blocks, relative to the repository."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    return [str(page.relative_to(ROOT)) for page in pages if python_blocks(page)]
+
+
+def test_every_lowered_size_names_a_page_with_python():
+    assert set(SMALLER_SIZES) <= set(documented_python()), "a page in SMALLER_SIZES holds no Python block"
+
+
 @pytest.mark.slow
-def test_readmes_python_runs_as_printed_with_smaller_sizes(tmp_path):
-    (block,) = python_blocks(ROOT / "README.md")
-    for printed, smaller in README_SMALLER.items():
-        assert printed in block, f"README's Python no longer holds {printed!r}: update README_SMALLER"
-        block = block.replace(printed, smaller)
-    script = tmp_path / "readme.py"
-    script.write_text(block)
-    environment = {**os.environ, "SB3_SNAKE_CACHE_DIR": str(tmp_path / "cache"), "WANDB_MODE": "disabled"}
-    result = subprocess.run(
-        [sys.executable, str(script)], cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=600
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert (tmp_path / "snake.zip").is_file() and list((tmp_path / "runs").glob("*/summary.json"))
+@pytest.mark.parametrize("page", documented_python())
+def test_every_python_block_of_the_docs_runs_as_printed_with_smaller_sizes(page, tmp_path_factory):
+    """Each block runs on its own, in a fresh folder, as a new user would paste it."""
+    blocks = python_blocks(ROOT / page)
+    for printed in SMALLER_SIZES.get(page, {}):
+        assert any(printed in block for block in blocks), (
+            f"{page}'s Python no longer holds {printed!r}: update SMALLER_SIZES"
+        )
+    cache = tmp_path_factory.mktemp("cache")  # one auto measurement for the page's blocks
+    for number, block in enumerate(blocks, 1):
+        for printed, smaller in SMALLER_SIZES.get(page, {}).items():
+            block = block.replace(printed, smaller)
+        folder = tmp_path_factory.mktemp(f"block{number}")
+        (folder / "block.py").write_text(block)
+        environment = {**os.environ, "SB3_SNAKE_CACHE_DIR": str(cache), "WANDB_MODE": "disabled", "MPLBACKEND": "Agg"}
+        result = subprocess.run(
+            [sys.executable, "block.py"], cwd=folder, env=environment, capture_output=True, text=True, timeout=600
+        )
+        assert result.returncode == 0, f"{page}, Python block {number}:\n{result.stderr[-3000:]}"
+        if page == "README.md":
+            assert (folder / "snake.zip").is_file() and list((folder / "runs").glob("*/summary.json"))

@@ -3,6 +3,7 @@
 import errno
 import os
 import stat
+import sys
 from pathlib import Path
 
 import pytest
@@ -117,3 +118,14 @@ def test_writable_file_checks(tmp_path):
         check_writable_file(tmp_path / "d.gif", (".gif",))
     write_text_atomically(tmp_path / "t.txt", "text")
     assert (tmp_path / "t.txt").read_text() == "text"
+
+
+def test_the_cache_folder_is_the_platforms_and_the_environment_variable_wins(monkeypatch, tmp_path):
+    from sb3_snake.common.paths import CACHE_ENV, cache_dir
+
+    monkeypatch.delenv(CACHE_ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    if sys.platform.startswith("linux"):
+        assert cache_dir() == tmp_path / "xdg" / "sb3-snake"
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "mine"))
+    assert cache_dir() == tmp_path / "mine"

@@ -2,6 +2,7 @@
 
 import multiprocessing
 import os
+import socket
 from datetime import datetime
 
 import pytest
@@ -69,8 +70,19 @@ def test_a_folder_in_use_is_refused_and_a_dead_runs_lock_is_taken_over(tmp_path)
                 pass
     (tmp_path / LOCK_NAME).write_text("999999999")  # no such process: its run was killed
     with claim_run_directory(tmp_path):
-        assert (tmp_path / LOCK_NAME).read_text() == str(os.getpid())
+        assert (tmp_path / LOCK_NAME).read_text() == f"{socket.gethostname()}:{os.getpid()}"
     assert not (tmp_path / LOCK_NAME).exists()
+
+
+def test_a_lock_held_from_another_machine_is_never_taken_over(tmp_path):
+    """Whether a pid lives can be asked on its own machine only (a folder on a shared file system)."""
+    (tmp_path / LOCK_NAME).write_text("elsewhere.example:999999999")
+    with pytest.raises(RunDirectoryError, match=r"in use by an sb3-snake run on elsewhere.example \(pid 999999999\)"):
+        with claim_run_directory(tmp_path):
+            pass
+    (tmp_path / LOCK_NAME).write_text(f"{socket.gethostname()}:999999999")  # this machine's, and gone
+    with claim_run_directory(tmp_path):
+        pass
 
 
 def test_left_over_temporary_files_are_cleaned_at_start(tmp_path):

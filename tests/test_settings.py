@@ -117,12 +117,66 @@ def test_the_batch_size_flag_then_environment_then_env_file_then_default(tmp_pat
         ),
         ("# fine\nUSE_BF16", r"line 2 of .*custom.env: USE_BF16 has no value; write USE_BF16=value"),
         ("USE_BF61=true", r"line 1 of .*: unknown key USE_BF61; did you mean USE_BF16\?"),
-        ("WANDB_API_KEY=secret", r"unknown key WANDB_API_KEY; known: OPTIMAL_BATCH_SIZE, USE_TORCH_COMPILE"),
+        # a misspelt key of ours would silently do nothing: refused, with the key it resembles
+        ("use_bf16=true", r"line 1 of .*: unknown key use_bf16; did you mean USE_BF16\?"),
+        ("OPTIMAL_BATCHSIZE=64", r"unknown key OPTIMAL_BATCHSIZE; did you mean OPTIMAL_BATCH_SIZE\?"),
+        ("USE_CUDA_GRAPHS=false", r"unknown key USE_CUDA_GRAPHS; did you mean USE_CUDA_GRAPH\?"),
     ],
 )
 def test_malformed_env_file_lines_name_line_key_value_and_file(tmp_path, line, message):
     with pytest.raises(SettingsError, match=message):
         OptimizationSettings.load(write_env(tmp_path, line + "\n"))
+
+
+SHARED_ENV = (
+    "# a .env shared with other tools, written as they write it\r\n"
+    "WANDB_API_KEY=0123456789abcdef\r\n"
+    "export HF_TOKEN='hf_abc def'  # Hugging Face\r\n"
+    "OMP_NUM_THREADS=1\r\n"
+    "TORCH_COMPILE_DEBUG=\r\n"
+    'export USE_BF16="false"  # ours, exported and quoted\r\n'
+    "WANDB_API_KEY=set-twice-is-theirs-to-judge\r\n"
+    "OPTIMAL_BATCH_SIZE = '64'\r\n"
+)
+
+
+def test_a_env_shared_with_other_tools_reads_ours_and_leaves_theirs(tmp_path, caplog):
+    path = write_env(tmp_path, SHARED_ENV)
+    with caplog.at_level("INFO", logger="sb3_snake"):
+        settings = OptimizationSettings.load(path)
+        config = load_config(path)
+        OptimizationSettings.load(path)
+    assert (settings.use_bf16, settings.source("use_bf16")) == (False, ".env")
+    assert (config.batch_size, config.source("batch_size")) == (64, ".env")
+    listed = [record.getMessage() for record in caplog.records if "left to other tools" in record.getMessage()]
+    others = "WANDB_API_KEY, HF_TOKEN, OMP_NUM_THREADS, TORCH_COMPILE_DEBUG"
+    assert listed == [f"{path}: left to other tools: {others}"]
+    assert "0123456789abcdef" not in caplog.text and "hf_abc" not in caplog.text
+
+
+def test_cli_lists_other_tools_keys_at_verbose_only(tmp_path):
+    from typer.testing import CliRunner
+
+    from sb3_snake.cli import app
+
+    path = write_env(tmp_path, "WANDB_API_KEY=x\nTORCH_COMPILE_MODE=fast\n")  # stops right after reading
+    for flags in (["train"], ["--verbose", "train"]):
+        result = CliRunner().invoke(app, [*flags, "--env-file", str(path)])
+        assert result.exit_code == 2 and "TORCH_COMPILE_MODE='fast'" in result.output, result.output
+        assert ("left to other tools: WANDB_API_KEY" in result.output) == ("--verbose" in flags), result.output
+
+
+def test_version_comes_from_the_installed_metadata():
+    from importlib.metadata import version
+
+    from typer.testing import CliRunner
+
+    import sb3_snake
+    from sb3_snake.cli import app
+
+    result = CliRunner().invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.output == f"sb3-snake {version('sb3-snake')}\n"
+    assert sb3_snake.__version__ == version("sb3-snake")
 
 
 @pytest.mark.parametrize("line", ['HF_TOKEN="hf_TOPSECRET_42', "export HF_TOKEN='hf_TOPSECRET_42", '"hf_TOPSECRET_42'])

@@ -444,8 +444,7 @@ def test_sigterm_marks_the_running_trial_failed_and_exits_143(tmp_path):
 
 def _trial_running(journal: Path) -> bool:
     """Whether the journal records a trial's ``worker`` (Optuna's SET_TRIAL_USER_ATTR operation),
-    which a trial sets first once it runs: from then on, an interrupt marks it failed (between
-    its creation and then, an interrupt would leave it RUNNING)."""
+    which a worker sets as it takes the trial, just before running it."""
     from optuna.storages.journal._storage import JournalOperation
 
     if not journal.exists():
@@ -458,3 +457,85 @@ def _trial_running(journal: Path) -> bool:
         if operation.get("op_code") == JournalOperation.SET_TRIAL_USER_ATTR and "worker" in operation["user_attr"]:
             return True
     return False
+
+
+# --- workers that die: their trials fail and run again ------------------------------------------
+
+
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")  # retried_trial_number
+def test_a_running_trial_whose_worker_is_gone_fails_and_runs_again_once(tmp_path, caplog):
+    """On a journal (no heartbeat in Optuna 5) a worker is gone when its process on this machine
+    is; a live one, or one on another machine, keeps its trial. The retry takes the failed
+    trial's place in --max-total-trials, and the report names what it retries."""
+    config = tiny_tune(tmp_path, n_trials=1, max_total_trials=3, pruner="none")
+    study = load_study(config)
+    finished = subprocess.Popen(["true"])
+    finished.wait()
+    workers = [f"{socket.gethostname()}:{os.getpid()}", "elsewhere:1", f"{socket.gethostname()}:{finished.pid}"]
+    for worker in workers:
+        trial = study.ask()
+        trial.set_user_attr("worker", worker)
+        trial.suggest_float("learning_rate", 1e-4, 2e-3, log=True)
+    lines = []
+    with caplog.at_level("WARNING"):
+        study = tune(config, FAST, notify=lines.append)
+    assert [trial.state.name for trial in study.trials] == ["RUNNING", "RUNNING", "FAIL", "COMPLETE"]
+    assert lines[0].startswith("trial 3: COMPLETE") and lines[0].endswith(" (retry of trial 2)")
+    killed, retry = study.trials[2:]
+    assert optuna.storages.RetryHeartbeatStaleTrialCallback.retried_trial_number(retry) == 2
+    assert retry.params["learning_rate"] == killed.params["learning_rate"]
+    assert f"trial 2: its worker {workers[2]} stopped without finishing it; marked FAIL, and queued" in caplog.text
+    write_report(study, config.folder)
+    rows = (config.folder / "trials.csv").read_text().splitlines()
+    assert rows[0].endswith(",failure,retry_of") and rows[3].endswith(",,") and rows[4].endswith(",2")
+
+
+def _heartbeat_written(url: str) -> bool:
+    """Whether the SQLite study of ``url`` holds a heartbeat (Optuna's ``trial_heartbeats`` table)."""
+    import sqlite3
+
+    path = Path(url[len("sqlite:///") :])
+    if not path.exists():
+        return False
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as connection:
+            return connection.execute("SELECT COUNT(*) FROM trial_heartbeats").fetchone()[0] > 0
+    except sqlite3.OperationalError:  # the schema not created yet, or the file locked a moment
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")  # retried_trial_number
+@pytest.mark.parametrize("kind", ["journal", "sqlite"])
+def test_the_trial_of_a_killed_worker_fails_and_the_next_worker_runs_it_again(tmp_path, kind):
+    """A worker killed outright (SIGKILL) cannot mark its trial: the next worker finds it (a
+    database by its heartbeat, a journal by the worker's process), marks it FAIL and runs it
+    again, and --max-total-trials counts it once."""
+    import signal
+    import sys
+    import time
+
+    storage = str(tmp_path / "study.log") if kind == "journal" else f"sqlite:///{tmp_path / 'study.db'}"
+    journal = Path(storage)
+    started = (lambda: _trial_running(journal)) if kind == "journal" else (lambda: _heartbeat_written(storage))
+    command = [sys.executable, "-c", "from sb3_snake.cli import main; main()", "tune", "--storage", storage]
+    command += ["--study-name", "t", "--time-limit", "1", "--board-size", "4", "--n-envs", "4"]
+    command += ["--no-compile", "--threads", "1"]
+    process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not started():
+            time.sleep(0.2)
+        assert started(), "no trial started"
+    finally:
+        process.send_signal(signal.SIGKILL)
+        output, _ = process.communicate(timeout=60)  # reaped: no process has its id any more
+    assert process.returncode == -signal.SIGKILL, output
+    if kind == "sqlite":
+        time.sleep(2)  # past the grace period of 1 s on SQLite's clock, which counts whole seconds
+    config = tiny_tune(tmp_path, storage=storage, n_trials=1, max_total_trials=1, pruner="none")
+    study = tune(config, FAST, notify=lambda line: None, heartbeat_interval=1, grace_period=1)
+    assert [trial.state.name for trial in study.trials] == ["FAIL", "COMPLETE"], output
+    killed, retry = study.trials
+    assert optuna.storages.RetryHeartbeatStaleTrialCallback.retried_trial_number(retry) == 0
+    assert retry.params.items() >= killed.params.items()  # the hyperparameters drawn before the kill

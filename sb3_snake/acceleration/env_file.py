@@ -1,14 +1,17 @@
 """The ``.env`` file, both directions: read checked line by line, written keeping what else it holds.
 
 It knows the file, not the settings: :class:`~sb3_snake.acceleration.settings.OptimizationSettings`
-says which keys are known and what their values mean. A line that cannot be parsed, a key
-without a value, an unknown key (named with the nearest known one) and a key set twice (which
-line should win is a guess, and the other line would be skipped) are errors, never skipped.
+says which keys are ours and what their values mean. The file is shared with other tools (W&B,
+Hugging Face keep ``WANDB_API_KEY``, ``HF_TOKEN`` there): their keys are left to them and listed
+once at ``--verbose``. Errors, never skipped: a line that cannot be parsed, a key of ours without
+a value or set twice (which line should win is a guess), and a key within two edits of one of
+ours (a misspelling: it would silently do nothing), named with the key it resembles.
 """
 
 from __future__ import annotations
 
 import io
+import logging
 import os
 import re
 import stat
@@ -19,11 +22,17 @@ from dotenv import set_key
 from dotenv.parser import parse_stream
 
 from sb3_snake.acceleration.setting_values import SettingsError
-from sb3_snake.common.errors import did_you_mean
 from sb3_snake.common.paths import check_writable_file
 
 #: What a key looks like; anything else on a line is no key (and may be a value: never shown).
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
+#: A key this close to one of ours (edits, case aside) is taken for a misspelling of it, not for
+#: another tool's key: ``USE_BF61``, ``OPTIMAL_BATCHSIZE`` and ``use_bf16`` are refused, while
+#: ``OMP_NUM_THREADS`` or ``TORCH_COMPILE_DEBUG`` (real keys of other tools) are four or more away.
+MISSPELLING_EDITS = 2
+logger = logging.getLogger(__name__)
+_listed: set[tuple[str, tuple[str, ...]]] = set()  # (file, other tools' keys) already listed
+
 #: The comment line :func:`write_env_lines` keeps up to date with its ``note``.
 WRITTEN_BY = "# Written by sb3-snake benchmark --write-env: "
 
@@ -32,8 +41,10 @@ def read_env_file(path: Path, known: Sequence[str]) -> dict[str, str]:
     """The keys and values of a ``.env`` file, checked line by line; every problem is a SettingsError.
 
     The file must be a regular UTF-8 text file (a directory, a device or a FIFO is refused before
-    it is opened, so nothing blocks). Each line is parsed with python-dotenv's own parser, and
-    must set one of the ``known`` keys, once.
+    it is opened, so nothing blocks). Each line is parsed with python-dotenv's own parser (so
+    ``export``, quotes, comments and CRLF read as python-dotenv reads them). Only the ``known``
+    keys are returned, each set once; other keys are left to their tools unless they look like a
+    misspelt known key (:data:`MISSPELLING_EDITS`).
     """
     try:
         mode = path.stat().st_mode
@@ -52,6 +63,7 @@ def read_env_file(path: Path, known: Sequence[str]) -> dict[str, str]:
         raise SettingsError(f"env file {str(path)!r} is not UTF-8 text; it must hold KEY=value lines") from None
     values: dict[str, str] = {}
     first_lines: dict[str, int] = {}
+    others: list[str] = []
     for binding in parse_stream(io.StringIO(text)):
         line = binding.original.line
         where = f"line {line} of {path}"
@@ -63,7 +75,10 @@ def read_env_file(path: Path, known: Sequence[str]) -> dict[str, str]:
         if binding.key is None:
             continue  # a comment or a blank line
         if binding.key not in known:
-            raise SettingsError(f"{where}: unknown key {binding.key}; {did_you_mean(binding.key, known)}")
+            if resembled := _misspelt(binding.key, known):
+                raise SettingsError(f"{where}: unknown key {binding.key}; did you mean {resembled}?")
+            others.append(binding.key)
+            continue
         if binding.value is None:
             raise SettingsError(f"{where}: {binding.key} has no value; write {binding.key}=value")
         if binding.key in first_lines:
@@ -72,7 +87,38 @@ def read_env_file(path: Path, known: Sequence[str]) -> dict[str, str]:
             )
         first_lines[binding.key] = line
         values[binding.key] = binding.value
+    _list_once(path, others)
     return values
+
+
+def _misspelt(key: str, known: Sequence[str]) -> str | None:
+    """The known key ``key`` is a misspelling of (at most :data:`MISSPELLING_EDITS` edits, case
+    aside), or None."""
+    distances = {name: _edits(key.upper(), name.upper()) for name in known}
+    nearest = min(distances, key=distances.__getitem__, default=None)
+    return nearest if nearest is not None and distances[nearest] <= MISSPELLING_EDITS else None
+
+
+def _edits(a: str, b: str) -> int:
+    """Insertions, deletions, substitutions and swaps of neighbours that turn ``a`` into ``b``
+    (the optimal string alignment distance)."""
+    rows = [list(range(len(b) + 1))]
+    for i, char in enumerate(a, 1):
+        row = [i]
+        for j, other in enumerate(b, 1):
+            row.append(min(rows[-1][j] + 1, row[j - 1] + 1, rows[-1][j - 1] + (char != other)))
+            if i > 1 and j > 1 and char == b[j - 2] and a[i - 2] == other:
+                row[j] = min(row[j], rows[-2][j - 2] + 1)
+        rows.append(row)
+    return rows[-1][-1]
+
+
+def _list_once(path: Path, others: list[str]) -> None:
+    """Log (INFO, shown at ``--verbose``) the other tools' keys of a file, once per process."""
+    told = (str(path), tuple(dict.fromkeys(others)))
+    if others and told not in _listed and logger.isEnabledFor(logging.INFO):
+        _listed.add(told)
+        logger.info("%s: left to other tools: %s", path, ", ".join(told[1]))
 
 
 def _key_of(text: str) -> str:

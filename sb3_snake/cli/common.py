@@ -15,11 +15,12 @@ and imports torch's compiler past an unusable compile cache folder
 
 from __future__ import annotations
 
+import logging
 import signal
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Annotated, Any
 
 import click
 import typer
@@ -68,6 +69,36 @@ app = typer.Typer(
     add_completion=False,
     cls=OneLineErrors,
 )
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        from sb3_snake import __version__
+
+        typer.echo(f"sb3-snake {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _global_options(
+    version: Annotated[
+        bool,
+        typer.Option("--version", is_eager=True, callback=_print_version, help="Print the installed version and exit."),
+    ] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Also log what the package notes on the way (INFO) on stderr.")
+    ] = False,
+) -> None:
+    """Train, evaluate and benchmark Stable-Baselines3 agents on Snake."""
+    if verbose:
+        package = logging.getLogger("sb3_snake")
+        for previous in [handler for handler in package.handlers if handler.get_name() == "--verbose"]:
+            package.removeHandler(previous)  # a second command in one process (tests) logs once
+        handler = logging.StreamHandler(sys.stderr)
+        handler.set_name("--verbose")
+        handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+        package.addHandler(handler)
+        package.setLevel(logging.INFO)
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:

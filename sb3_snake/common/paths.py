@@ -39,6 +39,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+import platformdirs
+
 from sb3_snake.common.errors import OutputError, UsageError
 
 #: Environment variable naming the package's cache folder (:func:`cache_dir`).
@@ -292,8 +294,9 @@ def claim_new_path(directory: Path, stem: str, suffix: str = "", *, folder: bool
 
 def cache_dir() -> Path:
     """The package's cache folder (measured ``auto`` choices, compiled updates):
-    ``$SB3_SNAKE_CACHE_DIR``, else ``$XDG_CACHE_HOME/sb3-snake``, else ``~/.cache/sb3-snake``."""
+    ``$SB3_SNAKE_CACHE_DIR``, else the platform's user cache folder from ``platformdirs``
+    (``$XDG_CACHE_HOME/sb3-snake``, else ``~/.cache/sb3-snake`` on Linux; ``~/Library/Caches`` on
+    macOS; ``%LOCALAPPDATA%`` on Windows)."""
     if os.environ.get(CACHE_ENV):
         return Path(os.environ[CACHE_ENV])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "sb3-snake"
+    return Path(platformdirs.user_cache_dir("sb3-snake", appauthor=False))

@@ -34,6 +34,7 @@ from sb3_snake.common.system import check_torch_device
 from sb3_snake.envs.action_masks import action_masks
 from sb3_snake.envs.batched_games import BatchedGames, BatchedStep
 from sb3_snake.envs.render import (
+    RENDER_FPS,
     RENDER_MODES,
     RENDERED_GAMES,
     check_render_mode,
@@ -56,6 +57,22 @@ def check_seed(seed: object) -> int | None:
     if not is_integer(seed) or not low <= seed <= high:
         raise UsageError(f"seed must be an integer from {low} to {high}, got {seed!r}; pass None for a random seed")
     return int(seed)
+
+
+def check_num_envs(num_envs: object) -> int:
+    """``num_envs`` as an int, or a :class:`UsageError` unless it is a positive integer."""
+    if not is_integer(num_envs) or num_envs < 1:
+        raise UsageError(f"num_envs must be a positive integer, got {num_envs!r}; pass the number of games")
+    return int(num_envs)
+
+
+def check_long_starts(long_starts: object) -> float:
+    """``long_starts`` as a float, or a :class:`UsageError` unless it is a share from 0 to 1."""
+    if isinstance(long_starts, bool) or not isinstance(long_starts, (int, float)) or not 0 <= long_starts <= 1:
+        raise UsageError(
+            f"long_starts must be a share from 0 to 1, got {long_starts!r}; pass 0 for standard starts only"
+        )
+    return float(long_starts)
 
 
 class BatchedSnakeVecEnv(VecEnv):
@@ -93,7 +110,7 @@ class BatchedSnakeVecEnv(VecEnv):
     :param reachable: observe the reachability channel too, last (see :class:`~sb3_snake.SnakeEnv`).
     """
 
-    metadata = {"render_modes": list(RENDER_MODES)}
+    metadata = {"render_modes": list(RENDER_MODES), "render_fps": RENDER_FPS}
 
     def __init__(
         self,
@@ -111,15 +128,10 @@ class BatchedSnakeVecEnv(VecEnv):
         egocentric: bool = False,
         reachable: bool = False,
     ):
-        if not is_integer(num_envs) or num_envs < 1:
-            raise UsageError(f"num_envs must be a positive integer, got {num_envs!r}; pass the number of games")
-        num_envs = int(num_envs)
+        num_envs = check_num_envs(num_envs)
         self.render_mode = check_render_mode(render_mode)
         seed = check_seed(seed)
-        if isinstance(long_starts, bool) or not isinstance(long_starts, (int, float)) or not 0 <= long_starts <= 1:
-            raise UsageError(
-                f"long_starts must be a share from 0 to 1, got {long_starts!r}; pass 0 for standard starts only"
-            )
+        long_starts = check_long_starts(long_starts)
         self.rules = SnakeRules(
             board_size,
             start_length,
@@ -135,7 +147,7 @@ class BatchedSnakeVecEnv(VecEnv):
         self._actions: torch.Tensor | None = None
         self._t_start = time.time()
         seed = secrets.randbits(63) if seed is None else seed
-        self._games = BatchedGames(self.rules, num_envs, self.device, seed, float(long_starts))
+        self._games = BatchedGames(self.rules, num_envs, self.device, seed, long_starts)
 
     # ------------------------------------------------------------------ tensor interface
 
@@ -270,10 +282,16 @@ class BatchedSnakeVecEnv(VecEnv):
         return [getattr(self, attr_name) for _ in self._get_indices(indices)]
 
     def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
-        raise AttributeError(
-            f"BatchedSnakeVecEnv cannot set {attr_name!r} per game: all games share one configuration; "
-            "create a new BatchedSnakeVecEnv instead"
-        )
+        """All games share one configuration: an existing attribute is set for every game at once
+        (``indices`` must name them all); setting it for some games only cannot be done."""
+        if not hasattr(self, attr_name):
+            raise AttributeError(f"BatchedSnakeVecEnv has no attribute {attr_name!r} to set")
+        if sorted(self._get_indices(indices)) != list(range(self.num_envs)):
+            raise AttributeError(
+                f"BatchedSnakeVecEnv cannot set {attr_name!r} for some games only: all games share one "
+                "configuration; set it for all (indices=None) or create a new BatchedSnakeVecEnv"
+            )
+        setattr(self, attr_name, value)
 
     def env_method(self, method_name: str, *method_args, indices: VecEnvIndices = None, **method_kwargs) -> list[Any]:
         """Per-game methods: ``action_masks`` (each game's row of :meth:`action_masks`, as

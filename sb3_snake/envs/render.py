@@ -26,6 +26,8 @@ from sb3_snake.envs.rules import BODY, FOOD, HEAD
 #: The render modes of both environments. ``human`` draws the text board on stdout, so that it
 #: needs no window library (Gymnasium would otherwise show ``rgb_array`` frames with pygame).
 RENDER_MODES = ("human", "ansi", "rgb_array")
+#: The frame rate of ``human`` rendering, the environments' ``metadata["render_fps"]``.
+RENDER_FPS = 10
 CELL_PIXELS = 16
 #: How many games a batched env's ``render("rgb_array")`` tiles into one image.
 RENDERED_GAMES = 16

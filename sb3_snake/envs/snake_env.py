@@ -10,7 +10,7 @@ import gymnasium as gym
 import numpy as np
 
 from sb3_snake.envs.action_masks import action_masks
-from sb3_snake.envs.render import RENDER_MODES, check_render_mode, draw_text, render_ansi, render_rgb
+from sb3_snake.envs.render import RENDER_FPS, RENDER_MODES, check_render_mode, draw_text, render_ansi, render_rgb
 from sb3_snake.envs.rules import (
     BODY,
     COUNTDOWN,
@@ -110,7 +110,7 @@ class SnakeEnv(gym.Env[np.ndarray, np.int64]):
     ```
     """
 
-    metadata = {"render_modes": list(RENDER_MODES), "render_fps": 10}
+    metadata = {"render_modes": list(RENDER_MODES), "render_fps": RENDER_FPS}
 
     def __init__(
         self,

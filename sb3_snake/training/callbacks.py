@@ -1,6 +1,7 @@
 """SB3 callbacks of a training run: episode budget and stop requests, progress, the compile's
-course, checkpoints, W&B episodes; the greedy evaluations during training (shown as training
-goes, and best-model selection on them) are :mod:`sb3_snake.training.evaluation`'s.
+course, checkpoints, W&B episodes, the files SB3's tools read (``monitor.csv``, and the greedy
+evaluations in SB3's logger and ``evaluations.npz``); the greedy evaluations during training
+(shown as training goes, and best-model selection on them) are :mod:`sb3_snake.training.evaluation`'s.
 
 Each callback does one thing and reads what SB3 hands every callback (``self.locals``:
 ``dones`` and ``infos`` of the step just taken). They are combined in
@@ -32,6 +33,7 @@ from sb3_snake.training.evaluation import (
     describe_evaluation,
     latest_evaluation,
 )
+from sb3_snake.training.run_files import EVALUATIONS_NAME, MONITOR_NAME, EvaluationsFile, MonitorFile
 from sb3_snake.training.tracking import WandbRun
 
 logger = logging.getLogger(__name__)
@@ -128,7 +130,7 @@ class EpisodeBudget(BaseCallback):
         self.max_seconds = max_seconds
         self.stop = stop or StopRequest()
         self.stopped_by: str | None = None
-        self.new_episodes: list[tuple[int, int]] = []  #: (score, length) finished this step
+        self.new_episodes: list[dict[str, Any]] = []  #: the info of each episode counted this step
         self._start_steps = 0
 
     def _on_training_start(self) -> None:
@@ -146,7 +148,7 @@ class EpisodeBudget(BaseCallback):
             self.record.env_steps.append(self.num_timesteps)
             self.record.wall_seconds.append(time.perf_counter() - self.start_time)
             self.record.long_starts.append(bool(info.get("long_start", False)))
-            self.new_episodes.append((score, length))
+            self.new_episodes.append(info)
         self.stopped_by = self._limit_reached()
         return self.stopped_by is None
 
@@ -296,16 +298,75 @@ class EpisodeMetrics(BaseCallback):
         self.budget, self.log = budget, log
 
     def _on_step(self) -> bool:
-        for score, length in self.budget.new_episodes:
+        for info in self.budget.new_episodes:
             self.log(
                 {
-                    "episode/score": score,
-                    "episode/length": length,
+                    "episode/score": int(info["score"]),
+                    "episode/length": int(info["episode"]["l"]),
                     "episodes": len(self.budget.record),
                     "env_steps": self.num_timesteps,
                 }
             )
         return True
+
+
+class EpisodeMonitor(BaseCallback):
+    """Writes each episode the budget counts (episodes.json's episodes) to ``monitor.csv`` in
+    ``run_dir``, as SB3's ``VecMonitor`` does (:class:`~sb3_snake.training.run_files.MonitorFile`)."""
+
+    def __init__(self, budget: EpisodeBudget, run_dir: Path):
+        super().__init__()
+        self.budget, self.file = budget, MonitorFile(run_dir / MONITOR_NAME)
+
+    def _on_training_start(self) -> None:
+        self.file.open(env_id=type(self.training_env.unwrapped).__name__)
+
+    def _on_step(self) -> bool:
+        if self.budget.new_episodes:
+            self.file.write(self.budget.new_episodes)
+        return True
+
+    def _on_training_end(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the file (also when training ended by an exception, which SB3 does not report)."""
+        self.file.close()
+
+
+class EvaluationLog(BaseCallback):
+    """Each evaluation of ``evaluation`` as SB3's ``EvalCallback`` records it: ``eval/mean_reward``,
+    ``eval/mean_ep_length``, ``eval/success_rate`` (games won: the board filled) and
+    ``eval/mean_score`` in SB3's logger, dumped at the evaluation's env step, and a row of
+    ``evaluations.npz`` in ``run_dir``. Placed after ``evaluation``, it sees an evaluation in the
+    same step, and the one at the end of training."""
+
+    def __init__(self, evaluation: GreedyEvaluation, run_dir: Path):
+        super().__init__()
+        self.evaluation = evaluation
+        self.file = EvaluationsFile(run_dir / EVALUATIONS_NAME, evaluation.episodes)
+        self._recorded = 0
+
+    def _on_step(self) -> bool:
+        self._record_new()
+        return True
+
+    def _on_training_end(self) -> None:
+        self._record_new()
+
+    def _record_new(self) -> None:
+        if len(self.evaluation.history) == self._recorded:
+            return
+        self._recorded = len(self.evaluation.history)
+        entry, games = self.evaluation.history[-1], self.evaluation.last_result["per_game"]
+        steps = int(entry["env_steps"])
+        self.file.add(steps, games["returns"], games["steps"], games["won"])
+        self.logger.record("eval/mean_reward", float(np.mean(games["returns"])))
+        self.logger.record("eval/mean_ep_length", float(np.mean(games["steps"])))
+        self.logger.record("eval/success_rate", float(np.mean(games["won"])))
+        self.logger.record("eval/mean_score", float(entry["mean_score"]))
+        self.logger.record("time/total_timesteps", steps, exclude="tensorboard")
+        self.logger.dump(steps)
 
 
 @dataclass
@@ -318,6 +379,7 @@ class RunCallbacks:
     evaluation: ProgressEvaluation | None
     selection: BestModelSelection | None
     threads: AdaptiveThreads | None
+    monitor: EpisodeMonitor
     all: list[BaseCallback]
 
     @property
@@ -336,10 +398,10 @@ class RunCallbacks:
         adaptive_threads: tuple[int, ...] = (),
         extra: list[BaseCallback] = (),
     ) -> RunCallbacks:
-        """Budget and stop request, progress, the compile's course, W&B episodes, checkpoints,
-        the greedy evaluations on the clock that progress shows, best-model selection, the
-        thread count measured while training (when ``adaptive_threads`` names counts to choose
-        between), then ``extra``."""
+        """Budget and stop request, progress, the compile's course, W&B episodes, monitor.csv,
+        checkpoints, the greedy evaluations on the clock that progress shows (and SB3's logger and
+        evaluations.npz record), best-model selection, the thread count measured while training
+        (when ``adaptive_threads`` names counts to choose between), then ``extra``."""
         record = EpisodeRecord()
         max_seconds = config.time_limit_minutes * 60 if config.time_limit_minutes is not None else None
         budget = EpisodeBudget(config.episodes, record, time.perf_counter(), config.timesteps, max_seconds, stop)
@@ -354,12 +416,16 @@ class RunCallbacks:
             selection = BestModelSelection(run_dir, config.select_every, config.select_episodes, tracking.log)
         evaluations = [e for e in (evaluation, selection) if e is not None]
         progress = ProgressReport(budget, console, evaluations=evaluations)
+        monitor = EpisodeMonitor(budget, run_dir)
         callbacks: list[BaseCallback] = [budget, progress, CompileReport(console), EpisodeMetrics(budget, tracking.log)]
+        callbacks.append(monitor)
         if config.checkpoint_every:
             callbacks.append(EpisodeCheckpoint(budget, run_dir, config.checkpoint_every, config.save_replay_buffer))
         callbacks += evaluations
+        if evaluation is not None:
+            callbacks.append(EvaluationLog(evaluation, run_dir))
         threads = None
         if adaptive_threads:
             threads = AdaptiveThreads(adaptive_threads, notify=lambda line: console.print(line, highlight=False))
             callbacks.append(threads)
-        return cls(record, budget, progress, evaluation, selection, threads, [*callbacks, *extra])
+        return cls(record, budget, progress, evaluation, selection, threads, monitor, [*callbacks, *extra])

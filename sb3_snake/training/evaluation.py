@@ -78,6 +78,9 @@ def evaluate(
     without food), ``walled_in`` (died with no move left that survives a step) and
     ``died_with_a_way_out`` (died although such a move existed; :func:`~sb3_snake.envs.rules.can_survive`
     on the board before the fatal move).
+
+    ``per_game`` holds what SB3's ``EvalCallback`` keeps of each game, in the order the games
+    finished: its return (``returns``), env steps (``steps``) and whether it was won (``won``).
     """
     check_evaluation(episodes, seed)
     board_size, channels = model.observation_space.shape[-1], board_options(model.observation_space)
@@ -90,6 +93,7 @@ def evaluate(
     obs = env.reset()
     scores: list[int] = []
     lengths: list[int] = []
+    per_game: dict[str, list] = {"returns": [], "steps": [], "won": []}
     ends = dict.fromkeys(GAME_ENDS, 0)
     played = np.zeros(n_envs, dtype=int)
     while (played < quota).any():
@@ -100,7 +104,11 @@ def evaluate(
                 played[index] += 1
                 scores.append(int(infos[index]["score"]))
                 lengths.append(int(infos[index]["length"]))
-                ends[game_end(infos[index])] += 1
+                end = game_end(infos[index])
+                ends[end] += 1
+                per_game["returns"].append(float(infos[index]["episode"]["r"]))
+                per_game["steps"].append(int(infos[index]["episode"]["l"]))
+                per_game["won"].append(end == "won")
     return {
         "episodes": len(scores),
         "mean_score": float(np.mean(scores)),
@@ -110,6 +118,7 @@ def evaluate(
         "max_length": int(max(lengths)),
         "win_rate": ends["won"] / len(scores),
         "ends": ends,
+        "per_game": per_game,
         "board_size": board_size,
         "seed": seed_offset + seed,
     }
@@ -175,6 +184,7 @@ class GreedyEvaluation(BaseCallback):
         self.episodes, self.seed_offset = episodes, seed_offset
         self.every_steps, self.every_seconds = every_steps, every_seconds
         self.history: list[dict[str, float]] = []  #: one :meth:`evaluate_now` entry per evaluation
+        self.last_result: dict[str, Any] | None = None  #: the whole :func:`evaluate` result of the latest entry
         self._next_step, self._next_time = every_steps or 0, 0.0
 
     def _on_training_start(self) -> None:
@@ -216,6 +226,7 @@ class GreedyEvaluation(BaseCallback):
             "seconds": time.perf_counter() - start,
         }
         self.history.append(entry)
+        self.last_result = result
         self.on_evaluation(entry)
         return entry
 

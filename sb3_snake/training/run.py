@@ -42,6 +42,7 @@ from sb3_snake.training.config import MAX_TIMESTEPS, TrainConfig, WandbOptions
 from sb3_snake.training.memory import check_memory
 from sb3_snake.training.resume import apply_config
 from sb3_snake.training.run_directory import claim_run_directory
+from sb3_snake.training.run_files import PROGRESS_NAME, ProgressCSV
 from sb3_snake.training.summary import Outcome, build_summary, save_run, trained_hyperparameters
 from sb3_snake.training.tracking import WandbOutput, WandbRun, resolve_mode
 
@@ -64,6 +65,8 @@ def train(
     Writes ``model.zip``, ``summary.json`` and ``episodes.json`` into ``run_dir`` (a new folder
     under ``runs/`` when ``None``), plus ``checkpoint.zip`` every ``config.checkpoint_every``
     episodes and ``best_model.zip`` when ``config.select_every`` is set, and returns the summary.
+    As training goes it writes the files SB3's tools read: ``monitor.csv``, ``progress.csv`` and,
+    with evaluations on the clock, ``evaluations.npz`` (:mod:`sb3_snake.training.tracking`).
     A loss that becomes NaN stops the run: the summary is written, ``model.zip`` is not (the
     last checkpoint stays the last good model), and :class:`TrainingDiverged` is raised.
     ``callbacks`` (SB3 callbacks) run after the run's own, as with ``learn(callback=...)``.
@@ -80,6 +83,7 @@ def train(
         print_configuration(model, config, run_dir, console)
         tracking = open_tracking(wandb_options, run_config(model, config), run_dir, console)
         model.set_logger(build_logger(config, run_dir, tracking, console, resumed=resumed))
+        record_optimizations(model)
         # Callbacks, learn, then the summary and the files, the summary last.
         threads = model.active_optimizations.adaptive_threads
         run_callbacks = RunCallbacks.build(config, run_dir, tracking, stop, console, threads, extra=callbacks or [])
@@ -244,16 +248,32 @@ def open_tracking(options: WandbOptions, config: dict[str, Any], run_dir: Path, 
 def build_logger(
     config: TrainConfig, run_dir: Path, tracking: WandbRun, console: Console, resumed: bool = False
 ) -> Logger:
-    """SB3's logger with SB3's own outputs as asked (stdout with ``verbose``, TensorBoard with
-    ``tensorboard_log``, numbered ``<run>_<n>`` as SB3 numbers them) and W&B when active."""
-    outputs: list[KVWriter] = [HumanOutputFormat(console.file)] if config.verbose else []
+    """SB3's logger in ``run_dir`` with SB3's own outputs: ``progress.csv`` always (continued on
+    resume), stdout with ``verbose`` (the run's own progress line is the console otherwise),
+    TensorBoard with ``tensorboard_log`` (numbered ``<run>_<n>`` as SB3 numbers them), and W&B when active."""
+    outputs: list[KVWriter] = [ProgressCSV(run_dir / PROGRESS_NAME)]
+    if config.verbose:
+        outputs.append(HumanOutputFormat(console.file))
     if config.tensorboard_log:
         latest = get_latest_run_id(config.tensorboard_log, run_dir.name)
         number = latest if resumed and latest > 0 else latest + 1
         outputs.append(TensorBoardOutputFormat(str(Path(config.tensorboard_log) / f"{run_dir.name}_{number}")))
     if tracking.active:
         outputs.append(WandbOutput(tracking))
-    return Logger(folder=None, output_formats=outputs)
+    return Logger(folder=str(run_dir), output_formats=outputs)
+
+
+def record_optimizations(model: SnakeDQN) -> None:
+    """Which optimizations are in effect as training starts, once, in SB3's logger: each
+    ``optimizations/<name>`` 1 or 0 (a compile deferred to a later gradient step is 0 here;
+    ``summary.json`` has what was in effect at the end), and the device and attention kernel as
+    text, which SB3's CSV, TensorBoard and stdout outputs take (W&B's output keeps numbers only)."""
+    active = model.optimizations_in_effect().as_dict()
+    for key, value in active.items():
+        if key.endswith("_active"):
+            model.logger.record(f"optimizations/{key.removesuffix('_active')}", int(value))
+    for key in ("device", "sdpa_backend"):
+        model.logger.record(f"optimizations/{key}", str(active[key]))
 
 
 # ---------------------------------------------------------------------- callbacks and learning
@@ -279,6 +299,8 @@ def learn(model: SnakeDQN, config: TrainConfig, callbacks: RunCallbacks, stop: S
     finally:
         model.update_interrupt = None
         callbacks.progress.close()
+        callbacks.monitor.close()
+        model.logger.close()  # progress.csv, and TensorBoard's events flushed
         if callbacks.threads is not None:
             callbacks.threads.close()
         stop.phase = "saving"

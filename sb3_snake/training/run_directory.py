@@ -6,9 +6,12 @@
 - **No silent overwrite.** A folder that already holds a run is refused unless the run asks to
   ``overwrite`` it (its files are removed first, so no stale checkpoint stays beside the new
   model) or resumes into it.
-- **One run at a time.** A lock file (``.sb3-snake.lock``, created exclusively, holding the
-  pid) marks the folder as in use; a second run is refused while the first lives, and the
-  lock of a run that was killed is taken over.
+- **One run at a time.** A lock file (``.sb3-snake.lock``, created exclusively, holding
+  ``host:pid``) marks the folder as in use; a second run is refused while the first lives, and
+  the lock of a run that was killed on this machine is taken over (one held from another machine
+  sharing the folder is never taken: only that machine can tell whether its run lives). Our own
+  and not ``filelock``'s: its ``flock`` leaves the lock file in every run folder by design, and
+  cannot name the run that holds it.
 - **Clean starts and failed starts.** Temporary files that a killed writer left are removed at
   start; a folder made by a run that fails before writing anything is removed again.
 """
@@ -16,6 +19,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -39,6 +43,9 @@ RUN_FILES = (
     "checkpoint.replay.npz",
     "model.replay.pkl",
     "checkpoint.replay.pkl",
+    "monitor.csv",
+    "progress.csv",
+    "evaluations.npz",
 )
 
 
@@ -56,19 +63,32 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def _holder(lock: Path) -> tuple[str, int]:
+    """The ``(host, pid)`` a lock file names (a bare pid, as older runs wrote it: this host), or
+    ``("", 0)`` where it names none (being written, or damaged)."""
+    try:
+        host, _, pid = lock.read_text().strip().rpartition(":")
+        return host or socket.gethostname(), int(pid)
+    except (OSError, ValueError):
+        return "", 0
+
+
 def _take_lock(directory: Path) -> Path:
     lock = directory / LOCK_NAME
+    here = socket.gethostname()
     for _ in range(2):
         try:
             descriptor = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
-            try:
-                holder = int(lock.read_text().strip() or 0)
-            except (OSError, ValueError):
-                holder = 0
-            if holder and holder != os.getpid() and _pid_alive(holder):
+            host, pid = _holder(lock)
+            if host and host != here:
                 raise RunDirectoryError(
-                    f"run folder {directory} is in use by another sb3-snake run (pid {holder}); "
+                    f"run folder {directory} is in use by an sb3-snake run on {host} (pid {pid}); wait for it, "
+                    f"or remove {lock} if that run is gone, or choose another --output/--name"
+                ) from None
+            if pid and pid != os.getpid() and _pid_alive(pid):
+                raise RunDirectoryError(
+                    f"run folder {directory} is in use by another sb3-snake run (pid {pid}); "
                     "wait for it or choose another --output/--name"
                 ) from None
             lock.unlink(missing_ok=True)  # the run that held it is gone
@@ -78,7 +98,7 @@ def _take_lock(directory: Path) -> Path:
                 f"run folder {directory} is not writable ({error.strerror or error}); choose another --output"
             ) from None
         with os.fdopen(descriptor, "w") as file:
-            file.write(str(os.getpid()))
+            file.write(f"{here}:{os.getpid()}")
         return lock
     raise RunDirectoryError(f"run folder {directory}: could not take its lock {lock}; remove it if no run is using it")
 

@@ -19,8 +19,9 @@ of :func:`sample_hyperparameters` (the search space, in one place:
 it. Its value is the mean of a last greedy evaluation at the end of training. A trial whose loss
 becomes NaN, that runs out of memory, or whose hyperparameters cannot work together is recorded
 as failed with the reason (user attribute ``failure``), and the study goes on. Ctrl-C marks the
-running trial failed and stops; the same command continues the study. A worker killed outright
-(SIGKILL, a lost machine) leaves its trial RUNNING, and ``--max-total-trials`` counts it.
+running trial failed and stops; the same command continues the study. The trial of a worker
+killed outright (SIGKILL, a lost machine) is marked failed by the next worker to start a trial
+and run again once (:func:`~sb3_snake.training.tuning.storage.fail_stale_trials`).
 
 :func:`write_report` (:mod:`~sb3_snake.training.tuning.report`) writes, into the study's folder:
 ``best_hyperparameters.json`` (for ``sb3-snake train --hyperparams``), ``trials.csv``, and
@@ -38,6 +39,7 @@ _HOMES = {
     **dict.fromkeys(("DEFAULT_TRIAL_MINUTES", "ONE_RATIO", "PRUNERS", "SAMPLERS", "TUNE_DIR", "TuneConfig"), "space"),
     **dict.fromkeys(("sample_hyperparameters", "trial_config"), "space"),
     **dict.fromkeys(("load_study", "make_pruner", "make_sampler", "open_storage", "trial_slot_lock"), "storage"),
+    **dict.fromkeys(("GRACE_PERIOD", "HEARTBEAT_INTERVAL", "MAX_RETRY", "fail_stale_trials"), "storage"),
     **dict.fromkeys(("best_line", "describe", "write_report"), "report"),
     **dict.fromkeys(("TUNE_SEED_OFFSET", "TrialEvaluation", "TrialFailed", "finish", "run_trial", "tune"), "trial"),
 }

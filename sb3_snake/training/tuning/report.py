@@ -14,15 +14,19 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from sb3_snake.training.tuning.space import ONE_RATIO
+from sb3_snake.training.tuning.storage import retry_of
 
 
 def describe(trial: FrozenTrial) -> str:
-    """One line: number, state, value, duration and parameters (and why it failed)."""
+    """One line: number, state, value, duration and parameters (and why it failed, or which trial
+    of a dead worker it runs again)."""
     duration = trial.duration.total_seconds() if trial.duration else 0.0
     value = f"{trial.value:.2f}" if trial.value is not None else "-"
     params = ", ".join(f"{name}={_short(value)}" for name, value in trial.params.items())
     failure = f" ({trial.user_attrs['failure']})" if "failure" in trial.user_attrs else ""
-    return f"trial {trial.number}: {trial.state.name} value {value} in {duration:.1f}s; {params}{failure}"
+    retried = retry_of(trial)
+    retry = f" (retry of trial {retried})" if retried is not None else ""
+    return f"trial {trial.number}: {trial.state.name} value {value} in {duration:.1f}s; {params}{failure}{retry}"
 
 
 def _short(value: Any) -> str:
@@ -46,16 +50,17 @@ def write_report(study: optuna.Study, folder: Path) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     written = [folder / "trials.csv"]
     trials = study.get_trials(deepcopy=False)
+    # Our own few columns rather than study.trials_dataframe(): that needs pandas, which the
+    # package does not depend on, and would change the file's columns (params_*, user_attrs_*).
     names = sorted({name for trial in trials for name in trial.params})
     with open(written[0], "w", newline="") as file:
         writer = csv.writer(file)
-        writer.writerow(["number", "state", "value", "duration_seconds", *names, "failure"])
+        writer.writerow(["number", "state", "value", "duration_seconds", *names, "failure", "retry_of"])
         for trial in trials:
             duration = trial.duration.total_seconds() if trial.duration else ""
             params = [trial.params.get(name, "") for name in names]
-            writer.writerow(
-                [trial.number, trial.state.name, trial.value, duration, *params, trial.user_attrs.get("failure", "")]
-            )
+            failure, retried = trial.user_attrs.get("failure", ""), retry_of(trial)
+            writer.writerow([trial.number, trial.state.name, trial.value, duration, *params, failure, retried])
     completed = [trial for trial in trials if trial.state == TrialState.COMPLETE]
     if completed:
         best = folder / "best_hyperparameters.json"

@@ -5,8 +5,6 @@ share of the study, taking trials under the study's lock so that ``--max-total-t
 from __future__ import annotations
 
 import math
-import os
-import socket
 import threading
 from collections.abc import Callable
 from dataclasses import replace
@@ -26,7 +24,14 @@ from sb3_snake.training.hyperparameters import check_hyperparameters
 from sb3_snake.training.run import train
 from sb3_snake.training.tuning.report import GAME_ATTRIBUTES, best_line, describe
 from sb3_snake.training.tuning.space import ONE_RATIO, TuneConfig, sample_hyperparameters
-from sb3_snake.training.tuning.storage import load_study, trial_slot_lock
+from sb3_snake.training.tuning.storage import (
+    GRACE_PERIOD,
+    HEARTBEAT_INTERVAL,
+    ask_trial,
+    heartbeat,
+    load_study,
+    trial_slot_lock,
+)
 
 #: Seeds of the evaluations inside trials: apart from training's (small), ``eval``'s
 #: (1,000,000,007 on) and best-model selection's (2,000,000,011 on).
@@ -73,7 +78,6 @@ class TrialFailed(RuntimeError):
 def run_trial(trial: optuna.Trial, config: TuneConfig, settings: OptimizationSettings, console: Console) -> float:
     """Train one trial's sampled hyperparameters and return its final greedy mean score."""
     with uninterrupted():  # writes to the study's storage
-        trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
         sampled = sample_hyperparameters(trial)
     config_values = check_hyperparameters(sampled)
     # The trial's own evaluations judge it; train's evaluations on the clock would only cost time.
@@ -99,14 +103,22 @@ def tune(
     settings: OptimizationSettings,
     notify: Callable[[str], None] = print,
     console: Console | None = None,
+    *,
+    heartbeat_interval: int | None = HEARTBEAT_INTERVAL,
+    grace_period: int = GRACE_PERIOD,
 ) -> optuna.Study:
     """Run this worker's trials of the study (see :mod:`sb3_snake.training.tuning`) and return the study.
 
     ``--max-total-trials`` is exact across workers: counting the study's trials and asking for a
     new one happen under :func:`~sb3_snake.training.tuning.storage.trial_slot_lock`, so no two
-    workers both take the last slot. ``n_jobs`` threads each run this loop.
+    workers both take the last slot. ``n_jobs`` threads each run this loop. Before each trial,
+    the trials of workers that died are marked failed and queued to run again
+    (:func:`~sb3_snake.training.tuning.storage.fail_stale_trials`).
+
+    :param heartbeat_interval: seconds between a running trial's heartbeats in a database storage.
+    :param grace_period: seconds without a heartbeat after which a trial's worker counts as dead.
     """
-    study = load_study(config)
+    study = load_study(config, heartbeat_interval=heartbeat_interval, grace_period=grace_period)
     with uninterrupted():  # writes to the study's storage
         for name in GAME_ATTRIBUTES:  # what best_hyperparameters.json needs to replay the study's games
             study.set_user_attr(name, getattr(config.trial, name))
@@ -125,13 +137,12 @@ def tune(
                 return None
             trials_left[0] -= 1
         with lock(), uninterrupted():
-            if config.max_total_trials is not None and len(study.get_trials(deepcopy=False)) >= config.max_total_trials:
-                return None
-            return study.ask()
+            return ask_trial(study, config.max_total_trials)
 
     def worker() -> None:
         while (trial := next_trial()) is not None:
-            finish(study, trial, lambda: run_trial(trial, config, settings, console), notify)
+            with heartbeat(study, trial):
+                finish(study, trial, lambda: run_trial(trial, config, settings, console), notify)
 
     threads = [threading.Thread(target=worker) for _ in range(config.n_jobs - 1)]
     for thread in threads:

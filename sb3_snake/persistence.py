@@ -2,7 +2,8 @@
 
 **Loading safely.** An SB3 zip holds pickled entries (spaces, schedules, the policy class),
 and SB3's loader unpickles them with cloudpickle: a crafted file runs any code it likes while
-it loads. :func:`load_model` never does that. It reads the ``sb3_snake.json`` entry that
+it loads. :func:`load_model` never does that. It reads the
+:data:`~sb3_snake.dqn.save_format.METADATA_ENTRY` entry that
 :meth:`SnakeDQN.save <sb3_snake.dqn.snake_dqn.SnakeDQN.save>` writes (plain JSON: policy name,
 spaces, hyperparameters, counters; both directions of that format are
 :mod:`sb3_snake.dqn.save_format`), rebuilds the model from it, and loads the weights with

@@ -53,6 +53,22 @@ def test_readme_is_a_front_door():
     assert text.index(first_image.group(0)) < text.index("## ")
 
 
+def test_readmes_cpu_install_is_true_on_pypi_too():
+    """PyPI's Linux torch is the CUDA build whatever its version: the pin alone keeps the CPU build
+    only on an index that serves it under that version, so README names PyTorch's CPU index."""
+    install = (ROOT / "README.md").read_text().split("## Install", 1)[1].split("\n## ", 1)[0]
+    assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in install
+
+
+def test_the_package_ships_its_type_hints():
+    """PEP 561: ``py.typed`` in the package, and in the package data that a wheel carries."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    assert (ROOT / "sb3_snake" / "py.typed").is_file()
+    package_data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    assert "py.typed" in package_data["sb3_snake"]
+
+
 def test_benchmark_results_index_is_current_and_lists_every_file():
     committed = (RESULTS / INDEX_NAME).read_text()
     assert committed == index_markdown(RESULTS), "regenerate it: python -m sb3_snake.benchmark.index"

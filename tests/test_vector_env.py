@@ -12,7 +12,7 @@ import torch
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import sb3_snake
-from sb3_snake import SnakeEnv
+from sb3_snake import BatchedSnakeVecEnv, SnakeEnv
 from sb3_snake.common.errors import UsageError
 from sb3_snake.envs import SnakeVectorEnv
 from sb3_snake.envs.rules import BODY, DIRECTION_DELTAS, FOOD, HEAD, NECK
@@ -77,7 +77,7 @@ def test_make_vec_sync_still_builds_snake_envs(env_id, egocentric):
 def test_metadata_matches_snake_env():
     env = SnakeVectorEnv(2)
     assert env.metadata["autoreset_mode"] is AutoresetMode.NEXT_STEP
-    assert env.metadata["render_fps"] == SnakeEnv.metadata["render_fps"]
+    assert env.metadata["render_fps"] == SnakeEnv.metadata["render_fps"] == BatchedSnakeVecEnv.metadata["render_fps"]
     assert env.metadata["render_modes"] == SnakeEnv.metadata["render_modes"]
     assert SnakeVectorEnv(2, autoreset_mode=AutoresetMode.SAME_STEP).metadata["autoreset_mode"] is (
         AutoresetMode.SAME_STEP

@@ -296,7 +296,7 @@ class ActiveOptimizations:
     ) -> ActiveOptimizations:
         """What is active with ``settings`` on ``device``; ``auto`` settings nobody resolved
         (:mod:`sb3_snake.autotune`) take their unmeasured values
-        (``settings.UNMEASURED``), and their sources say so.
+        (:data:`~sb3_snake.acceleration.settings.UNMEASURED`), and their sources say so.
         ``device_buffer``: whether the model's replay buffer is on the device (``None``: the
         default buffer for ``device``, as a model built there gets)."""
         settings = settings.without_auto() if settings.auto_fields else settings

@@ -66,8 +66,8 @@ def resolve_auto(
     A cached choice for the same key is used as is. Without one, the candidates are measured
     (``measure``, by default a :class:`GradientStepMeter` on ``device`` with the policy of
     ``policy_kwargs``) and the choice cached; with ``allow_measure=False`` (acting, or a report
-    that must not spend the time) the unmeasured values stand in (``settings.UNMEASURED``), and the
-    sources say so.
+    that must not spend the time) the unmeasured values stand in
+    (:data:`~sb3_snake.acceleration.settings.UNMEASURED`), and the sources say so.
     ``max_batch_size`` (the replay buffer's size) bounds the batch sizes tried; ``countdown``
     says whether the boards carry the countdown channel.
 

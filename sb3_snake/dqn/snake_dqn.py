@@ -130,7 +130,8 @@ class SnakeDQN(TensorRollouts, DQN):
 
     The replay buffer is :class:`~sb3_snake.dqn.replay.DeviceReplayBuffer` when the model trains on
     CUDA (sampled on the GPU, no copy per batch) and SB3's own on the CPU, unless
-    ``replay_buffer_class`` is given (see :func:`~sb3_snake.dqn.replay.use_device_replay_buffer`).
+    ``replay_buffer_class`` is given
+    (see :func:`~sb3_snake.acceleration.optimizations.use_device_replay_buffer`).
 
     After construction, ``model.active_optimizations`` says what is really active and why
     anything requested is not (the compile decision's reason says what is compiled), and

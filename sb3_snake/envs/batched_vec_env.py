@@ -13,7 +13,7 @@ speaks SB3's language. Two interfaces:
   the step itself at thousands of games.
 - ``reset_tensors``/``step_tensors`` keep everything on ``device`` as tensors and build no
   Python objects per game, for training loops that stay on the accelerator; the current
-  scores and lengths are :attr:`scores` and :attr:`lengths`.
+  scores and lengths are :attr:`~BatchedSnakeVecEnv.scores` and :attr:`~BatchedSnakeVecEnv.lengths`.
 """
 
 from __future__ import annotations
@@ -266,8 +266,9 @@ class BatchedSnakeVecEnv(VecEnv):
     ) -> np.ndarray:
         """Put a given snake into game ``index`` and return that game's observation.
 
-        Same arguments and validation as :meth:`SnakeEnv.set_state`; the game's score,
-        steps-without-food counter and episode statistics start again from zero.
+        Same arguments and validation as
+        :meth:`SnakeEnv.set_state <sb3_snake.envs.snake_env.SnakeEnv.set_state>`; the game's
+        score, steps-without-food counter and episode statistics start again from zero.
         """
         if not is_integer(index) or not 0 <= index < self.num_envs:
             raise UsageError(f"index must be in [0, {self.num_envs}), got {index!r}; pass the index of one game")

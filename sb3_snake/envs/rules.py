@@ -1,4 +1,5 @@
-"""The rules of Snake, shared by :class:`SnakeEnv` and :class:`BatchedSnakeVecEnv`.
+"""The rules of Snake, shared by :class:`~sb3_snake.envs.snake_env.SnakeEnv` and
+:class:`~sb3_snake.envs.batched_vec_env.BatchedSnakeVecEnv`.
 
 Everything both environments must agree on lives here: the action encoding, the
 observation channels, the validated game configuration, where a new snake may start,

@@ -63,15 +63,15 @@ MIN_REPLAY_RATIO = 1e-3
 class Role:
     """What a :class:`TrainConfig` field is to a run. Each field declares its role once, and
     everything that sorts the fields (the ``--help`` panels, what a hyperparameter file may
-    set, what :class:`SnakeDQN` takes by name, what a resumed model keeps, the extractor's
-    sizes) is read from it.
+    set, what :class:`~sb3_snake.dqn.snake_dqn.SnakeDQN` takes by name, what a resumed model
+    keeps, the extractor's sizes) is read from it.
 
     :param group: the ``--help`` panel of the field's option.
     :param hyperparameter: a value of what is learned, which a hyperparameter file (and
         ``tune``) may set; run limits, outputs and the device are not.
-    :param model_argument: a :class:`SnakeDQN` argument of the same name that the model saves
-        among its hyperparameters, so a resumed run reads it back (and whose range is the one a
-        model file may hold it in: :func:`option_bounds`).
+    :param model_argument: a :class:`~sb3_snake.dqn.snake_dqn.SnakeDQN` argument of the same
+        name that the model saves among its hyperparameters, so a resumed run reads it back (and
+        whose range is the one a model file may hold it in: :func:`option_bounds`).
     :param fixed: shapes the network or the replay buffer, so it cannot change on resume.
     :param extractor: a size the features extractor is built with (a keyword of
         :class:`SnakeAttentionExtractor`).
@@ -338,9 +338,9 @@ class TrainConfig:
         return train_freq, gradient_steps
 
     def schedule_kwargs(self) -> dict[str, Any]:
-        """The update schedule as :class:`SnakeDQN` arguments: ``update_schedule``'s pair, and the
-        fraction of it trained before ``early_steps`` (the early replay ratio over the ratio that
-        pair really gives, which rounds ``replay_ratio``)."""
+        """The update schedule as :class:`~sb3_snake.dqn.snake_dqn.SnakeDQN` arguments:
+        ``update_schedule``'s pair, and the fraction of it trained before ``early_steps`` (the
+        early replay ratio over the ratio that pair really gives, which rounds ``replay_ratio``)."""
         train_freq, gradient_steps = self.update_schedule()
         schedule = {
             "train_freq": train_freq,
@@ -382,7 +382,7 @@ class TrainConfig:
         return {"dueling": self.dueling, "features_extractor_kwargs": extractor}
 
     def dqn_kwargs(self) -> dict[str, Any]:
-        """The arguments of :class:`SnakeDQN` this config sets (its batch size resolved)."""
+        """The arguments of :class:`~sb3_snake.dqn.snake_dqn.SnakeDQN` this config sets (its batch size resolved)."""
         return {
             **{name: getattr(self, name) for name in MODEL_FIELDS},
             "batch_size": self._batch(),

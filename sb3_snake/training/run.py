@@ -4,10 +4,10 @@
 ``train(TrainConfig(...))`` (the settings read as the CLI reads them, or given). :class:`TrainConfig` declares every
 option once (value, one-line help, group), and the CLI builds its options from it.
 
-Resuming: :func:`resume_config` gives the config a saved model trained with, changed by what
-the caller asks; :func:`train` applies the whole config to the loaded model (what cannot change,
-such as the board or the network's shape, is refused), and the summary records what the model
-really trained with, read back from the model.
+Resuming: :func:`~sb3_snake.training.resume.resume_config` gives the config a saved model
+trained with, changed by what the caller asks; :func:`train` applies the whole config to the
+loaded model (what cannot change, such as the board or the network's shape, is refused), and
+the summary records what the model really trained with, read back from the model.
 """
 
 from __future__ import annotations

@@ -75,7 +75,8 @@ def load(
     :func:`forward_context` of the same ``device_type``, ``bf16`` and ``sdpa_backends``.
 
     Only a regular file private to the user, in a folder private to them, is loaded
-    (:func:`~sb3_snake.common.paths.read_private`; else :class:`UntrustedCacheError` says why):
+    (:func:`~sb3_snake.common.paths.read_private`; else
+    :class:`~sb3_snake.common.paths.UntrustedCacheError` says why):
     deserializing runs code. It is loaded in that context, since torch 2.13's loader rebuilds each tensor guard's
     expected dispatch keys from the thread's state at load time: loaded outside autocast, a
     graph compiled under bf16 autocast refuses every call made under it. The loader also

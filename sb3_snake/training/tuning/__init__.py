@@ -9,13 +9,14 @@ One machine or many, the same command. The study lives in an Optuna storage
 - ``--storage URL``: Optuna's RDB storage, ``sqlite:///study.db``, ``postgresql://...`` or
   ``mysql+pymysql://...``; every machine runs the same command against it. The study is created
   once (``load_if_exists``) and ``--max-total-trials`` caps the trials of all workers together,
-  exactly (:func:`tune`). PostgreSQL needs ``pip install "sb3-snake[distributed]"``.
+  exactly (:func:`~sb3_snake.training.tuning.trial.tune`). PostgreSQL needs
+  ``pip install "sb3-snake[distributed]"``.
 
 A trial (:mod:`~sb3_snake.training.tuning.trial`) trains ``SnakeDQN`` with the hyperparameters
-of :func:`sample_hyperparameters` (the search space, in one place:
-:mod:`~sb3_snake.training.tuning.space`) for the per-trial budget, evaluating greedily
-``n_evaluations`` times on seeds of its own (:data:`TUNE_SEED_OFFSET`, apart from training's,
-``eval``'s and best-model selection's) and reporting each mean to Optuna, whose pruner may stop
+of :func:`~sb3_snake.training.tuning.space.sample_hyperparameters` (the search space, in one
+place) for the per-trial budget, evaluating greedily ``n_evaluations`` times on seeds of its own
+(:data:`~sb3_snake.training.tuning.trial.TUNE_SEED_OFFSET`, apart from training's, ``eval``'s
+and best-model selection's) and reporting each mean to Optuna, whose pruner may stop
 it. Its value is the mean of a last greedy evaluation at the end of training. A trial whose loss
 becomes NaN, that runs out of memory, or whose hyperparameters cannot work together is recorded
 as failed with the reason (user attribute ``failure``), and the study goes on. Ctrl-C marks the
@@ -23,7 +24,7 @@ running trial failed and stops; the same command continues the study. The trial 
 killed outright (SIGKILL, a lost machine) is marked failed by the next worker to start a trial
 and run again once (:func:`~sb3_snake.training.tuning.storage.fail_stale_trials`).
 
-:func:`write_report` (:mod:`~sb3_snake.training.tuning.report`) writes, into the study's folder:
+:func:`~sb3_snake.training.tuning.report.write_report` writes, into the study's folder:
 ``best_hyperparameters.json`` (for ``sb3-snake train --hyperparams``), ``trials.csv``, and
 Optuna's own matplotlib plots (optimization history, parameter importances, intermediate values).
 """

@@ -23,7 +23,7 @@ terms telescope, the shaped rewards of an n-step sequence sum to the sequence's 
 truncation or the last row written). So one term in :func:`td_targets` replaces shaping every
 stored reward on each of the two rollout paths (SB3's NumPy loop and the tensor loop), the replay
 buffer holds the env's own rewards, and a new ``gamma`` or ``food_shaping`` holds for every
-transition at once. tests/test_targets.py proves the targets equal to those of stored shaped
+transition at once. tests/dqn/test_targets.py proves the targets equal to those of stored shaped
 rewards, 1-step and n-step, episode ends and truncations included. A replay buffer saved before
 (its rewards shaped) is unshaped when loaded (:func:`sb3_snake.persistence.load_replay_buffer`).
 

@@ -64,15 +64,17 @@ class SnakeVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
     end) are those of :class:`~sb3_snake.SnakeEnv`; the games are those of
     :class:`~sb3_snake.BatchedSnakeVecEnv`. Rewards are float32, terminations and truncations bool.
 
+    ``device``, ``board_size``, ``start_length``, ``dist_to_border``, ``max_steps_without_food``,
+    ``countdown``, ``stall_growth``, ``long_starts``, ``egocentric`` and ``reachable`` are as
+    :class:`~sb3_snake.BatchedSnakeVecEnv` takes them.
+
     :class:`~sb3_snake.envs.batched_games.BatchedGames` steps every game, so with ``NEXT_STEP`` a game waiting
     for its new start takes a throwaway step with the ignored action and is then started anew, which costs a
     second drawing of all observations on such steps (BatchedGames draws no subset); ``SAME_STEP`` needs none.
 
     :param num_envs: number of games.
     :param autoreset_mode: ``AutoresetMode.NEXT_STEP`` (default) or ``AutoresetMode.SAME_STEP``, or their values.
-    :param device, seed, board_size, start_length, dist_to_border, max_steps_without_food, countdown,
-        stall_growth, long_starts, egocentric, reachable: as :class:`~sb3_snake.BatchedSnakeVecEnv` takes them;
-        one ``seed`` (of ``reset`` too) seeds the one generator of all games, so seeds are not per game.
+    :param seed: seeds the one generator of all games (as ``reset``'s does), so seeds are not per game.
     :param render_mode: ``"ansi"`` or ``"rgb_array"`` (``render`` returns one frame per game), or ``"human"``
         (``render`` draws the first game as text on stdout).
     """

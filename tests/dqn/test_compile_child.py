@@ -1,7 +1,7 @@
 """The compile child (``sb3_snake.dqn.update.child``): the update compiled in a process of its
 own and adopted by training, and what training does when the child crashes, hangs or fails, or
 when training stops while it runs. The child compiles with AOTAutograd's eager backend here
-(no C++ build); tests/test_compiled_update.py compares inductor's kernels with the eager step."""
+(no C++ build); tests/dqn/test_compiled_update.py compares inductor's kernels with the eager step."""
 
 import json
 import os
@@ -24,7 +24,7 @@ from sb3_snake.common.compile_record import last_compile
 from sb3_snake.dqn.update.child import FAULT_ENV
 from sb3_snake.dqn.update.compiled import CompiledSteps
 from tests.conftest import small_dqn
-from tests.test_compiled_update import EAGER, assert_same_training_state, serve_rows
+from tests.dqn.test_compiled_update import EAGER, assert_same_training_state, serve_rows
 
 COMPILED = OptimizationSettings(
     use_bf16=False, use_flash_attention=False, use_torch_compile=True, num_threads=1, compile_after=0

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "sb3_snake"
+PACKAGE = Path(__file__).resolve().parents[2] / "sb3_snake"
 
 #: Layer of each module or package, lowest first; a module may import from its own layer or below.
 LAYERS = [

@@ -1,7 +1,7 @@
 """The captured gradient step's parts that run anywhere: its sampler and its decision.
 
-Capturing and replaying need a GPU (tests/test_cuda.py); what a graph replays, the sampler
-drawing from a device tensor and the eager ``EagerSteps``, runs eagerly on the CPU here
+Capturing and replaying need a GPU (tests/acceleration/test_cuda.py); what a graph replays, the
+sampler drawing from a device tensor and the eager ``EagerSteps``, runs eagerly on the CPU here
 (the eager step is held to SB3's ``DQN.train`` by test_snake_dqn.py).
 """
 

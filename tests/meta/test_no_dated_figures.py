@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SOURCES = sorted((ROOT / "sb3_snake").rglob("*.py")) + [ROOT / "test_optimizations.py"]
 
 #: A date, a throughput, or a machine named beside a figure.

@@ -1,8 +1,8 @@
 """The CUDA paths, run for real on a GPU: training, kernels, compile, ``auto``, the CLI.
 
 CI has no GPU, so every test here is skipped there; the rules behind them (what is active on
-CUDA and why) are tested as logic on the CPU in test_optimizations.py and test_autotune.py.
-On a GPU machine, plain ``pytest`` runs them.
+CUDA and why) are tested as logic on the CPU in test_optimizations.py (beside this file) and
+tests/autotune/test_autotune.py. On a GPU machine, plain ``pytest`` runs them.
 """
 
 import copy
@@ -43,7 +43,7 @@ def gpu_model(n_steps=1, dqn_kwargs=None, **settings):
 
 @pytest.mark.parametrize("n_steps", [1, 3])
 def test_update_on_the_gpu_matches_sb3_dqn_train(monkeypatch, n_steps):
-    """The parity test of test_algorithm.py, on the device-resident replay buffer.
+    """The parity test of tests/dqn/test_snake_dqn.py, on the device-resident replay buffer.
 
     One step, compared by loss and gradients: CUDA's attention and gather backward passes add
     in no fixed order, and Adam turns that last-bit noise of a near-zero gradient into a step

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "scripts"
 #: The compile child's backend in these tests: dynamo's trace and AOTAutograd, no inductor.
 GRAPH_ONLY = "aot_eager"
@@ -127,7 +127,7 @@ def test_every_script_has_a_smoke_test_here():
     run = re.compile(r'run_script\(\s*"([^"]+)"')
     tested = set(run.findall(source))
     untested = [path.name for path in sorted(SCRIPTS.glob("*.py")) if path.name not in tested]
-    assert not untested, f"scripts without a smoke test in tests/test_scripts.py: {untested}"
+    assert not untested, f"scripts without a smoke test in tests/meta/test_scripts.py: {untested}"
 
 
 @pytest.mark.slow

@@ -296,7 +296,7 @@ def test_without_auto_takes_the_unmeasured_values_and_says_so():
 def committed_env_file(folder: Path) -> Path:
     """The repository's ``.env`` as committed (a user's ``benchmark --write-env`` may have rewritten
     the working copy for their machine), or the file itself outside a git checkout."""
-    root = Path(__file__).parents[1]
+    root = Path(__file__).resolve().parents[2]
     try:
         text = subprocess.run(
             ["git", "-C", str(root), "show", "HEAD:.env"], capture_output=True, text=True, check=True
@@ -393,7 +393,7 @@ def test_the_configuration_table_has_a_row_per_key_of_env():
 def test_the_documented_configuration_table_is_the_declared_one():
     """The configuration page's table of .env keys is :func:`configuration_table`'s output, pasted:
     regenerate it with ``python -c "from sb3_snake.training.options import configuration_table as t; print(t())"``."""
-    page = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text().splitlines()
+    page = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text().splitlines()
     start = next(index for index, line in enumerate(page) if line.startswith("| key |"))
     table = []
     for line in page[start:]:
@@ -405,7 +405,7 @@ def test_the_documented_configuration_table_is_the_declared_one():
 
 def test_readme_switches_table_names_every_key_with_its_flag():
     """README's shorter table (what each switch does and when it helps) has a row per declared key."""
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     section = readme[readme.index("## The optimization switches") :]
     rows = [line for line in section.splitlines() if line.startswith("| `") and not line.startswith("| `.env`")]
     declared = [line.split(" | ")[:2] for line in configuration_table().splitlines()[2:]]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "sb3_snake"
+PACKAGE = Path(__file__).resolve().parents[2] / "sb3_snake"
 MODULES = sorted(PACKAGE.rglob("*.py"))
 MAX_FUNCTION_LINES = 80
 MAX_MODULE_LINES = 450

@@ -11,7 +11,7 @@ import pytest
 
 from sb3_snake.benchmark.index import INDEX_NAME, index_markdown
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmark_results"
 
 #: Markdown links and images (``[text](target)``, ``![alt](target "title")``) and HTML ``src``/``href``.

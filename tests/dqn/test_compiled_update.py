@@ -1,7 +1,7 @@
 """The whole update compiled as one graph (CPU): the same steps as the eager EagerSteps, on the
 optimizer's own state, through the saved file the training process loads, and refused where it
 would differ. The compile runs here in the test's main thread (what the compile child runs);
-tests/test_compile_child.py has the child itself."""
+tests/dqn/test_compile_child.py has the child itself."""
 
 import pytest
 import torch

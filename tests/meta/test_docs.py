@@ -128,6 +128,7 @@ SMALLER_SIZES = {
         "4096": "64",
         ".learn(10_000)": ".learn(512)",
         "n_steps=128": "n_steps=8",
+        ".learn(20_000)": ".learn(512)",
         ".learn(100_000)": ".learn(512)",
     },
     "docs/training.md": {".learn(50_000)": ".learn(1_500)"},

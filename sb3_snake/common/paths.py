@@ -163,6 +163,18 @@ def check_regular_file(path: Path, what: str = "file") -> None:
 
 
 @contextmanager
+def output_errors(path: Path) -> Iterator[None]:
+    """An ``OSError`` of writing ``path`` (a full disk, a quota, an I/O error) leaves the block as
+    an :class:`OutputError` naming the file: one line for the user, not a traceback."""
+    try:
+        yield
+    except OutputError:
+        raise
+    except OSError as error:
+        raise OutputError(path, error.strerror or str(error), error.errno) from None
+
+
+@contextmanager
 def atomic_write(path: Path, follow_links: bool = True) -> Iterator[Path]:
     """Yield a unique temporary path beside ``path``; on success rename it over ``path`` (over the
     file it points to, when ``path`` is a symbolic link, unless not ``follow_links``: then over
@@ -175,14 +187,10 @@ def atomic_write(path: Path, follow_links: bool = True) -> Iterator[Path]:
     # Created by the writer itself, so with the usual permissions (mkstemp's files are private to the user).
     temporary = _temporary_path(path)
     try:
-        yield temporary
-        os.replace(temporary, path)
-    except OutputError:  # an inner write of the same pair (a model and its replay buffer) failed
-        temporary.unlink(missing_ok=True)
-        raise
-    except OSError as error:  # a full disk, a quota, an I/O error: one line naming the file
-        temporary.unlink(missing_ok=True)
-        raise OutputError(path, error.strerror or str(error), error.errno) from None
+        # an inner write of the same pair (a model and its replay buffer) keeps its own file's name
+        with output_errors(path):
+            yield temporary
+            os.replace(temporary, path)
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise

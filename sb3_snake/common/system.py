@@ -97,6 +97,21 @@ def cpu_cores() -> int:
         return os.cpu_count() or 1
 
 
+def process_gone(pid: int) -> bool:
+    """Whether no process of this machine has the id ``pid`` (an id too large for the system has
+    none). Another user's process, an error, or Windows (whose ``os.kill`` would end the process)
+    count as alive: whoever asks may take over what a gone process held, never a live one's."""
+    if os.name == "nt":
+        return False
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except (ProcessLookupError, OverflowError):
+        return True
+    except OSError:  # PermissionError: another user's process has the id
+        return False
+    return False
+
+
 def processes() -> dict[int, tuple[int, float]] | None:
     """Every process's parent and the CPU seconds it has used, from ``/proc`` (Linux), or ``None``."""
     try:

@@ -417,8 +417,13 @@ class RunCallbacks:
         evaluations = [e for e in (evaluation, selection) if e is not None]
         progress = ProgressReport(budget, console, evaluations=evaluations)
         monitor = EpisodeMonitor(budget, run_dir)
-        callbacks: list[BaseCallback] = [budget, progress, CompileReport(console), EpisodeMetrics(budget, tracking.log)]
-        callbacks.append(monitor)
+        callbacks: list[BaseCallback] = [
+            budget,
+            progress,
+            CompileReport(console),
+            EpisodeMetrics(budget, tracking.log),
+            monitor,
+        ]
         if config.checkpoint_every:
             callbacks.append(EpisodeCheckpoint(budget, run_dir, config.checkpoint_every, config.save_replay_buffer))
         callbacks += evaluations

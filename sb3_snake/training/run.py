@@ -66,7 +66,7 @@ def train(
     under ``runs/`` when ``None``), plus ``checkpoint.zip`` every ``config.checkpoint_every``
     episodes and ``best_model.zip`` when ``config.select_every`` is set, and returns the summary.
     As training goes it writes the files SB3's tools read: ``monitor.csv``, ``progress.csv`` and,
-    with evaluations on the clock, ``evaluations.npz`` (:mod:`sb3_snake.training.tracking`).
+    with evaluations on the clock, ``evaluations.npz`` (:mod:`sb3_snake.training.run_files`).
     A loss that becomes NaN stops the run: the summary is written, ``model.zip`` is not (the
     last checkpoint stays the last good model), and :class:`TrainingDiverged` is raised.
     ``callbacks`` (SB3 callbacks) run after the run's own, as with ``learn(callback=...)``.

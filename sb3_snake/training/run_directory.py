@@ -27,6 +27,7 @@ from pathlib import Path
 
 from sb3_snake.common.errors import UsageError
 from sb3_snake.common.paths import check_writable_dir, claim_new_path, remove_temporary_files
+from sb3_snake.common.system import process_gone
 
 #: Where runs without a name go.
 RUNS_DIR = Path("runs")
@@ -53,16 +54,6 @@ class RunDirectoryError(UsageError):
     """The run folder cannot be used; the message says why and what to pass instead."""
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OSError):
-        return True
-    return True
-
-
 def _holder(lock: Path) -> tuple[str, int]:
     """The ``(host, pid)`` a lock file names (a bare pid, as older runs wrote it: this host), or
     ``("", 0)`` where it names none (being written, or damaged)."""
@@ -86,7 +77,7 @@ def _take_lock(directory: Path) -> Path:
                     f"run folder {directory} is in use by an sb3-snake run on {host} (pid {pid}); wait for it, "
                     f"or remove {lock} if that run is gone, or choose another --output/--name"
                 ) from None
-            if pid and pid != os.getpid() and _pid_alive(pid):
+            if pid and pid != os.getpid() and not process_gone(pid):
                 raise RunDirectoryError(
                     f"run folder {directory} is in use by another sb3-snake run (pid {pid}); "
                     "wait for it or choose another --output/--name"

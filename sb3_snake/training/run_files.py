@@ -21,8 +21,8 @@ import numpy as np
 from stable_baselines3.common.logger import CSVOutputFormat
 from stable_baselines3.common.monitor import ResultsWriter
 
-from sb3_snake.common.errors import OutputError, UsageError
-from sb3_snake.common.paths import check_regular_file, write_atomically
+from sb3_snake.common.errors import UsageError
+from sb3_snake.common.paths import check_regular_file, output_errors, write_atomically
 
 PROGRESS_NAME, MONITOR_NAME, EVALUATIONS_NAME = "progress.csv", "monitor.csv", "evaluations.npz"
 #: The columns monitor.csv has beyond SB3's ``r``, ``l``, ``t`` (VecMonitor's ``info_keywords``).
@@ -49,12 +49,10 @@ class ProgressCSV(CSVOutputFormat):
         self.path, self.file, self.keys, self.separator, self.quotechar = Path(path), None, [], ",", '"'
 
     def write(self, key_values: dict[str, Any], key_excluded: dict[str, Any], step: int = 0) -> None:
-        try:
+        with output_errors(self.path):
             if self.file is None:
                 self._open()
             super().write(key_values, key_excluded, step)
-        except OSError as error:
-            raise OutputError(self.path, error.strerror or str(error), error.errno) from None
 
     def _open(self) -> None:
         if not self.path.exists():
@@ -100,7 +98,7 @@ class MonitorFile:
         return float(t_start)
 
     def open(self, env_id: str) -> None:
-        try:
+        with output_errors(self.path):
             if self.t_start is None:
                 self.t_start = time.time()
                 header = {"t_start": self.t_start, "env_id": env_id}
@@ -108,8 +106,6 @@ class MonitorFile:
             else:
                 _drop_partial_line(self.path)
                 self.writer = ResultsWriter(str(self.path), extra_keys=MONITOR_KEYS, override_existing=False)
-        except OSError as error:
-            raise OutputError(self.path, error.strerror or str(error), error.errno) from None
 
     def write(self, infos: list[dict[str, Any]]) -> None:
         """A row for each finished game's VecEnv ``info``; one clock reading for games that ended together."""
@@ -118,12 +114,10 @@ class MonitorFile:
             {"r": info["episode"]["r"], "l": info["episode"]["l"], "t": elapsed, **{k: info[k] for k in MONITOR_KEYS}}
             for info in infos
         ]
-        try:
+        with output_errors(self.path):
             # ResultsWriter.write_row flushes every row; thousands of games may end in one step.
             self.writer.logger.writerows(rows)
             self.writer.file_handler.flush()
-        except OSError as error:
-            raise OutputError(self.path, error.strerror or str(error), error.errno) from None
 
     def close(self) -> None:
         if self.writer is not None:

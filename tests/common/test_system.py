@@ -166,3 +166,14 @@ def test_every_caller_asks_native_bf16(monkeypatch):
         assert ActiveOptimizations.decide(asked, "cpu").bf16.active is answer
         assert Machine.probe(torch.device("cpu")).hardware_bf16 is answer
         assert capability_report(asked, "cpu")["available"]["bf16"]["native"] is answer
+
+
+def test_process_gone_asks_this_machine_and_takes_no_live_process_for_gone():
+    from sb3_snake.common.system import process_gone
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()  # reaped: no process has its id now (ids are not reused this soon)
+    assert process_gone(child.pid) and process_gone(2**80)  # an id too large for the system has none
+    assert not process_gone(os.getpid())
+    if os.getuid() != 0:
+        assert not process_gone(1)  # another user's process: alive

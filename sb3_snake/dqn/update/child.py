@@ -41,6 +41,7 @@ import torch
 from sb3_snake.common.child_process import ChildProcess, tie_to_parent
 from sb3_snake.common.errors import UsageError
 from sb3_snake.common.paths import check_writable_dir, private_dir, write_text_atomically
+from sb3_snake.common.system import process_gone
 from sb3_snake.dqn.update.artifact import artifact_key, artifact_path, compile_graph, forward_context, load, save
 from sb3_snake.dqn.update.graph import UpdateGraph
 
@@ -137,18 +138,8 @@ def remove_orphaned_folders() -> None:
             owned = folder.lstat().st_uid == os.getuid() and folder.is_dir() and not folder.is_symlink()
         except OSError:
             continue
-        if owned and pid.isdigit() and _process_gone(int(pid)):
+        if owned and pid.isdigit() and process_gone(int(pid)):
             shutil.rmtree(folder, ignore_errors=True)
-
-
-def _process_gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)  # no signal: asks only whether the process exists
-    except (ProcessLookupError, OverflowError):
-        return True
-    except PermissionError:  # another user's process
-        return False
-    return False
 
 
 def _close_job(child: ChildProcess, folder: Path) -> None:

@@ -24,6 +24,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from sb3_snake.common.errors import UsageError
 from sb3_snake.common.paths import check_regular_file
+from sb3_snake.common.system import process_gone
 from sb3_snake.training.tuning.space import TuneConfig
 
 logger = logging.getLogger(__name__)
@@ -312,15 +313,7 @@ def _worker_gone(trial: FrozenTrial) -> bool:
     """Whether the process that runs ``trial`` is known to be gone: on this machine, and no process
     has its id. A worker elsewhere, or a trial with no :data:`WORKER`, is taken as alive."""
     host, _, pid = str(trial.user_attrs.get(WORKER, "")).rpartition(":")
-    if host != socket.gethostname() or not pid.isdigit() or os.name == "nt":  # Windows' kill ends the process
-        return False
-    try:
-        os.kill(int(pid), 0)  # signal 0: only whether the process exists
-    except ProcessLookupError:
-        return True
-    except PermissionError:  # another user's process has the id
-        return False
-    return False
+    return host == socket.gethostname() and pid.isdigit() and process_gone(int(pid))
 
 
 @contextlib.contextmanager

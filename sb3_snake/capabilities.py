@@ -5,7 +5,7 @@ what will be active with the given settings for the policy ``sb3-snake train`` t
 reason whenever a requested optimization will not be (:func:`~sb3_snake.acceleration.description.summary_lines`,
 as the training CLI prints before it trains). It sits above the DQN: reading ``auto``'s choice
 for a policy measures a model (:mod:`sb3_snake.autotune`), and the compile is described by the
-model's own :class:`~sb3_snake.dqn.update.compile.CompileState`.
+model's own :class:`~sb3_snake.dqn.update.compile.Compile`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from sb3_snake.autotune import cache_dir, resolve_auto
 from sb3_snake.common import system
 from sb3_snake.common.compile_record import last_compile
 from sb3_snake.dqn.snake_dqn import DEFAULT_BATCH_SIZE
-from sb3_snake.dqn.update.compile import CompileState, decide_compiled_update
+from sb3_snake.dqn.update.compile import Compile, decide_compiled_update
 
 #: The batch size's flag (``sb3-snake train``'s, from TrainConfig's field).
 BATCH_SIZE_FLAG = "--batch-size"
@@ -132,7 +132,7 @@ def _active_when_training(resolved: OptimizationSettings, target: torch.device) 
     active = ActiveOptimizations.decide(resolved, target)
     # What a model trained with these settings would compile, and when, in its own words;
     # sb3-snake train's models (Adam, board observations) are ones the whole update compiles for.
-    compiles = CompileState(
+    compiles = Compile(
         active.compile,
         decide_compiled_update(""),
         resolved.compile_after,

@@ -35,9 +35,9 @@ from sb3_snake.common import system
 #: What a process prints when it dies in native code (an abort, a segmentation fault).
 NATIVE_CRASH = ("Fatal Python error", "terminate called", "Segmentation fault", "core dumped")
 COMPILE_STARTED = re.compile(r"^compile: compiling in a child process \(pid (\d+)\)")
-#: Any compile child a "compile: ..." line names (the second stage's is named after the first's adoption).
+#: Any compile child a "compile: ..." line names.
 CHILD_PID = re.compile(r"in a child process \(pid (\d+)\)")
-#: One graph's adoption (the compile comes in two stages in the background: 1 step per call, then more).
+#: The compiled graph's adoption (older runs compiled two in the background: 1 step per call, then more).
 STAGE = re.compile(
     r"in a child process in ([\d,.]+) s for calls of (\d+) gradient steps?, adopted at gradient step ([\d,]+) "
     r"\(training paused ([\d.]+) s to start it, ([\d.]+) s to adopt it\)"
@@ -120,7 +120,7 @@ def one_run(index: int, arguments: list[str], caches: Path, terminate_after: flo
         "compile_started_at_s": compile_started_at,
         "compile_active": summary.get("active", {}).get("torch_compile_active"),
         "compile_reason": reason,
-        # The first graph's, then each graph adopted, in order:
+        # The first graph adopted, then each graph adopted, in order:
         **{
             key: first.get(key)
             for key in ("child_seconds", "start_pause_s", "adopt_pause_s", "adopted_at_gradient_step")

@@ -3,7 +3,7 @@
 The model is ``benchmark-grad``'s (:func:`~sb3_snake.benchmark.matmul.train_step_model`: the
 default policy, the egocentric view and its mirror images), eager, in fp32 with PyTorch's
 attention kernel. Each step is the eager update's own code
-(:class:`~sb3_snake.dqn.update.eager.EagerSteps`) cut at its joints, each part timed with
+(:class:`~sb3_snake.dqn.update.steps.EagerSteps`) cut at its joints, each part timed with
 ``time.perf_counter``: sampling and augmenting the batch, the TD targets (the target network's
 forward pass and the shaping term), the online network's forward pass, the loss, ``zero_grad``,
 the backward pass, clipping and Adam's step. Every step is a real update, so the parts are timed
@@ -30,7 +30,7 @@ from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.benchmark.matmul import train_step_model
 from sb3_snake.common.system import system_info
 from sb3_snake.dqn.targets import td_targets
-from sb3_snake.dqn.update.eager import EagerSteps
+from sb3_snake.dqn.update.steps import EagerSteps
 
 PARTS = ("sampling", "TD targets", "online forward", "loss", "zero_grad", "backward", "clipping", "Adam")
 

@@ -36,7 +36,7 @@ from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.benchmark.matmul import train_step_model
 from sb3_snake.common.system import system_info
 from sb3_snake.dqn import extractor
-from sb3_snake.dqn.update.eager import EagerSteps
+from sb3_snake.dqn.update.steps import EagerSteps
 
 SDPA_POOL = extractor.AttentionPool.forward
 

@@ -169,8 +169,8 @@ def instant_compile(monkeypatch):
     compile's own tests do one): for tests of when a compile starts and how training uses it."""
     from sb3_snake.dqn.update.graph import UpdateGraph
 
-    monkeypatch.setattr("sb3_snake.dqn.update.choice.CompileJob", InstantCompile)
-    monkeypatch.setattr("sb3_snake.dqn.update.choice.load", lambda path, *context: UpdateGraph.forward)
+    monkeypatch.setattr("sb3_snake.dqn.update.compile.CompileJob", InstantCompile)
+    monkeypatch.setattr("sb3_snake.dqn.update.compile.load", lambda path, *context: UpdateGraph.forward)
     InstantCompile.started = []
     return InstantCompile
 

@@ -116,7 +116,7 @@ def test_a_crafted_model_does_not_run_code_when_loaded_safely(saved, tmp_path):
 def test_models_without_our_description_need_trust(tmp_path):
     path = tmp_path / "cartpole.zip"
     DQN("MlpPolicy", "CartPole-v1", buffer_size=100).save(path)
-    with pytest.raises(ValueError, match=r"has no sb3-snake description .* pass --trust-model"):
+    with pytest.raises(ValueError, match=r"has no sb3-snake description .* load it trusted; pass trusted=True"):
         load_model(path, FAST)
     with pytest.raises(ValueError, match=r"is not a Snake model: it acts on Box.* with Discrete\(2\)"):
         load_model(path, FAST, trusted=True)

@@ -1,30 +1,14 @@
 """The optimization layer: what this machine supports, what will be active, and applying it.
 
-Each optimization is decided once, by small pure functions (so the CUDA-only rules can be
-tested on a CPU), into a :class:`Decision`: requested, active, and the reason when a requested
-one cannot be active. :class:`ActiveOptimizations` holds the decisions of a model and builds
-the one context that wraps the networks' forward passes:
-
-- **FlashAttention**: ``torch.nn.attention.sdpa_kernel`` restricted to the flash backend when
-  it can run for the device and dtype. Off means off: PyTorch picks flash by default on CPU,
-  so a disabled flash excludes it explicitly. On CUDA the flash kernel needs half-precision
-  inputs, so without BF16 the other backends run instead (and the reason is logged once).
-- **SDPA backend**: ``SDPA_BACKEND`` names one other kernel (efficient, math, cudnn) to
-  restrict attention to, when it runs for the device and dtype; otherwise PyTorch chooses
-  among the kernels other than flash, and the reason is given.
-- **BF16**: ``torch.autocast(device_type, dtype=torch.bfloat16)`` around the forward passes,
-  on CUDA when the GPU supports bf16 and on CPU when the CPU has native bf16 (AVX512-BF16 or
-  AMX). The Q-networks return float32, so TD targets and the loss stay in float32.
-- **torch.compile**: decided here as asked for and available (:func:`decide_compile`,
-  :func:`compile_unavailable`): on a CPU only, where a child process compiles the whole
-  gradient step; when, and how it went, is the model's
-  :class:`~sb3_snake.dqn.update.compile.CompileState`.
-- **CUDA graph**: on CUDA the whole gradient step (sampling, both networks, loss, backward,
-  clipping, Adam) is captured once and replayed as one graph (:mod:`sb3_snake.dqn.update.captured`),
-  when the replay buffer is on the device.
-- **Threads**: the number is decided here (:func:`choose_num_threads`), but set only by the
-  entry point that owns the process, through :func:`torch_threads` (the CLI wraps each command
-  in it). Building or loading a model never changes the process's thread count.
+Each optimization is decided once, by small pure functions (the CUDA-only rules testable on a CPU), into a
+:class:`Decision`: requested, active, and the reason when a requested one cannot be active.
+:class:`ActiveOptimizations` holds a model's decisions and builds the one context around the networks' forward
+passes (:func:`forward_context`): FlashAttention or one ``SDPA_BACKEND`` kernel (off means off), and BF16
+autocast (the Q-networks return float32). ``torch.compile`` (:func:`decide_compile`, on a CPU only; the model's
+:class:`~sb3_snake.dqn.update.compile.Compile`), the CUDA graph (:class:`~sb3_snake.dqn.update.steps.CapturedSteps`)
+and the thread count (:func:`choose_num_threads`) are decided here too; threads are set only by the entry point
+that owns the process, through :func:`torch_threads`, never by building or loading a model.
+Design notes: docs/design-notes.md, "sb3_snake/acceleration/optimizations.py".
 """
 
 from __future__ import annotations
@@ -32,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -342,14 +326,9 @@ class ActiveOptimizations:
     def device_type(self) -> str:
         return torch.device(self.device).type
 
-    @contextlib.contextmanager
-    def forward_context(self) -> Iterator[None]:
-        """SDPA backend restriction and bf16 autocast, as decided, around a forward pass."""
-        with contextlib.ExitStack() as stack:
-            stack.enter_context(sdpa_kernel(self.sdpa_backends))
-            if self.bf16.active:
-                stack.enter_context(torch.autocast(self.device_type, dtype=torch.bfloat16))
-            yield
+    def forward_context(self) -> contextlib.AbstractContextManager[None]:
+        """:func:`forward_context` as decided, around a forward pass."""
+        return forward_context(self.device_type, self.bf16.active, self.sdpa_backends)
 
     def as_dict(self) -> dict[str, Any]:
         """Requested and active state of every optimization, for summaries and W&B."""
@@ -386,3 +365,16 @@ def torch_threads(count: int) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(previous)
+
+
+@contextlib.contextmanager
+def forward_context(device_type: str, bf16: bool, sdpa_backends: Sequence[SDPBackend | str]) -> Iterator[None]:
+    """The SDPA kernels allowed (backends or their names) and bf16 autocast when ``bf16``: the
+    context of every forward pass, eager or compiled (a compiled update is compiled, loaded and
+    run in the same one)."""
+    backends = [getattr(SDPBackend, backend) if isinstance(backend, str) else backend for backend in sdpa_backends]
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(sdpa_kernel(backends))
+        if bf16:
+            stack.enter_context(torch.autocast(device_type, dtype=torch.bfloat16))
+        yield

@@ -1,28 +1,13 @@
 """``OptimizationSettings``: which speed-ups to use, resolved once from every source.
 
-Precedence, highest first: an explicit override (the CLI's flags), a process environment
-variable, the ``.env`` file, the built-in default. ``settings.source(field)`` says which one
-won. Nothing is read at import time; :meth:`OptimizationSettings.load` reads when called.
-
-Each setting is declared once, as a field of :class:`OptimizationSettings` made by
-:func:`setting`: its ``.env`` key, its flag, the values it takes (parsed from text, checked as
-a Python value), its default and its help. Everything else is read from there: loading,
-validation, ``.env`` writing, the CLI's options, and the rows of the table of keys that
-:func:`sb3_snake.training.options.configuration_table` renders (docs/configuration.md, "Where settings come from", shows
-it, and a test holds the two together).
-
-``auto`` for the three switches means "measured on this machine": see
-:mod:`sb3_snake.autotune`, which resolves it into a plain value before a model is built and
-records how in the field's source. ``SDPA_BACKEND`` restricts scaled-dot-product attention to
-one kernel; ``auto`` leaves the choice to ``USE_FLASH_ATTENTION`` (flash, or PyTorch's pick of
-the others), or to the measurement when that is ``auto`` too. The two must agree: a backend
-other than flash with ``USE_FLASH_ATTENTION=true``, or flash with ``false``, is an error naming
-both; ``USE_FLASH_ATTENTION=auto`` (the default) follows the backend.
-
-A ``.env`` file holds these keys and one learning value, the batch size
-(:data:`BATCH_SIZE_KEY`), which :class:`~sb3_snake.training.config.TrainConfig` declares and reads
-with the same precedence; nothing else (:mod:`sb3_snake.acceleration.env_file` reads and writes it,
-every problem an error).
+Precedence, highest first: an explicit override (the CLI's flags), a process environment variable, the ``.env``
+file, the built-in default; ``settings.source(field)`` says which one won. Nothing is read at import time:
+:meth:`OptimizationSettings.load` reads when called. Each setting is declared once, a field made by
+:func:`setting` (``.env`` key, flag, values, default, help), and everything else reads that declaration.
+``auto`` means measured on this machine (:mod:`sb3_snake.autotune`); ``SDPA_BACKEND`` and
+``USE_FLASH_ATTENTION`` must agree. A ``.env`` file holds these keys and the batch size (:data:`BATCH_SIZE_KEY`),
+nothing else (:mod:`sb3_snake.acceleration.env_file`).
+Design notes: docs/design-notes.md, "sb3_snake/acceleration/settings.py".
 """
 
 from __future__ import annotations

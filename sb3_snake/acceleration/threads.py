@@ -1,18 +1,12 @@
 """The torch thread count of a CPU run, measured while it trains.
 
-On a machine of few cores, one thread per core is the fastest way to run the gradient step only
-while every core is free. torch's intra-op threads wait for each other at the end of every
-operation, so when another process takes a core (or the host of a virtual machine takes a vCPU
-away), each operation waits for the thread that lost its core. With the machine to itself, two
-threads on two cores beat one; beside one other busy process, one thread beats two by several
-times (the measurements, with their machines, are in benchmark_results/threads_20261123/ and
-docs/history.md, "The full benchmark", "Threads"). A count fixed at start-up is right in one of
-those conditions and wrong in the other, and a run can meet both: another program starts, or
-the host of a virtual machine takes a vCPU away for seconds at a time.
-
-So a CPU run with ``TORCH_NUM_THREADS=auto`` measures: :class:`ThreadTuner` decides from env
-steps per second measured with each count, :class:`AdaptiveThreads` is the SB3 callback that
+One thread per core is the fastest only while every core is free: torch's intra-op threads wait for each other
+at the end of every operation, so when another process (or a virtual machine's host) takes a core, each
+operation waits for the thread that lost it. A count fixed at start-up is right in one condition and wrong in
+the other, and a run can meet both. So a CPU run with ``TORCH_NUM_THREADS=auto`` measures: :class:`ThreadTuner`
+decides from env steps per second measured with each count, :class:`AdaptiveThreads` is the SB3 callback that
 feeds it the clock and applies its choice. An explicit count is never changed.
+Design notes: docs/design-notes.md, "sb3_snake/acceleration/threads.py".
 """
 
 from __future__ import annotations
@@ -186,7 +180,7 @@ class AdaptiveThreads(BaseCallback):
     probe was trying (a run's compile once started inside a one-thread window and kept one
     thread where two had been measured faster). While a child process compiles the update it
     neither measures nor sets a count: the compile sets them
-    (:class:`~sb3_snake.dqn.update.choice.StepChoice`), and rates measured beside a busy
+    (:class:`~sb3_snake.dqn.update.steps.StepChoice`), and rates measured beside a busy
     compiler would say nothing of training. ``notify`` gets a line each time the
     choice changes."""
 
@@ -226,8 +220,7 @@ class AdaptiveThreads(BaseCallback):
         if self._compiled():
             # torch.compile guards on the thread count: the compiled update refuses another count.
             self.tuner.stop(self.clock(), "the update was compiled for this count")
-            # The count the compiled update runs at (the first of two stages keeps the one it took
-            # beside the second's child, where that one failed), not necessarily the tuner's last.
+            # The count the compiled update runs at, not necessarily the tuner's last.
             self.notify(f"threads: {torch.get_num_threads()} from now on (the update was compiled for it)")
             return True
         if not self._started:
@@ -248,17 +241,17 @@ class AdaptiveThreads(BaseCallback):
     def _compiled(self) -> bool:
         """Whether the model's compile state (``SnakeDQN.compile_state``) says something is compiled now."""
         state = getattr(self.model, "compile_state", None)
-        return state is not None and state.active
+        return state is not None and state.running
 
     def _compile_due(self) -> bool:
-        """Whether the model's next update compiles, or starts compiling (``CompileState.due``)."""
+        """Whether the model's next update compiles, or starts compiling (``Compile.due``)."""
         state = getattr(self.model, "compile_state", None)
         return state is not None and state.due(self.model._n_updates)
 
     def _compiling(self) -> bool:
-        """Whether a child process is compiling the model's update (``CompileState.compiling_since``)."""
+        """Whether a child process is compiling the model's update (``Compile.compiling``)."""
         state = getattr(self.model, "compile_state", None)
-        return state is not None and state.compiling_since is not None
+        return state is not None and state.compiling
 
     def _apply(self, count: int | None) -> None:
         if count is not None:

@@ -7,7 +7,7 @@ the one timing harness (:func:`sb3_snake.common.timing.time_for`: whole steps un
 seconds have passed). The model is kept for the candidate's later slices, so
 :data:`~sb3_snake.autotune.search.ROUNDS` slices in turn cost one warm-up each.
 Steps are timed one to a call, warm-up included, so a compiled candidate runs a graph of one
-step (:attr:`~sb3_snake.dqn.update.compiled.CompiledSteps.steps_per_call`): the same measure
+step (:attr:`~sb3_snake.dqn.update.steps.CompiledSteps.steps_per_call`): the same measure
 for every batch size, which leaves out what a graph of several steps saves.
 """
 
@@ -24,7 +24,7 @@ from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.autotune.search import ROUNDS, Candidate
 from sb3_snake.common.timing import device_sync, time_for
 from sb3_snake.dqn.snake_dqn import DEFAULT_BATCH_SIZE, SnakeDQN
-from sb3_snake.dqn.update.captured import WARMUP_STEPS
+from sb3_snake.dqn.update.steps import WARMUP_STEPS
 from sb3_snake.envs import BatchedSnakeVecEnv
 
 #: Seconds of timed gradient steps per measured configuration (warm-up not counted).

@@ -1,16 +1,13 @@
 """Resolving ``auto``: :func:`resolve_auto`, the one entry, and :func:`apply_choice`.
 
-Settings given a plain value (flags, the environment, ``.env``) are not measured: they win
-over ``auto``. A choice is measured once per machine and kept in the cache
-(:mod:`~sb3_snake.autotune.cache`), unless other processes (or the host) took
-:data:`CONTENDED_CORES` or more while it was measured: then it decides that run only. Each
-resolved field's source says what was chosen (``auto: chose true (bf16)``), and the settings'
-``auto_record`` keeps what was measured, when, and where it is cached; the configuration summary
-and ``python test_optimizations.py`` print that once, as a block.
-
-The batch size is a learning value, not a setting: :func:`resolve_auto` is given it (a size, or
-``auto``) as an argument of its own, and returns the size chosen beside the settings
-(:class:`Resolved`), as :func:`apply_choice` reads it from the search's choice.
+Settings given a plain value (flags, the environment, ``.env``) are not measured: they win over ``auto``. A
+choice is measured once per machine and kept in the cache (:mod:`~sb3_snake.autotune.cache`), unless other
+processes (or the host) took :data:`CONTENDED_CORES` or more while it was measured: then it decides that run
+only. Each resolved field's source says what was chosen (``auto: chose true (bf16)``), and the settings'
+``auto_record`` keeps what was measured, when, and where it is cached; the configuration summary and ``python
+test_optimizations.py`` print that once, as a block. The batch size is a learning value, not a setting:
+:func:`resolve_auto` is given it (a size, or ``auto``) as an argument of its own and returns the size chosen
+beside the settings (:class:`Resolved`), as :func:`apply_choice` reads it from the search's choice.
 """
 
 from __future__ import annotations

@@ -1,31 +1,13 @@
 """The search behind ``auto``: which candidates are measured, in which stages, and what wins.
 
-Pure given a measurement (:data:`Measure`, samples/s of one candidate over one slice) and the
-device's facts (:class:`Machine`), so tests drive it with a formula. Three stages:
-
-1. **precision and attention kernel**, eager (compiling every candidate would take minutes on
-   a CPU), at the run's batch size (:data:`PROBE_BATCH_SIZE` when that is auto too): bf16 on and
-   off (on only where the hardware computes bf16 natively; without it bf16 is not measured and
-   stays off) against each SDPA kernel that runs on the device (flash, and PyTorch's choice
-   without flash; on CUDA also efficient and cudnn, flash only with bf16). The fastest wins if it
-   is :data:`PLAIN_MARGIN` faster than fp32 with PyTorch's own kernel, the value an unmeasured
-   ``auto`` stands for; a closer race keeps that: a lead of a few percent is within the
-   measurement's noise, and a choice that noise made can be slower than the plain one on the
-   very machine it was measured on.
-2. **torch.compile**: where it is unavailable it stays off; otherwise the winner of stage 1 is
-   compiled and measured. Compile must be :data:`COMPILE_MARGIN` faster to win, because it
-   costs a warm-up at the start of every run (the measurement's compile also warms the
-   inductor cache, which the run's own compile then reuses).
-3. **batch size**, eager, over :data:`BATCH_CANDIDATES`: the smallest within
-   :data:`BATCH_TOLERANCE` of the fastest (DQN at a fixed replay ratio learns per update, so a
-   much larger batch that is barely faster is a worse choice; the same rule as ``sb3-snake
-   benchmark --write-env``).
-
-Every stage times its candidates in turn, forwards then backwards (A B C, C B A, A B C, ...),
-:data:`ROUNDS` slices each, and takes each one's median: a machine's speed can drift within
-minutes (other tenants, the host, the CPU's clocks), and candidates timed one after the other
-would take that drift for a difference between them; in this order a steady drift weighs on
-every candidate alike.
+Pure given a measurement (:data:`Measure`, samples/s of one candidate over one slice) and the device's facts
+(:class:`Machine`), so tests drive it with a formula. Three stages: (1) precision and attention kernel, eager, at
+the run's batch size (:data:`PROBE_BATCH_SIZE` when that is auto too), bf16 only where the hardware computes it
+natively, where the fastest must beat fp32 with PyTorch's own kernel by :data:`PLAIN_MARGIN`; (2)
+``torch.compile`` of that winner, where available, which must win by :data:`COMPILE_MARGIN`; (3) the batch size,
+eager: the smallest of :data:`BATCH_CANDIDATES` within :data:`BATCH_TOLERANCE` of the fastest. Every stage times
+its candidates in turn, forwards then backwards, :data:`ROUNDS` slices each, and takes each one's median.
+Design notes: docs/design-notes.md, "sb3_snake/autotune/search.py".
 """
 
 from __future__ import annotations

@@ -1,24 +1,13 @@
 """Samples/s of SnakeDQN's gradient step for each batch size and optimization combination.
 
-The step measured is the one ``sb3-snake train`` trains with at its defaults: its policy
-(``TrainConfig().policy_kwargs()``), view and augmentation
-(:func:`~sb3_snake.benchmark.matmul.train_step_model`).
-
-The replay buffer is filled with real transitions from ``BatchedSnakeVecEnv`` under random
-actions; then, per configuration, a fresh model is built (and compiled, when asked), warmed up
-with an untimed call of ``gradient_steps`` steps (the first compiled call fixes how many steps
-each holds: :attr:`~sb3_snake.dqn.update.compiled.CompiledSteps.steps_per_call`), and timed
-over ``repeats`` runs through ``SnakeDQN.train``, each of as many calls of ``gradient_steps``
-steps as last about ``seconds`` (calibrated first, :func:`~sb3_snake.common.timing.time_runs`).
-The figure is the median run, with the slowest and fastest runs beside it, and the peak memory
-of the configuration (``torch.cuda.max_memory_allocated`` on GPU, peak RSS on CPU).
-
-A batch size that runs out of memory is halved until it fits; the result records the batch
-size asked for and each size that failed.
-
-Efficiency: every row also carries the FLOPs of a gradient step per sample, the GFLOP/s that
-makes, its fraction of this machine's matmul peak in the row's precision and the matmul ceiling
-of its batch size (:mod:`sb3_snake.benchmark.matmul`, where each is explained).
+The step measured is the one ``sb3-snake train`` trains with at its defaults (policy, view and augmentation:
+:func:`~sb3_snake.benchmark.matmul.train_step_model`), on a replay buffer of real transitions. Per
+configuration a fresh model is built (and compiled, when asked), warmed up untimed, and timed over ``repeats``
+runs of about ``seconds`` each through ``SnakeDQN.train`` (:func:`~sb3_snake.common.timing.time_runs`): the
+median run, the slowest and fastest beside it, and the peak memory. A batch size that runs out of memory is
+halved until it fits. Every row also carries the FLOPs per sample, the GFLOP/s and how close they come to the
+matmul peak and ceiling (:mod:`sb3_snake.benchmark.matmul`).
+Design notes: docs/design-notes.md, "sb3_snake/benchmark/gradient_step.py".
 """
 
 from __future__ import annotations

@@ -1,22 +1,13 @@
 """How close a gradient step comes to the machine's limit: FLOPs counted, the matmul peak, and
 the matmul ceiling of the step's own products.
 
-Every row of ``benchmark-grad`` carries the FLOPs of a gradient step per sample, counted (not
-estimated) by ``torch.utils.flop_counter.FlopCounterMode`` around one ``SnakeDQN.train`` step
-(:func:`count_flops_per_sample`), the GFLOP/s that makes at the measured samples/s, and its
-fraction of this machine's matmul peak in the row's precision (bf16 when bf16 autocast was
-active, fp32 otherwise), measured in the same run by :func:`matmul_peak`. The fraction is the
-distance to the physical limit, so it compares across machines where samples/s do not. The
-count is taken on the eager fp32 model with the math SDPA path: FlopCounterMode counts matmuls
-and attention, not elementwise work, and does not see the flash CPU kernel or compiled code,
-whose FLOPs are the same.
-
-Between the peak and a row lies the shape of the work: the step's matrix products are small and
-thin, and small products run below the peak of a 2048 one even with nothing around them. So each
-row also carries the **matmul ceiling** of its batch size and precision (:func:`matmul_ceiling`):
-the GFLOP/s of the step's own products replayed back to back, alone. Peak to ceiling is what the
-shapes cost; ceiling to row is what everything else in the step costs (dispatch, elementwise work,
-the optimizer).
+Every row of ``benchmark-grad`` carries the FLOPs of a gradient step per sample, counted by
+``torch.utils.flop_counter.FlopCounterMode`` around one ``SnakeDQN.train`` step (:func:`count_flops_per_sample`,
+the eager fp32 model with the math SDPA path), the GFLOP/s that makes, its fraction of this machine's matmul
+peak in the row's precision (:func:`matmul_peak`, measured in the same run), and the **matmul ceiling** of its
+batch size and precision (:func:`matmul_ceiling`: the step's own products replayed back to back, alone). Peak
+to ceiling is what the shapes cost; ceiling to row is what everything else in the step costs.
+Design notes: docs/design-notes.md, "sb3_snake/benchmark/matmul.py".
 """
 
 from __future__ import annotations

@@ -1,15 +1,12 @@
 """What every command shares: the Typer app, one-line user errors, and signals.
 
-The options themselves are declared once, in :mod:`sb3_snake.cli.options`.
-
-Every user error, from Click's parser or a :class:`~sb3_snake.common.errors.UsageError` from the
-library, is one line on stderr (``error: ...``) and exit code 2 (:func:`fail`). A file that could
-not be written (:class:`~sb3_snake.common.errors.OutputError`: a full disk) is one line naming it,
-exit code 1; any other exception is a bug or a failure of the machine and keeps its traceback (exit 1).
-
-The process state belongs here: the CLI sets torch's thread count for the command
-(``torch_threads``), turns SIGINT/SIGTERM into a :class:`~sb3_snake.training.callbacks.StopRequest`,
-and imports torch's compiler past an unusable compile cache folder
+The options themselves are declared once, in :mod:`sb3_snake.cli.options`. Every user error, from Click's parser
+or a :class:`~sb3_snake.common.errors.UsageError` from the library, is one line on stderr (``error: ...``) and
+exit code 2 (:func:`fail`). A file that could not be written (:class:`~sb3_snake.common.errors.OutputError`: a
+full disk) is one line naming it, exit code 1; any other exception is a bug or a failure of the machine and keeps
+its traceback (exit 1). The process state belongs here: the CLI sets torch's thread count for the command
+(``torch_threads``), turns SIGINT/SIGTERM into a :class:`~sb3_snake.training.callbacks.StopRequest`, and imports
+torch's compiler past an unusable compile cache folder
 (:func:`~sb3_snake.common.system.import_compiler_despite_cache`), so that every command runs, compile off.
 """
 
@@ -26,7 +23,7 @@ import click
 import typer
 from typer.core import TyperGroup
 
-from sb3_snake.common.errors import OutputError, UsageError
+from sb3_snake.common.errors import DIRECTIONS, FixableError, OutputError, UsageError, fix_words
 from sb3_snake.common.interrupts import defer_interrupt
 from sb3_snake.common.system import import_compiler_despite_cache
 
@@ -108,6 +105,25 @@ def fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code=code)
 
 
+#: Flags whose names are not the library's argument names with dashes.
+FLAG_NAMES = {"trusted": "trust-model"}
+
+
+def flag(argument: str, value: Any) -> str:
+    """A library argument (and the value a fix gives it) as this command line's flag."""
+    name = FLAG_NAMES.get(argument, argument.replace("_", "-"))
+    if value is True or value is False:
+        return f"--{name}" if value else f"--no-{name}"
+    return f"--{name}" if value in DIRECTIONS else f"--{name} {value}"
+
+
+def in_flags(error: BaseException) -> str:
+    """``error`` as the command line says it: the arguments of a fix as flags (:class:`FixableError`)."""
+    if isinstance(error, FixableError) and error.fix:
+        return f"{error.message}; {fix_words(error.fix, flag)}"
+    return str(error)
+
+
 @contextmanager
 def user_errors() -> Iterator[None]:
     """A :class:`UsageError` becomes :func:`fail` (one line, exit 2), an :class:`OutputError` one
@@ -116,7 +132,7 @@ def user_errors() -> Iterator[None]:
     try:
         yield
     except UsageError as error:
-        raise fail(str(error)) from None
+        raise fail(in_flags(error)) from None
     except OutputError as error:
         raise fail(str(error), code=1) from None
 

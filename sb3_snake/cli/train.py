@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from sb3_snake.cli.common import app, fail, signal_exit_code, stop_on_signals, user_errors
+from sb3_snake.cli.common import app, fail, in_flags, signal_exit_code, stop_on_signals, user_errors
 from sb3_snake.cli.options import (
     ONLINE,
     EnvFileOption,
@@ -94,7 +94,7 @@ def train(
                 stop=stop,
             )
     except TrainingDiverged as error:
-        raise fail(str(error)) from None
+        raise fail(in_flags(error)) from None
     except (KeyboardInterrupt, RunCancelled):
         where = {"preparing": "before training started; nothing was saved"}.get(
             stop.phase, "; files saved before it are intact and no partial file was left"

@@ -1,15 +1,13 @@
 """A Python module run as a child process that its parent polls, stops and always reaps.
 
-Work that may crash the process it runs in (a compiler, a driver probe) runs in a child: the
-parent survives the child's crash, hang or failure and says what happened in one line
-(:meth:`ChildProcess.outcome`). The child is tied to its parent (:func:`tie_to_parent`): it
-dies with it, so no child outlives a parent killed outright, and Ctrl-C at a terminal, which
-reaches the whole process group, is the parent's to handle: the child ignores SIGINT and is
-stopped by the parent (:meth:`ChildProcess.stop`: SIGTERM, then SIGKILL, then reaped).
-
-The child is started, not forked: a fresh interpreter (``sys.executable``) shares no
-OpenMP threads or locks with a parent that already ran torch (a child forked after the parent
-used OpenMP can hang). Its output goes to a log file, whose last line a failure quotes.
+Work that may crash the process it runs in (a compiler, a driver probe) runs in a child: the parent survives the
+child's crash, hang or failure and says what happened in one line (:meth:`ChildProcess.outcome`). The child is
+tied to its parent (:func:`tie_to_parent`): it dies with it, so no child outlives a parent killed outright, and
+Ctrl-C at a terminal, which reaches the whole process group, is the parent's to handle: the child ignores
+SIGINT and is stopped by the parent (:meth:`ChildProcess.stop`: SIGTERM, then SIGKILL, then reaped). The child
+is started, not forked: a fresh interpreter (``sys.executable``) shares no OpenMP threads or locks with a parent
+that already ran torch (a child forked after the parent used OpenMP can hang). Its output goes to a log file,
+whose last line a failure quotes.
 """
 
 from __future__ import annotations

@@ -10,12 +10,42 @@ catch ``ValueError`` for bad arguments keep working.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 
-class UsageError(ValueError):
-    """Input that cannot be used; the message names the value, where it came from, and the fix."""
+class FixableError(Exception):
+    """An error whose message is followed by the arguments that would fix it.
+
+    :param message: what was wrong, in the library's words.
+    :param fix: those arguments, by the library's names (``{"board_size": 10}``), or the way to
+        move one (``{"learning_rate": "lower"}``): ``str()`` says them as Python arguments
+        (:func:`fix_words`), the command line as its flags.
+    """
+
+    def __init__(self, message: str, fix: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.message, self.fix = message, dict(fix or {})
+
+    def __str__(self) -> str:
+        return f"{self.message}; {fix_words(self.fix)}" if self.fix else self.message
+
+
+class UsageError(FixableError, ValueError):
+    """Input that cannot be used; the message names the value and where it came from."""
+
+
+#: The ways a fix may move a numeric argument rather than name its value.
+DIRECTIONS = ("lower", "raise")
+
+
+def fix_words(fix: dict[str, Any], name: Callable[[str, Any], str] | None = None) -> str:
+    """``fix`` (:class:`UsageError`'s) in words: ``pass board_size=10``, ``lower learning_rate``;
+    ``name(argument, value)`` says an argument otherwise (the command line: as its flag)."""
+    said = name or (lambda argument, value: argument if value in DIRECTIONS else f"{argument}={value!r}")
+    moves = [f"{value} {said(argument, value)}" for argument, value in fix.items() if value in DIRECTIONS]
+    passes = [said(argument, value) for argument, value in fix.items() if value not in DIRECTIONS]
+    return "; ".join([*moves, *([f"pass {' '.join(passes)}"] if passes else [])])
 
 
 class OutputError(OSError):

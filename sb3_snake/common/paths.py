@@ -1,31 +1,14 @@
 """Output paths checked before any work, and files written so that a crash never leaves half a file.
 
-Every command checks where it will write *before* it trains, plays or measures
-(:func:`check_writable_dir`, :func:`check_writable_file`), by creating and removing a probe
-file there: permission bits alone do not tell (root passes every ``access`` check, and
-``/proc`` or ``/sys`` refuse new files whatever the bits say). A file's probe is as long as
-the temporary file's name, so a name the file system cannot take is refused up front too.
+- :func:`check_writable_dir`, :func:`check_writable_file`: every command probes where it will write (a file
+  created and removed there) before it trains, plays or measures.
+- :func:`atomic_write`: through a temporary file unique to the process and the call, renamed over the target;
+  readers see the old file or the new one, and a failed write is one :class:`~sb3_snake.common.errors.OutputError`.
+- :func:`cache_dir`, :func:`private_dir`, :func:`read_private`: caches of our own output only, private to the user.
+- :func:`claim_new_path`: a new timestamped name, never one that exists.
+- :func:`check_regular_file`: every file the project reads is first checked to be a regular file.
 
-:func:`atomic_write` writes through a temporary file whose name is unique to the process and
-the call, then renames it over the target: readers see the old file or the new one, never a
-mix, two processes writing the same target never share a temporary file, and an interrupted
-write (an exception, or Ctrl-C) removes its temporary file. A write that fails (a full disk)
-is one :class:`~sb3_snake.common.errors.OutputError` naming the file, which was left as it was.
-A symbolic link is written through: the file it points to is replaced, the link stays; a
-cache writes with ``follow_links=False``, replacing the link itself.
-
-**Caches** (:func:`cache_dir`) hold our own output only, never input from others: a compiled
-update is code that loading runs. :func:`private_dir` creates a cache folder for the user alone
-(0700) and refuses one that another user owns or others may write; :func:`read_private` opens a
-cache file without following a link and refuses one that is not a regular file of the user's,
-private to them; both say why in one line.
-
-:func:`claim_new_path` names a new file or folder after a timestamp without ever taking one
-that exists: two commands started in the same second get ``<stamp>`` and ``<stamp>-2``.
-
-Every file the project reads is first checked to be a regular file
-(:func:`check_regular_file`): opening a FIFO blocks until something writes to it, and a
-device or a folder is never what was meant.
+Design notes: docs/design-notes.md, "sb3_snake/common/paths.py".
 """
 
 from __future__ import annotations

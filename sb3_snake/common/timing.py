@@ -2,19 +2,11 @@
 number of seconds (:func:`time_runs`), or of whole calls until the seconds have passed
 (:func:`time_for`); either way the clock starts and stops only once the device has finished.
 
-Every throughput figure of the package is timed here: ``benchmark-grad``'s gradient steps, the
-matmul peak and ceiling, ``benchmark-env``'s env steps, and the measurement behind ``auto``
-(:class:`~sb3_snake.autotune.measure.GradientStepMeter`, one :func:`time_for` per
-slice). Warm-up is the caller's: what runs before :func:`time_runs` (a compile, a CUDA graph's
-capture) is never timed, and the calibration is not timed into the result either.
-
-A run of a few milliseconds measures the clock and the scheduler as much as the work: one
-descheduled slice weighs on it as much as the work itself. Calibrating the number of calls to a
-duration keeps every configuration's runs equally long, whether one call takes a microsecond (an
-env step) or a second (a gradient step at batch 8192), so such a slice weighs the same in each.
-What longer runs cannot remove is the host's own drift over seconds and minutes: that is why a
-figure is the median of its runs, with the slowest and the fastest beside it (or, for ``auto``,
-the median of slices taken in turn with its rivals).
+Every throughput figure of the package is timed here: ``benchmark-grad``'s gradient steps, the matmul peak and
+ceiling, ``benchmark-env``'s env steps, and the measurement behind ``auto``
+(:class:`~sb3_snake.autotune.measure.GradientStepMeter`, one :func:`time_for` per slice). Warm-up is the
+caller's and never timed, nor is the calibration. A figure is the median of its runs, with the slowest and
+the fastest beside it. Design notes: docs/design-notes.md, "sb3_snake/common/timing.py".
 """
 
 from __future__ import annotations

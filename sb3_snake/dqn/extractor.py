@@ -1,29 +1,13 @@
 """``SnakeAttentionExtractor``: a small transformer over the board for SB3 policies.
 
-The board becomes a sequence of tokens: each ``patch_size`` x ``patch_size`` patch of cells
-(one cell per token on small boards) is flattened and linearly embedded, and learned row and
-column embeddings are added. ``num_layers`` pre-norm transformer blocks follow, whose attention
-is ``torch.nn.functional.scaled_dot_product_attention``, so the SDPA backend chosen by the
-optimization layer (FlashAttention or not) applies. A learned query attends over the tokens to
-pool them (again through SDPA), and a linear layer maps the pooled vector to ``features_dim``.
-
-Padding that makes the board a multiple of the patch size is zeros; a patch's padding pattern
-is fixed by its position, so the learned position embedding of that token is what tells the
-network which of its cells lie off the board.
-
-Beside the transformer, a :class:`HeadView` sees the board re-centred on the snake's head
-through one linear layer, and the two feature vectors are concatenated. The transformer knows
-cells by their absolute position, so "the cell above the head is free" or "the food is to the
-left" are relations it must learn between two tokens for every head position; in the head-centred
-view they are fixed inputs, which one layer reads from the start. The transformer is left with
-what needs the whole board (where the body will be free, which region the head may be walled in).
-
-Inputs are divided, channel by channel, by the observation space's upper bound where it is
-finite and above 1 (the countdown channel counts moves up to ``board_size ** 2 - 1``), so every
-channel reaches the first linear layers in [0, 1]; binary boards pass as they are.
-
-Patches are cut with ``permute``/``reshape`` channels-last (:func:`cut_patches`), not
-``F.unfold``: on CPU ``unfold`` loops over the batch and took most of the forward pass.
+The board becomes tokens: each ``patch_size`` x ``patch_size`` patch of cells (one cell per token on small
+boards, :func:`default_patch_size`) is cut channels-last (:func:`cut_patches`), linearly embedded, and given
+learned row and column embeddings; padding is zeros. ``num_layers`` pre-norm transformer blocks follow, then a
+learned query pools the tokens (:class:`AttentionPool`); all attention is
+``torch.nn.functional.scaled_dot_product_attention``, so the optimization layer's SDPA backend applies. Beside
+it a :class:`HeadView` (the board re-centred on the head, one linear layer); the two feature vectors are
+concatenated. Every input channel is scaled into [0, 1] by the observation space's finite upper bound.
+Design notes: docs/design-notes.md, "sb3_snake/dqn/extractor.py".
 """
 
 from __future__ import annotations
@@ -104,19 +88,11 @@ class TransformerBlock(nn.Module):
 class AttentionPool(nn.Module):
     """One learned query per head attending over all tokens (through SDPA).
 
-    Keys and values are one linear map (``kv``) of the normalised tokens ``n_t``, and the query
-    is a parameter, so the pool can be computed with the query moved through the key map and
-    the value map moved past the attention: per head, ``q . (W_k n_t + b_k) = (W_k^T q) . n_t +
-    q . b_k``, whose constant term cancels in the softmax, and ``sum_t p_t (W_v n_t + b_v) =
-    W_v (sum_t p_t n_t) + b_v``, since the weights ``p_t`` sum to one. So the attention runs with
-    the folded queries ``W_k^T q`` (one per head, as the query rows of one SDPA call) over the
-    normalised tokens themselves, and ``W_v`` maps each head's pooled vector once.
-
-    That is the same function of the same parameters (``query``, ``norm``, ``kv``; saved models
-    load unchanged), without the ``(batch, tokens, 2 * embed_dim)`` keys and values: for
-    ``sb3-snake train``'s policy (no transformer block) the key-value projection of every token
-    was about a quarter of the extractor's multiply-adds, and the gradient step now counts 0.93
-    instead of 1.31 MFLOP per sample.
+    The query is folded through the key map (``W_k^T q``, one query row per head of one SDPA call over the
+    normalised tokens) and the value map ``W_v`` is applied once to each head's pooled vector: the same
+    function of the same parameters (``query``, ``norm``, ``kv``; saved models load unchanged), without
+    the ``(batch, tokens, 2 * embed_dim)`` keys and values. Design notes: docs/design-notes.md,
+    "sb3_snake/dqn/extractor.py".
     """
 
     def __init__(self, embed_dim: int, num_heads: int):
@@ -147,17 +123,10 @@ class HeadView(nn.Module):
     The head channel (always just the centre) is replaced by an on-board channel, which is 0
     beyond the walls.
 
-    The view is written by one ``scatter`` into zeros: with the head on cell ``h``, board cell
-    ``c`` lands on view cell ``c - h`` (plus the centre), a different one for every board cell,
-    so each channel's ``H x W`` values are written and the rest of the ``(2H - 1) x (2W - 1)``
-    view stays zero, which is what lies beyond the walls. Where a cell lands is where it lands
-    with the head on cell 0, less the head's shift: one subtraction, so nothing grows with the
-    board squared (a table of positions per head cell would take gigabytes on a 100x100 board).
-    The on-board channel is a channel of ones scattered the same way. Gathering every view cell
-    instead, from the board plus one zero cell, reads several times as many indices (the view is
-    about four times the board), so the scatter is the faster of the two, eager and compiled;
-    the gather had in turn been faster than cutting windows from a zero-padded
-    ``C x (3H - 2) x (3W - 2)`` board (benchmark_results/ and the measurement history, docs/history.md).
+    The view is one ``scatter`` of each channel's ``H x W`` values into zeros (what lies beyond the walls),
+    at the cell's landing with the head on cell 0 less the head's shift, so nothing grows with the board
+    squared; the on-board channel is ones scattered the same way. Design notes: docs/design-notes.md,
+    "sb3_snake/dqn/extractor.py".
 
     :param board_shape: ``(C, H, W)`` of the observations; channel :data:`~sb3_snake.envs.rules.HEAD`
         marks the head.
@@ -225,13 +194,9 @@ class SnakeAttentionExtractor(BaseFeaturesExtractor):
     SnakeAttentionExtractor, "features_extractor_kwargs": {"embed_dim": 32}}``; the
     ``AttentionPolicy`` of :class:`~sb3_snake.SnakeDQN` uses it by default.
 
-    The default sizes are small on purpose: a CPU trains them fast enough for a run of minutes
-    to learn, and deeper or wider networks measured several times slower per sample for little
-    gain (the measurement history, docs/history.md). ``sb3-snake train`` passes ``num_layers=0``: the
-    embedded tokens go straight to the pooling query, which roughly halves the gradient step's
-    time and so buys about twice the games in a run of fixed length, at the same greedy score
-    per game. The default here stays one block, which models saved before that option were
-    built with.
+    The default sizes are small on purpose, and ``sb3-snake train`` passes ``num_layers=0`` (the tokens go
+    straight to the pooling query); the default here stays one block, which models saved before that option
+    were built with. Why: docs/design-notes.md, "sb3_snake/dqn/extractor.py".
 
     :param observation_space: a ``Box`` of shape ``(C, H, W)``, any board size from 4 up.
     :param features_dim: size of the output vector.

@@ -1,21 +1,13 @@
 """``DeviceReplayBuffer``: SB3's replay buffer kept as torch tensors on the training device.
 
-SB3's ``ReplayBuffer`` keeps NumPy arrays in host memory; every sampled batch is gathered
-with NumPy and copied to the device (``to_torch``), a host-to-device transfer per gradient
-step. This buffer keeps the same arrays as tensors on the model's device and samples there:
-indices drawn with ``torch.randint`` on the device, one gather per array, no NumPy and no
-transfer per batch. A transition is copied to the device once, when it is added.
-
-It is SB3's ``ReplayBuffer`` and ``NStepReplayBuffer`` in one (``n_steps=1`` is the plain
-1-step buffer): the same arrays, the same ``add``/``sample`` contract, the same n-step returns
-(ported from ``NStepReplayBuffer._get_samples`` to tensor operations), so symmetry
-augmentation, ``save_replay_buffer`` and every SB3 caller work unchanged. A test holds its
-samples to SB3's for the same indices.
-
-Memory, on the device: ``buffer_size`` transitions of ``(C, H, W)`` uint8 observations take
-``buffer_size * (2 * C * H * W + 20)`` bytes (observation and next observation, an int64
-action, float32 reward, done and timeout): 102 MB for 100,000 transitions on a 10x10 board.
-``optimize_memory_usage`` is not supported (SB3's n-step buffer refuses it too).
+The arrays of SB3's ``ReplayBuffer``, as tensors on the model's device, sampled there (``torch.randint``, one
+gather per array): no NumPy and no host-to-device transfer per batch; a transition is copied to the device once,
+when it is added. It is SB3's ``ReplayBuffer`` and ``NStepReplayBuffer`` in one (``n_steps=1`` is the plain
+1-step buffer): the same ``add``/``sample`` contract and n-step returns, so symmetry augmentation,
+``save_replay_buffer`` and every SB3 caller work unchanged; a test holds its samples to SB3's for the same
+indices. It takes ``buffer_size * (2 * C * H * W + 20)`` bytes on the device
+(:data:`EXTRA_BYTES_PER_TRANSITION`); ``optimize_memory_usage`` is not supported.
+Design notes: docs/design-notes.md, "sb3_snake/dqn/replay.py".
 """
 
 from __future__ import annotations
@@ -130,7 +122,7 @@ class DeviceReplayBuffer(ReplayBuffer):
 
         ``last_row``: the row written last (default: :attr:`last_row`); n-step sequences
         stop there unless it ended an episode. A 0-dim device tensor keeps the whole gather free
-        of host values, as a CUDA graph that replays it needs (:mod:`sb3_snake.dqn.update.captured`).
+        of host values, as a CUDA graph that replays it needs (:class:`~sb3_snake.dqn.update.steps.CapturedSteps`).
         """
         if self.n_steps > 1:
             return self._n_step_samples(batch_indices, env_indices, self.last_row if last_row is None else last_row)

@@ -1,15 +1,11 @@
 """The save format of a model, both directions: the plain-JSON description in every saved zip.
 
-SB3's zip holds pickled entries (spaces, schedules, the policy class) that its loader unpickles,
-which runs whatever code a crafted file holds. Every zip that :meth:`SnakeDQN.save
-<sb3_snake.dqn.snake_dqn.SnakeDQN.save>` writes therefore also holds :data:`METADATA_ENTRY`: the
-model in plain JSON (policy name, spaces, hyperparameters, counters), written by
-:func:`write_metadata` and read back, checked, by :func:`read_metadata`, so that
-:func:`sb3_snake.persistence.load_model` rebuilds a model without unpickling anything.
-``policy_kwargs`` may name classes, by name, from :data:`PORTABLE_CLASSES` only.
-
-This module works on any SB3 DQN that has ``hyperparameters()`` (duck-typed: it imports no
-``SnakeDQN``), so the model that saves and the loader that builds one both import it.
+SB3's loader unpickles a zip's entries, which runs whatever code a crafted file holds, so every
+zip :meth:`SnakeDQN.save <sb3_snake.dqn.snake_dqn.SnakeDQN.save>` writes also holds
+:data:`METADATA_ENTRY`: the model in plain JSON, written by :func:`write_metadata` and read back,
+checked, by :func:`read_metadata`. ``policy_kwargs`` may name classes from
+:data:`PORTABLE_CLASSES` only. Duck-typed (any SB3 DQN with ``hyperparameters()``), so both the
+model and the loader import it.
 """
 
 from __future__ import annotations
@@ -78,7 +74,9 @@ BOARD_SHAPES = f"(C, n, n) with C from {CHANNEL_COUNTS[0]} to {CHANNEL_COUNTS[-1
 #: Actions of a model: the four absolute directions, or three turns seen from the snake (egocentric).
 ACTION_COUNTS = (4, 3)
 
-TRUST_HINT = "if you trust where it came from, pass --trust-model (Python: load_model(path, trusted=True))"
+TRUST_HINT = "if you trust where it came from, load it trusted"
+#: The argument that loads a file with SB3's full loader (:class:`UsageError`'s ``fix``).
+TRUSTED = {"trusted": True}
 
 
 def _portable_classes() -> dict[str, type]:
@@ -153,7 +151,8 @@ def read_metadata(path: Path) -> dict[str, Any]:
                 raise UsageError(
                     f"model file {path} has no sb3-snake description ({METADATA_ENTRY}): it was made by plain SB3, "
                     f"another program or sb3-snake before 0.2, and loading it would unpickle code from it; "
-                    + TRUST_HINT
+                    + TRUST_HINT,
+                    fix=TRUSTED,
                 )
             check_entry_sizes(archive, path)
             described = json.loads(archive.read(METADATA_ENTRY).decode("utf-8"))
@@ -161,7 +160,8 @@ def read_metadata(path: Path) -> dict[str, Any]:
         raise UsageError(f"model file {path} cannot be loaded ({type(error).__name__}: {error})") from None
     problem = metadata_problem(described) or _memory_problem(described)
     if problem:
-        raise UsageError(f"model file {path} has a malformed {METADATA_ENTRY}: {problem}")
+        fix = TRUSTED if problem.endswith(TRUST_HINT) else None
+        raise UsageError(f"model file {path} has a malformed {METADATA_ENTRY}: {problem}", fix=fix)
     return described
 
 
@@ -441,7 +441,9 @@ def decode_policy_kwargs(value: Any) -> Any:
     if isinstance(value, dict):
         if set(value) == {"class"}:
             if value["class"] not in PORTABLE_CLASSES:
-                raise UsageError(f"class {value['class']!r} is not one the safe loader rebuilds; " + TRUST_HINT)
+                raise UsageError(
+                    f"class {value['class']!r} is not one the safe loader rebuilds; " + TRUST_HINT, TRUSTED
+                )
             return PORTABLE_CLASSES[value["class"]]
         return {key: decode_policy_kwargs(element) for key, element in value.items()}
     return value

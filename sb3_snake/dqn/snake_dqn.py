@@ -1,15 +1,14 @@
 """``SnakeDQN``: SB3's DQN with the attention policy and the optimization layer applied.
 
-``SnakeDQN("AttentionPolicy", env, optimizations=settings, **dqn_kwargs)`` is all a library
-user needs; the CLI does nothing more. ``"MlpPolicy"`` and ``"CnnPolicy"`` keep working and get
-the same optimizations. When ``batch_size`` is not passed it is :data:`DEFAULT_BATCH_SIZE`, as
-``sb3-snake train``'s.
+``SnakeDQN("AttentionPolicy", env, optimizations=settings, **dqn_kwargs)`` is all a library user needs; the CLI
+does nothing more. ``"MlpPolicy"`` and ``"CnnPolicy"`` keep working and get the same optimizations. When
+``batch_size`` is not passed it is :data:`DEFAULT_BATCH_SIZE`, as ``sb3-snake train``'s.
 
-What it changes of SB3's ``DQN``, each in its own module: the policies
-(:mod:`~sb3_snake.dqn.policies`), the rollout loop on tensors (:mod:`~sb3_snake.dqn.rollout`),
-the gradient step and the ways to run it (:mod:`~sb3_snake.dqn.update`), TD targets and reward
-shaping (:mod:`~sb3_snake.dqn.targets`), and the plain-JSON description every saved zip holds
-(:mod:`~sb3_snake.dqn.save_format`). Here: the options, the schedules, and the update loop.
+What it changes of SB3's ``DQN``, each in its own module: the policies (:mod:`~sb3_snake.dqn.policies`), the
+rollout loop on tensors (:mod:`~sb3_snake.dqn.rollout`), the gradient step and the ways to run it
+(:mod:`~sb3_snake.dqn.update`), TD targets and reward shaping (:mod:`~sb3_snake.dqn.targets`), and the
+plain-JSON description every saved zip holds (:mod:`~sb3_snake.dqn.save_format`). Here: the options, the
+schedules, and the update loop.
 """
 
 from __future__ import annotations
@@ -29,15 +28,15 @@ from stable_baselines3.dqn.policies import DQNPolicy
 
 from sb3_snake.acceleration.optimizations import ActiveOptimizations, use_device_replay_buffer
 from sb3_snake.acceleration.settings import OptimizationSettings
-from sb3_snake.common.errors import UsageError, did_you_mean
+from sb3_snake.common.errors import FixableError, UsageError, did_you_mean
 from sb3_snake.dqn import save_format
 from sb3_snake.dqn.policies import POLICY_ALIASES
 from sb3_snake.dqn.replay import DeviceReplayBuffer
 from sb3_snake.dqn.rollout import TensorRollouts
 from sb3_snake.dqn.save_format import HYPERPARAMETERS
 from sb3_snake.dqn.symmetry import SymmetryAugmentation
-from sb3_snake.dqn.update.choice import StepChoice
-from sb3_snake.dqn.update.compile import CompileState
+from sb3_snake.dqn.update.compile import Compile
+from sb3_snake.dqn.update.steps import StepChoice
 from sb3_snake.envs.action_masks import action_masks, is_snake_board, random_safe_actions
 
 logger = logging.getLogger(__name__)
@@ -67,7 +66,7 @@ def half_life_factor(env_steps: int, half_life: int) -> float:
 UPDATE_CHUNK = 256
 
 
-class TrainingDiverged(RuntimeError):
+class TrainingDiverged(FixableError, RuntimeError):
     """The TD loss became NaN or infinite: the networks' weights can no longer be trusted."""
 
 
@@ -93,7 +92,7 @@ class SnakeDQN(TensorRollouts, DQN):
         eagerly first: a cold compile takes long on a small CPU) and ``compile_in_background``
         (train on while a child process compiles; without it training waits, and the switch
         falls at a fixed gradient step, so a seeded run repeats exactly). What is compiled, and
-        when, is the model's :class:`~sb3_snake.dqn.update.compile.CompileState`
+        when, is the model's :class:`~sb3_snake.dqn.update.compile.Compile`
         (``model.compile_state``).
     :param exploration_steps: when set, epsilon falls linearly from ``exploration_initial_eps``
         to ``exploration_final_eps`` over this many env steps (all envs together), whatever
@@ -135,7 +134,7 @@ class SnakeDQN(TensorRollouts, DQN):
 
     After construction, ``model.active_optimizations`` says what is really active and why
     anything requested is not (the compile decision's reason says what is compiled), and
-    ``model.step_choice`` runs the gradient steps (:class:`~sb3_snake.dqn.update.choice.StepChoice`).
+    ``model.step_choice`` runs the gradient steps (:class:`~sb3_snake.dqn.update.steps.StepChoice`).
     Compilation is not saved; :meth:`load` applies the optimizations it is given again.
     """
 
@@ -198,7 +197,7 @@ class SnakeDQN(TensorRollouts, DQN):
     def _apply_optimizations(self, settings: OptimizationSettings) -> ActiveOptimizations:
         """What is really active with ``settings`` for this model (decided by
         :meth:`ActiveOptimizations.decide`), with both Q-networks given its forward context.
-        Compiling is the model's own (:class:`~sb3_snake.dqn.update.compile.CompileState`): the
+        Compiling is the model's own (:class:`~sb3_snake.dqn.update.compile.Compile`): the
         compile decision says only whether it is asked for and available. The thread count is
         decided (``active.num_threads``) but not set: that is the entry point's
         (:func:`~sb3_snake.acceleration.optimizations.torch_threads`)."""
@@ -258,7 +257,7 @@ class SnakeDQN(TensorRollouts, DQN):
         return (actions[0] if single else actions), state
 
     @property
-    def compile_state(self) -> CompileState:
+    def compile_state(self) -> Compile:
         """What ``torch.compile`` compiles for this model, when, and how it went."""
         return self.step_choice.compile
 
@@ -315,15 +314,15 @@ class SnakeDQN(TensorRollouts, DQN):
         loss = mean_loss.item()
         if not math.isfinite(loss):
             raise TrainingDiverged(
-                f"the TD loss became {loss} by update {self._n_updates} (learning rate {self.learning_rate}); "
-                "lower --learning-rate"
+                f"the TD loss became {loss} by update {self._n_updates} (learning rate {self.learning_rate})",
+                fix={"learning_rate": "lower"},
             )
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
         self.logger.record("train/loss", loss)
 
     def learn(self, *args: Any, **kwargs: Any) -> SnakeDQN:
         """SB3's ``learn``; when it ends, however it ends, a compile child still running is stopped
-        and reaped (:meth:`~sb3_snake.dqn.update.choice.StepChoice.close`)."""
+        and reaped (:meth:`~sb3_snake.dqn.update.steps.StepChoice.close`)."""
         try:
             return super().learn(*args, **kwargs)
         finally:
@@ -353,7 +352,8 @@ class SnakeDQN(TensorRollouts, DQN):
         Takes the names of :data:`~sb3_snake.dqn.save_format.HYPERPARAMETERS` (except ``n_steps``,
         which fixes the replay buffer's kind), ``train_freq`` and ``verbose``. The learning-rate and
         exploration schedules are rebuilt; a new ``buffer_size`` gives a new, empty replay buffer. A
-        captured update (:mod:`sb3_snake.dqn.update.captured`) is dropped and captured again with the new values.
+        captured update (:class:`~sb3_snake.dqn.update.steps.CapturedSteps`) is dropped and captured again
+        with the new values.
         """
         settable = [name for name in (*HYPERPARAMETERS, "train_freq", "verbose") if name != "n_steps"]
         unknown = sorted(set(values) - set(settable))

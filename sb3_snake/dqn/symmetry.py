@@ -1,16 +1,11 @@
 """The eight symmetries of the square board, used to augment replayed transitions.
 
-Snake's rules look the same after rotating the board by a multiple of 90 degrees or mirroring
-it, as long as the absolute actions are turned with it: a game played with action ``a`` from
-state ``s`` is, seen in a mirror, a game played with the mirrored action from the mirrored
-state, with the same rewards and ends. So every transition in the replay buffer stands for
-eight, and ``Q(g(s), g(a)) = Q(s, a)`` for each symmetry ``g``. Showing the network a random
-one of the eight each time a transition is replayed multiplies the variety of its data at
-the cost of one gather per batch (Silver et al. augment Go positions the same way).
-
-A symmetry is a permutation of the board's cells, applied to every observation channel alike,
-and a permutation of the four actions. Egocentric boards (the snake always moving up, three
-turns) keep one symmetry besides the identity: the mirror image, which swaps left and right.
+Snake's rules look the same after rotating the board by a multiple of 90 degrees or mirroring it, the absolute
+actions turned with it, so ``Q(g(s), g(a)) = Q(s, a)`` for each symmetry ``g``, and each replayed transition is
+shown under a random one of the eight. A symmetry is a permutation of the board's cells, applied to every
+observation channel alike, and a permutation of the four actions. Egocentric boards keep one symmetry besides
+the identity: the mirror image, which swaps left and right.
+Design notes: docs/design-notes.md, "sb3_snake/dqn/symmetry.py".
 """
 
 from __future__ import annotations

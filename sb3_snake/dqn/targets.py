@@ -1,34 +1,14 @@
 """DQN's TD targets, and potential-based reward shaping toward the food (Ng, Harada and Russell, 1999).
 
-**TD targets** (:func:`td_targets`): ``r + (1 - done) * discount * Q'(s', a')``, ``a'`` the target
-network's best action or, with Double DQN, the online network's; ``discount`` is the batch's own
-(n-step returns) or ``gamma``. The eager, compiled and captured updates all compute them here.
-
-**Shaping.** The rules reward only eating (+1) and dying (-1), so an agent's first thousands of
-games teach it little about where the food is. Shaping adds ``scale * (gamma * phi(s') - phi(s))``
-to each reward, with the potential ``phi(s) = 1 - d(s) / (H + W - 2)``: one next to the food,
-falling with the Manhattan distance ``d`` from the head to the food, and zero once a game has
-ended (``terminated``; a truncated game goes on being valued from its last board). A step
-towards the food earns about ``scale / (H + W - 2)``, a step away costs as much, and eating pays
-+1 minus the distance to the next food. Over any game the added terms telescope to
-``-scale * phi(first board)`` plus discounting, which no action changes: the optimal policy of
-the shaped rewards is the rules' one (the paper's theorem).
-
-**Why shaping is applied here, to the TD target, and not to the stored rewards.** Because the
-terms telescope, the shaped rewards of an n-step sequence sum to the sequence's own rewards plus
-``scale * (discount * phi(s_n) - phi(s_0))``, with ``discount`` the sequence's (``gamma ** k`` for
-``k`` steps) and ``phi(s_n) = 0`` where the sequence ended in a terminated game: exactly the
-``done`` and ``discount`` a replay buffer already returns with each sample (SB3's and
-:class:`~sb3_snake.dqn.replay.DeviceReplayBuffer`, 1-step and n-step, cut by an episode's end, a
-truncation or the last row written). So one term in :func:`td_targets` replaces shaping every
-stored reward on each of the two rollout paths (SB3's NumPy loop and the tensor loop), the replay
-buffer holds the env's own rewards, and a new ``gamma`` or ``food_shaping`` holds for every
-transition at once. tests/dqn/test_targets.py proves the targets equal to those of stored shaped
-rewards, 1-step and n-step, episode ends and truncations included. A replay buffer saved before
-(its rewards shaped) is unshaped when loaded (:func:`sb3_snake.persistence.load_replay_buffer`).
-
-The environments keep the rules' rewards, so episode returns, scores and greedy evaluation count
-food as before.
+:func:`td_targets`: ``r + (1 - done) * discount * Q'(s', a')``, ``a'`` the target network's best action or,
+with Double DQN, the online network's; ``discount`` is the batch's own (n-step returns) or ``gamma``. The eager,
+compiled and captured updates all compute them here. Shaping adds ``scale * (discount * phi(s_n) - phi(s_0))``
+to the target, ``phi(s) = 1 - d(s) / (H + W - 2)`` (:func:`food_potential`; ``d`` the Manhattan distance from
+the head to the food; zero once a game has terminated), and leaves the rules' optimal policy as it is.
+Invariant: shaping is applied to the TD target, never to stored rewards, so the replay buffer and the
+environments keep the rules' rewards (returns, scores, greedy evaluation), and the targets equal those of
+stored shaped rewards, 1-step and n-step (tests/dqn/test_targets.py).
+Design notes: docs/design-notes.md, "sb3_snake/dqn/targets.py".
 """
 
 from __future__ import annotations

@@ -1,26 +1,11 @@
 """``BatchedGames``: the rules of Snake applied to thousands of games at once, as tensors.
 
-The hot path is a few dozen whole-batch tensor operations with no Python loop over games, on
-the state laid out in :mod:`~sb3_snake.envs.batched_state`.
-
-Moving is one lookup in a precomputed table (cell, action and direction give the cell
-entered, with the reversal rule applied; ``-1`` off the board). The head enters an occupied
-cell exactly when the link plane is set there and that cell is not the tail (the tail's cell
-is freed this very step; food never lies on the body).
-
-Observations are drawn fresh from that state every step, into a new tensor: the body plane
-is the link plane capped at one, head, neck, tail and food are one scattered write of ones,
-and the countdown is ``entered + length - now`` on the body cells. So nothing returned is
-ever written again.
-
-A game that dies keeps its board as it was before the fatal move (its writes go to a scratch
-row), which is the ``terminal_observation`` that :class:`~sb3_snake.SnakeEnv` returns too.
-
-New food is drawn uniformly from the free cells, as the ``k``-th free cell (a cumulative sum,
-``k`` uniform below the number of free cells), only for the games that ate: never by retrying
-random cells. Finished games restart in place from a table of every possible starting snake,
-drawn uniformly, with food drawn uniformly from that start's free cells (the same
-distribution as :class:`~sb3_snake.SnakeEnv`'s reset).
+The hot path is a few dozen whole-batch tensor operations with no Python loop over games, on the state laid
+out in :mod:`~sb3_snake.envs.batched_state`. The rules, the ``terminal_observation`` (a game that dies keeps its
+board from before the fatal move) and the distributions of new food and of starts are those of
+:class:`~sb3_snake.SnakeEnv`. Observations are drawn fresh into a new tensor every step, so nothing returned is
+ever written again. New food is drawn uniformly from the free cells, never by retrying random cells, and
+finished games restart in place. Design notes: docs/design-notes.md, "sb3_snake/envs/batched_games.py".
 """
 
 from __future__ import annotations

@@ -1,23 +1,13 @@
 """How :class:`~sb3_snake.envs.batched_games.BatchedGames` stores its games, and how a snake is
 written into that store.
 
-A step changes only a few cells of each game, so the state is kept small and the work of a
-step grows with the number of games, not with the number of cells. Per game there are:
-
-- a row of scalars (head, neck and tail cells, direction, length, food cell, steps without
-  food, food eaten, steps in the episode; one row per quantity, so each is contiguous over
-  games),
-- a *link plane*, one byte per cell: ``0`` where there is no body, else ``1 + d`` for a body
-  cell whose next cell towards the head lies in direction ``d``. It is the body plane of the
-  observation (non-zero cells) and the body's order at once: when the tail moves, its link
-  says where to. A step writes two bytes of it (the old head becomes a body cell that links
-  to the new head; the tail's cell is freed unless the snake eats).
-- with the countdown channel, an *entry-step plane*: the episode step at which the head
-  entered each cell. A body cell entered at step ``t`` is free after ``t + length - now`` more
-  moves, so the countdown needs no walk along the body. A step writes one value of it.
-
-So the state a step reads and writes (about 100 bytes per game on a 10x10 board) stays in
-the CPU's caches for thousands of games.
+The work of a step grows with the number of games, not of cells. Per game: a row of scalars (one row per
+quantity, ``HEAD_ROW`` to ``EPISODE_ROW``, each contiguous over games); a *link plane*, one byte per cell,
+``0`` off the body, else ``1 + d`` for a body cell whose next cell towards the head lies in direction ``d`` (the
+observation's body plane and the body's order at once); and, with the countdown channel, an *entry-step
+plane*, the episode step at which the head entered each cell. A step writes two bytes of the link plane and
+one value of the entry-step plane.
+Design notes: docs/design-notes.md, "sb3_snake/envs/batched_state.py".
 """
 
 from __future__ import annotations

@@ -1,19 +1,14 @@
 """``BatchedSnakeVecEnv``: thousands of Snake games stepped together as torch tensors, behind
 SB3's ``VecEnv`` interface.
 
-The games themselves, their state and the rules on tensors are
-:class:`~sb3_snake.envs.batched_games.BatchedGames`; this module checks what users give, and
-speaks SB3's language. Two interfaces:
-
-- The SB3 ``VecEnv`` API (``reset``/``step``) returns NumPy arrays and per-game ``infos`` as
-  SB3 expects: every game's info holds ``score`` and ``length``, and a finished game's also
-  ``terminal_observation``, ``TimeLimit.truncated``, ``episode`` (``r``, ``l``, ``t``, like
-  SB3's ``Monitor``), ``is_success`` and ``long_start`` (the game began as a long start, so its
-  score is not a standard game's). Building those Python dicts costs about as much as
-  the step itself at thousands of games.
-- ``reset_tensors``/``step_tensors`` keep everything on ``device`` as tensors and build no
-  Python objects per game, for training loops that stay on the accelerator; the current
-  scores and lengths are :attr:`~BatchedSnakeVecEnv.scores` and :attr:`~BatchedSnakeVecEnv.lengths`.
+The games, their state and the rules on tensors are :class:`~sb3_snake.envs.batched_games.BatchedGames`; this
+module checks what users give and speaks SB3's language, through two interfaces. The ``VecEnv`` API
+(``reset``/``step``) returns NumPy arrays and per-game ``infos`` as SB3 expects: ``score`` and ``length``, and
+at a game's end ``terminal_observation``, ``TimeLimit.truncated``, ``episode`` (``r``, ``l``, ``t``, like SB3's
+``Monitor``), ``is_success`` and ``long_start``. ``reset_tensors``/``step_tensors`` keep everything on
+``device`` and build no Python objects per game; the scores and lengths are
+:attr:`~BatchedSnakeVecEnv.scores` and :attr:`~BatchedSnakeVecEnv.lengths`.
+Design notes: docs/design-notes.md, "sb3_snake/envs/batched_vec_env.py".
 """
 
 from __future__ import annotations
@@ -75,6 +70,18 @@ def check_long_starts(long_starts: object) -> float:
     return float(long_starts)
 
 
+def build_games(
+    num_envs: object, device: str | torch.device, seed: object, long_starts: object, **rules: Any
+) -> BatchedGames:
+    """The games of a batched env, its arguments checked: ``num_envs`` games of
+    :class:`~sb3_snake.envs.rules.SnakeRules` (``rules``, by their names) on ``device``, drawn
+    from ``seed`` (None: a random one), a share ``long_starts`` of them from long starts.
+    Both batched envs build theirs here."""
+    count, seed, long_starts = check_num_envs(num_envs), check_seed(seed), check_long_starts(long_starts)
+    seed = secrets.randbits(63) if seed is None else seed
+    return BatchedGames(SnakeRules(**rules), count, check_torch_device(device), seed, long_starts)
+
+
 class BatchedSnakeVecEnv(VecEnv):
     """``num_envs`` games of Snake on ``device``, stepped together with tensor operations.
 
@@ -128,26 +135,25 @@ class BatchedSnakeVecEnv(VecEnv):
         egocentric: bool = False,
         reachable: bool = False,
     ):
-        num_envs = check_num_envs(num_envs)
         self.render_mode = check_render_mode(render_mode)
-        seed = check_seed(seed)
-        long_starts = check_long_starts(long_starts)
-        self.rules = SnakeRules(
-            board_size,
-            start_length,
-            dist_to_border,
-            max_steps_without_food,
-            countdown,
-            stall_growth,
-            egocentric,
-            reachable,
+        self._games = build_games(
+            num_envs,
+            device,
+            seed,
+            long_starts,
+            board_size=board_size,
+            start_length=start_length,
+            dist_to_border=dist_to_border,
+            max_steps_without_food=max_steps_without_food,
+            countdown=countdown,
+            stall_growth=stall_growth,
+            egocentric=egocentric,
+            reachable=reachable,
         )
-        self.device = check_torch_device(device)
-        super().__init__(num_envs, self.rules.observation_space, self.rules.action_space)
+        self.rules, self.device = self._games.rules, self._games.device
+        super().__init__(self._games.count, self.rules.observation_space, self.rules.action_space)
         self._actions: torch.Tensor | None = None
         self._t_start = time.time()
-        seed = secrets.randbits(63) if seed is None else seed
-        self._games = BatchedGames(self.rules, num_envs, self.device, seed, long_starts)
 
     # ------------------------------------------------------------------ tensor interface
 

@@ -2,19 +2,17 @@
 ``VectorEnv``, what ``gym.make_vec("sb3_snake/Snake-v0", num_envs=N)`` returns.
 
 NumPy in and out, ``infos`` as a dict of arrays with ``_key`` masks, the rules of :class:`~sb3_snake.SnakeEnv`.
-Autoreset (``metadata["autoreset_mode"]``), as Gymnasium defines it:
+Autoreset (``metadata["autoreset_mode"]``), as Gymnasium defines it; ``DISABLED`` is refused, since the batched
+games restart every finished game within the step:
 
 - ``NEXT_STEP`` (the default): a finished game shows its last observation; on the next step its new start,
   reward 0, both flags False, and its action is ignored.
 - ``SAME_STEP``: the new start at once; the last observation and info in ``infos["final_obs"]`` and
   ``infos["final_info"]``. This is how the batched games restart anyway, so it is the faster mode.
-
-``DISABLED`` is refused: the batched games restart every finished game within the step.
 """
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,11 +22,10 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from sb3_snake.common.errors import UsageError
-from sb3_snake.common.system import check_torch_device
-from sb3_snake.envs.batched_games import BatchedGames, BatchedStep
-from sb3_snake.envs.batched_vec_env import check_long_starts, check_num_envs, check_seed
+from sb3_snake.envs.batched_games import BatchedStep
+from sb3_snake.envs.batched_vec_env import build_games, check_seed
 from sb3_snake.envs.render import RENDER_FPS, RENDER_MODES, check_render_mode, draw_text, render_ansi, render_rgb
-from sb3_snake.envs.rules import SnakeRules, check_actions, is_integer
+from sb3_snake.envs.rules import check_actions, is_integer
 
 #: The autoreset modes the batched games can offer.
 AUTORESET_MODES = (AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP)
@@ -98,29 +95,28 @@ class SnakeVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         reachable: bool = False,
         autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
     ):
-        self.num_envs = check_num_envs(num_envs)
         self.render_mode = check_render_mode(render_mode)
         self.autoreset_mode = check_autoreset_mode(autoreset_mode)
         self.metadata = {**self.metadata, "autoreset_mode": self.autoreset_mode}
-        seed = check_seed(seed)
-        long_starts = check_long_starts(long_starts)
-        self.rules = SnakeRules(
-            board_size,
-            start_length,
-            dist_to_border,
-            max_steps_without_food,
-            countdown,
-            stall_growth,
-            egocentric,
-            reachable,
+        self._games = build_games(
+            num_envs,
+            device,
+            seed,
+            long_starts,
+            board_size=board_size,
+            start_length=start_length,
+            dist_to_border=dist_to_border,
+            max_steps_without_food=max_steps_without_food,
+            countdown=countdown,
+            stall_growth=stall_growth,
+            egocentric=egocentric,
+            reachable=reachable,
         )
-        self.device = check_torch_device(device)
+        self.num_envs, self.rules, self.device = self._games.count, self._games.rules, self._games.device
         self.single_observation_space = self.rules.observation_space
         self.single_action_space = self.rules.action_space
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
-        seed = secrets.randbits(63) if seed is None else seed
-        self._games = BatchedGames(self.rules, self.num_envs, self.device, seed, long_starts)
         # NEXT_STEP: the games that finished on the last step, whose new start this step shows.
         self._waiting = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
 

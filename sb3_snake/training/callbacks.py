@@ -260,7 +260,7 @@ class CompileReport(BaseCallback):
         state = getattr(self.model, "compile_state", None)
         if state is None:
             return True
-        seen = (state.compiling_since, state.compiled, state.failure)
+        seen = (state.phase, state.failure)
         if self._seen is not None and seen != self._seen:
             self._report(state)
         self._seen = seen
@@ -270,7 +270,7 @@ class CompileReport(BaseCallback):
         decision = state.in_effect(self.model._n_updates)
         if state.failure:
             self.console.print(f"compile: off, training eagerly: {state.failure}", highlight=False, soft_wrap=True)
-        elif state.compiling_since is not None or state.compiled:
+        elif state.compiling or state.running:
             self.console.print(f"compile: {decision.reason}", highlight=False, soft_wrap=True)
 
 

@@ -98,7 +98,8 @@ def train(
         tracking.finish({key: value for key, value in summary.items() if isinstance(value, (int, float, str))})
         stop.phase = "finished"
     if outcome.diverged is not None:
-        raise TrainingDiverged(f"{outcome.diverged}; model.zip was not written, {_last_good(run_dir)}")
+        diverged = outcome.diverged
+        raise TrainingDiverged(f"{diverged.message}; model.zip was not written, {_last_good(run_dir)}", diverged.fix)
     return summary
 
 

@@ -1,19 +1,14 @@
 """A run's folder, held by one run at a time, so runs never clobber or lose each other.
 
-- **No collisions.** A run without a name gets ``runs/<timestamp>``, created exclusively
-  (``mkdir`` fails if it exists); when two runs start in the same second the second gets
-  ``runs/<timestamp>-2``, and so on.
-- **No silent overwrite.** A folder that already holds a run is refused unless the run asks to
-  ``overwrite`` it (its files are removed first, so no stale checkpoint stays beside the new
-  model) or resumes into it.
-- **One run at a time.** A lock file (``.sb3-snake.lock``, created exclusively, holding
-  ``host:pid``) marks the folder as in use; a second run is refused while the first lives, and
-  the lock of a run that was killed on this machine is taken over (one held from another machine
-  sharing the folder is never taken: only that machine can tell whether its run lives). Our own
-  and not ``filelock``'s: its ``flock`` leaves the lock file in every run folder by design, and
-  cannot name the run that holds it.
-- **Clean starts and failed starts.** Temporary files that a killed writer left are removed at
-  start; a folder made by a run that fails before writing anything is removed again.
+- **No collisions.** A run without a name gets ``runs/<timestamp>``, created exclusively (then ``-2``, ...).
+- **No silent overwrite.** A folder that holds a run is refused unless the run asks to ``overwrite`` it (its
+  files removed first) or resumes into it.
+- **One run at a time.** A lock file (``.sb3-snake.lock``, holding ``host:pid``) marks the folder in use; the
+  lock of a run killed on this machine is taken over, one held from another machine never.
+- **Clean starts and failed starts.** A killed writer's temporary files are removed at start; a folder made by
+  a run that fails before writing anything is removed again.
+
+Design notes: docs/design-notes.md, "sb3_snake/training/run_directory.py".
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The optimization layer, proven over real DQN gradient steps on CPU, and its CUDA rules as logic."""
 
 import threading
+import types
 from dataclasses import replace
 
 import numpy as np
@@ -33,10 +34,8 @@ from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.common.system import cpu_cores, cpu_has_native_bf16
 from sb3_snake.dqn.extractor import AttentionPool, SelfAttention
 from sb3_snake.dqn.snake_dqn import SnakeDQN
-from sb3_snake.dqn.update.choice import MAIN_THREAD_ONLY
-from sb3_snake.dqn.update.compile import WHOLE_UPDATE, CompileState, decide_compiled_update
-from sb3_snake.dqn.update.compiled import CompiledSteps
-from sb3_snake.dqn.update.eager import EagerSteps
+from sb3_snake.dqn.update.compile import MAIN_THREAD_ONLY, WHOLE_UPDATE, Compile, Phase, decide_compiled_update
+from sb3_snake.dqn.update.steps import CompiledSteps, EagerSteps
 from tests.conftest import SMALL_POLICY, small_dqn
 
 FLASH_KERNEL = "aten::_scaled_dot_product_flash_attention_for_cpu"
@@ -118,13 +117,13 @@ def test_a_deferred_compile_trains_eagerly_first_then_compiles_once(instant_comp
     assert any(f"enabled ({deferred})" in line for line in summary)
     pending = model.optimizations_in_effect().compile
     assert pending == Decision.off("deferred to gradient step 3, not reached (0 trained)")
-    assert not model.compile_state.active
+    assert not model.compile_state.running
     for _ in range(5):
         model.train(gradient_steps=1, batch_size=32)
     assert instant_compile.started == [32]
     assert isinstance(model.step_choice.current, CompiledSteps) and model.step_choice.current.calls == 2
     in_effect = model.optimizations_in_effect().compile
-    assert model.compile_state.active and in_effect.active and in_effect.reason.startswith(deferred)
+    assert model.compile_state.running and in_effect.active and in_effect.reason.startswith(deferred)
     assert (
         "compiled in a child process in 0 s for calls of 1 gradient step, adopted at gradient step 3 (training paused"
         in in_effect.reason
@@ -148,10 +147,10 @@ def test_on_the_cpu_compile_compiles_the_whole_update_at_the_first_update(instan
     model.train(gradient_steps=2, batch_size=32)
     assert isinstance(model.step_choice.current, CompiledSteps) and model.q_net._compiled_call_impl is None
     assert model.step_choice.current.steps_per_call == 2 and model.step_choice.current.calls == 1
-    assert model.compile_state.active and model.optimizations_in_effect().compile.active
+    assert model.compile_state.running and model.optimizations_in_effect().compile.active
 
 
-def two_stage_model(counts=(2, 1)):
+def background_model(counts=(2, 1)):
     """A model compiling in the background whose thread count is the run's to choose (``counts``), at 2 threads."""
     model = small_dqn(replace(COMPILED, compile_in_background=True), board_size=6, transitions=64)
     model.active_optimizations = replace(model.active_optimizations, adaptive_threads=counts)
@@ -166,69 +165,32 @@ def threads_restored():
     torch.set_num_threads(before)
 
 
-def test_the_first_of_two_graphs_runs_at_the_count_left_beside_the_child_the_last_at_the_runs(
-    instant_compile, threads_restored
-):
-    model = two_stage_model()
-    choice = model.step_choice
-    model.train(gradient_steps=2, batch_size=32)  # starts the first stage; training leaves the child a core
-    assert (choice.job.steps_per_call, choice.job.threads, torch.get_num_threads()) == (1, 1, 1)
-    model.train(gradient_steps=2, batch_size=32)  # adopts the graph of 1 step, starts the one of 2
-    assert (choice.current.steps_per_call, choice.current.threads, choice.current.calls) == (1, 1, 2)
-    assert (choice.job.steps_per_call, choice.job.threads, torch.get_num_threads()) == (2, 2, 1)
-    model.train(gradient_steps=2, batch_size=32)  # adopts the graph of 2 steps, at the run's count again
+def test_training_leaves_the_child_a_core_and_the_graph_runs_at_the_runs_own_count(instant_compile, threads_restored):
+    model = background_model()
+    choice, compile = model.step_choice, model.compile_state
+    model.train(gradient_steps=2, batch_size=32)  # starts the child; training leaves it a core meanwhile
+    assert compile.phase is Phase.COMPILING and type(choice.current) is EagerSteps
+    assert (compile.job.steps_per_call, compile.job.threads, torch.get_num_threads()) == (2, 2, 1)
+    model.train(gradient_steps=2, batch_size=32)  # adopts the graph, at the run's count again
     assert (choice.current.steps_per_call, choice.current.threads, choice.current.calls) == (2, 2, 1)
-    assert choice.job is None and torch.get_num_threads() == 2 and not model.compile_state.due(model._n_updates)
+    assert compile.phase is Phase.RUNNING and compile.job is None and torch.get_num_threads() == 2
+    assert not compile.due(model._n_updates)
 
 
-def test_a_wider_graph_that_fails_at_its_first_call_leaves_the_first_running(
-    instant_compile, monkeypatch, threads_restored
-):
-    def fail(*arguments):
-        raise RuntimeError("guards refused\nmore detail")
-
-    model = two_stage_model()
-    for _ in range(2):
-        model.train(gradient_steps=2, batch_size=32)
-    first = model.step_choice.current
-    monkeypatch.setattr("sb3_snake.dqn.update.choice.load", lambda path, *context: fail)
-    model.train(gradient_steps=2, batch_size=32)  # adopts the wider graph, whose first call fails
-    assert model.step_choice.current is first and model._n_updates == 6
-    decision = model.optimizations_in_effect().compile
-    failed = "the graph of more steps per call failed: compile failed: RuntimeError: guards refused more detail"
-    assert decision.active and f"{failed}; the first goes on at 1 thread" in decision.reason
-    assert not model.compile_state.due(model._n_updates) and model.compile_state.steps_per_call == 1
-    model.train(gradient_steps=2, batch_size=32)
-    assert first.calls == 4 and torch.get_num_threads() == 1  # the count the first graph was compiled for
-
-
-def test_new_values_while_the_wider_graph_compiles_stop_its_child_and_compile_again(instant_compile, threads_restored):
-    model = two_stage_model()
-    for _ in range(2):
-        model.train(gradient_steps=2, batch_size=32)
-    job = model.step_choice.job
-    assert job is not None and model.compile_state.compiling_since == 2  # started by the second call
-    model.gamma = 0.5
-    model.step_choice.reload()
-    state = model.compile_state
-    assert model.step_choice.job is None and state.compiling_since is None and state.stopped_since is None
-    assert not state.compiled and state.due(model._n_updates) and torch.get_num_threads() == 2
-    model.train(gradient_steps=2, batch_size=32)  # the first stage again, with the new gamma
-    assert model.step_choice.job.steps_per_call == 1 and model.step_choice.job.graph.gamma == 0.5
-
-
-def test_new_values_while_the_first_graph_compiles_drop_it_at_adoption_and_compile_again(
+def test_new_values_while_the_child_compiles_drop_its_graph_at_adoption_and_compile_again(
     instant_compile, threads_restored
 ):
-    model = two_stage_model()
-    model.train(gradient_steps=2, batch_size=32)  # starts the first stage's child
-    assert model.step_choice.job.steps_per_call == 1 and model.step_choice.job.graph.gamma != 0.5
+    model = background_model()
+    model.train(gradient_steps=2, batch_size=32)  # starts the child
+    assert model.compile_state.job.graph.gamma != 0.5
     model.gamma = 0.5
     model.step_choice.reload()  # eager steps read the new value; the child compiles the old one
-    model.train(gradient_steps=2, batch_size=32)  # its graph is refused at adoption: the first stage again
-    choice, state = model.step_choice, model.compile_state
-    assert not isinstance(choice.current, CompiledSteps) and choice._first_graph is None and not state.compiled
-    assert choice.job.steps_per_call == 1 and choice.job.graph.gamma == 0.5 and state.compiling_since == 2
+    model.train(gradient_steps=2, batch_size=32)  # its graph is refused at adoption
+    choice, compile = model.step_choice, model.compile_state
+    assert type(choice.current) is EagerSteps and compile.phase is Phase.WAITING and compile.due(4)
+    assert torch.get_num_threads() == 2
+    model.train(gradient_steps=2, batch_size=32)  # compiles again, with the new gamma
+    assert compile.job.graph.gamma == 0.5 and compile.since == 4 and compile.phase is Phase.COMPILING
 
 
 def test_the_whole_update_is_compiled_on_the_cpu_only_and_for_what_it_supports(monkeypatch):
@@ -247,45 +209,35 @@ def test_the_whole_update_is_compiled_on_the_cpu_only_and_for_what_it_supports(m
     assert compile_unavailable("cpu") == "no compiler here"
 
 
-def test_the_compile_state_describes_itself():
+def test_the_compile_describes_each_of_its_phases():
     """The one wording of the compile decision: off and why, what, when, where, pending, done, failed."""
     whole = decide_compiled_update("")
-    assert CompileState(Decision.not_requested(), whole).planned == Decision.not_requested()
+    assert Compile(Decision.not_requested(), whole).planned == Decision.not_requested()
     unavailable = Decision.off("no torch.compile here")
-    assert CompileState(unavailable, whole, after=5).in_effect(0) == unavailable
-    state = CompileState(Decision.on(), whole, after=1_000, background=True)
+    assert Compile(unavailable, whole, after=5).in_effect(0) == unavailable
+    assert Compile(Decision.on(), Decision.off("not Adam")).phase is Phase.OFF
+    compile = Compile(Decision.on(), whole, after=1_000, background=True)
     planned = f"after the first 1,000 gradient steps, in a child process while training goes on: {WHOLE_UPDATE}"
-    assert state.planned == Decision.on(planned)
-    assert state.in_effect(10) == Decision.off("deferred to gradient step 1,000, not reached (10 trained)")
-    assert not state.due(999) and state.due(1_000) and not state.active
-    state.compiling_since, state.child_pid = 1_000, 42
+    assert compile.planned == Decision.on(planned) and compile.phase is Phase.WAITING
+    assert compile.in_effect(10) == Decision.off("deferred to gradient step 1,000, not reached (10 trained)")
+    assert not compile.due(999) and compile.due(1_000) and not compile.running
+    compile.phase, compile.since = Phase.COMPILING, 1_000
+    compile.job = types.SimpleNamespace(child=types.SimpleNamespace(pid=42), close=lambda: None)
     compiling = "compiling in a child process (pid 42) since gradient step 1,000 (1,200 trained)"
-    assert state.in_effect(1_200) == Decision.off(compiling) and not state.due(1_200)
-    state.compiling_since, state.stopped_since = None, 1_000
+    assert compile.in_effect(1_200) == Decision.off(compiling) and not compile.due(1_200) and compile.compiling
+    compile.stop()
     stopped = "was compiling in a child process since gradient step 1,000 when training stopped, and was stopped"
-    assert state.in_effect(1_300) == Decision.off(f"{stopped} (1,300 trained)") and state.due(1_300)
-    state.compiled, state.stopped_since = True, None
-    state.steps_per_call, state.steps_wanted = 1, 4
-    state.outcome = "compiled in a child process in 50 s for calls of 1 gradient step, adopted at gradient step 1,400"
-    assert state.in_effect(2_000) == Decision.on(f"{planned}; {state.outcome}") and state.active
-    assert state.due(2_000) and state.next_steps_per_call() == 4  # the wider graph, once the first runs
-    state.compiling_since, state.child_pid = 2_000, 43
-    wider = "a graph of 4 gradient steps per call compiling in a child process (pid 43) since gradient step 2,000"
-    assert state.in_effect(2_100) == Decision.on(f"{planned}; {state.outcome}; {wider}") and not state.due(2_100)
-    state.compiling_since, state.stopped_since = None, 2_000
-    wider = "a graph of 4 gradient steps per call was compiling since gradient step 2,000 when training stopped"
-    wider += ", and was stopped"
-    assert state.in_effect(2_200) == Decision.on(f"{planned}; {state.outcome}; {wider}") and state.due(2_200)
-    state.stopped_since, first = None, state.outcome
-    state.keep_first_graph("compile child exited with code 1")
-    assert state.outcome == f"{first}; the graph of more steps per call failed: compile child exited with code 1"
-    assert not state.due(2_300) and state.active
-    assert (
-        CompileState(Decision.on(), whole, steps_wanted=4).next_steps_per_call() == 4
-    )  # waited for: the widest at once
-    state.failure = "compile failed: RuntimeError: no"
-    assert state.planned == state.in_effect(2_000) == Decision.off("compile failed: RuntimeError: no")
-    assert not state.active and not state.due(2_000)
+    assert compile.in_effect(1_300) == Decision.off(f"{stopped} (1,300 trained)") and compile.due(1_300)
+    assert compile.job is None and compile.phase is Phase.WAITING
+    compile.phase, compile.since = Phase.RUNNING, None
+    compile.outcome = "compiled in a child process in 50 s for calls of 1 gradient step, adopted at gradient step 1,400"
+    assert compile.in_effect(2_000) == Decision.on(f"{planned}; {compile.outcome}") and compile.running
+    assert not compile.due(2_000)
+    compile.start_over(2_100)  # new constants: compiled again from here
+    assert compile.due(2_100) and compile.outcome == "" and not compile.running
+    compile.turn_off("compile failed: RuntimeError: no")
+    assert compile.planned == compile.in_effect(2_000) == Decision.off("compile failed: RuntimeError: no")
+    assert not compile.running and not compile.due(2_000)
 
 
 def test_a_compiled_update_whose_first_call_fails_is_reported_off_and_training_goes_on(
@@ -294,7 +246,7 @@ def test_a_compiled_update_whose_first_call_fails_is_reported_off_and_training_g
     def fail(*arguments):
         raise RuntimeError("no C++ compiler\nmore detail")
 
-    monkeypatch.setattr("sb3_snake.dqn.update.choice.load", lambda path, *context: fail)
+    monkeypatch.setattr("sb3_snake.dqn.update.compile.load", lambda path, *context: fail)
     model = small_dqn(compiled_after(1), board_size=6, transitions=64)
     model.train(gradient_steps=1, batch_size=32)
     assert model.active_optimizations.compile.active and type(model.step_choice.current) is EagerSteps
@@ -304,7 +256,8 @@ def test_a_compiled_update_whose_first_call_fails_is_reported_off_and_training_g
     assert model.active_optimizations.compile == Decision.off(failure)
     assert model.optimizations_in_effect().compile == Decision.off(failure)
     assert f"torch.compile requested but not active: {failure}; training eagerly" in caplog.text
-    assert model.step_choice.current is None and model._n_updates == 3 and not model.compile_state.active
+    assert type(model.step_choice.current) is EagerSteps and model._n_updates == 3
+    assert not model.compile_state.running and model.compile_state.phase is Phase.OFF
     model.train(gradient_steps=1, batch_size=32)  # goes on eagerly
     assert type(model.step_choice.current) is EagerSteps and model._n_updates == 4
 
@@ -330,7 +283,7 @@ def test_without_compile_nothing_is_compiled(instant_compile):
     model = make_model()
     model.train(gradient_steps=2, batch_size=32)
     assert not model.active_optimizations.compile.active and type(model.step_choice.current) is EagerSteps
-    assert instant_compile.started == [] and model.step_choice.job is None
+    assert instant_compile.started == [] and model.compile_state.job is None
 
 
 @pytest.mark.parametrize("settings", [{}, {"use_flash_attention": True}, {"use_bf16": True}])

@@ -16,7 +16,7 @@ from sb3_snake.acceleration.optimizations import (
 )
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.acceleration.threads import AdaptiveThreads, ThreadTuner
-from sb3_snake.dqn.update.compile import WHOLE_UPDATE, CompileState
+from sb3_snake.dqn.update.compile import WHOLE_UPDATE, Compile, Phase
 from sb3_snake.training.config import TrainConfig
 from sb3_snake.training.run import train
 from tests.conftest import small_dqn
@@ -188,10 +188,10 @@ def test_the_callback_keeps_the_count_once_the_update_is_compiled(monkeypatch):
     model.num_timesteps = 10
     callback.on_step()
     assert callback.tuner.current == 3 and callback.tuner.probing
-    assert not model.compile_state.active  # compile is off for this model
-    compiled = CompileState(Decision.on(), Decision.on(WHOLE_UPDATE), compiled=True)
+    assert not model.compile_state.running  # compile is off for this model
+    compiled = Compile(Decision.on(), Decision.on(WHOLE_UPDATE), phase=Phase.RUNNING)
     monkeypatch.setattr(model.step_choice, "compile", compiled)
-    assert model.compile_state.active
+    assert model.compile_state.running
     for _ in range(20):
         model.num_timesteps += 5
         callback.on_step()
@@ -206,7 +206,7 @@ def test_the_callback_neither_measures_nor_sets_a_count_while_the_update_compile
     model.num_timesteps = 10
     callback.on_step()
     assert callback.tuner.current == 3 and callback.tuner.probing
-    compiling = CompileState(Decision.on(), Decision.on(), background=True, compiling_since=0)
+    compiling = Compile(Decision.on(), Decision.on(), background=True, phase=Phase.COMPILING, since=0)
     monkeypatch.setattr(model.step_choice, "compile", compiling)
     torch.set_num_threads(1)  # as the compile sets it: one core left to the compiler
     measured = callback.tuner.as_dict()
@@ -217,7 +217,7 @@ def test_the_callback_neither_measures_nor_sets_a_count_while_the_update_compile
     assert lines == []
     torch.set_num_threads(3)  # the compile failed: training is back at its count
     monkeypatch.setattr(
-        model.step_choice, "compile", CompileState(Decision.off("torch.compile is not supported here"), Decision.on())
+        model.step_choice, "compile", Compile(Decision.off("torch.compile is not supported here"), Decision.on())
     )
     callback.on_step()
     assert len(callback.tuner.probes) == 2 and callback.tuner.probing  # a fresh probe, not the stale window
@@ -232,7 +232,7 @@ def test_a_compile_that_is_due_fixes_the_chosen_count_not_a_probes(monkeypatch):
         model.num_timesteps += 5
         callback.on_step()
     assert callback.tuner.probing and torch.get_num_threads() == 1  # a window of the other count
-    due = CompileState(Decision.on(), Decision.on(), background=True)
+    due = Compile(Decision.on(), Decision.on(), background=True)
     monkeypatch.setattr(model.step_choice, "compile", due)
     assert model.compile_state.due(model._n_updates)
     callback.on_step()

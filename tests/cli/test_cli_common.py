@@ -98,3 +98,27 @@ def test_an_unusable_compile_cache_folder_is_no_traceback(tmp_path, compile_flag
     else:
         assert compile_line.split() == ["torch.compile:", "disabled", "(from", "override)"]
     assert (tmp_path / "run" / "model.zip").is_file() and not (tmp_path / "file").is_dir()
+
+
+def test_the_library_names_its_fixes_as_arguments_and_the_command_line_as_flags():
+    from sb3_snake.cli.common import in_flags
+    from sb3_snake.common.errors import UsageError
+    from sb3_snake.dqn.snake_dqn import TrainingDiverged
+
+    cases = [
+        ({"board_size": 5}, "pass board_size=5", "pass --board-size 5"),
+        ({"countdown": False}, "pass countdown=False", "pass --no-countdown"),
+        ({"egocentric": True}, "pass egocentric=True", "pass --egocentric"),
+        ({"trusted": True}, "pass trusted=True", "pass --trust-model"),
+        ({"learning_rate": "lower"}, "lower learning_rate", "lower --learning-rate"),
+    ]
+    for fix, python, flags in cases:
+        error = UsageError("model m.zip does not fit", fix=fix)
+        assert str(error) == f"model m.zip does not fit; {python}"
+        assert in_flags(error) == f"model m.zip does not fit; {flags}"
+    diverged = TrainingDiverged("the TD loss became nan", fix={"learning_rate": "lower"})
+    assert (str(diverged), in_flags(diverged)) == (
+        "the TD loss became nan; lower learning_rate",
+        "the TD loss became nan; lower --learning-rate",
+    )
+    assert in_flags(UsageError("no fix")) == "no fix" and in_flags(ValueError("plain")) == "plain"

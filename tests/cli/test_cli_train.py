@@ -115,7 +115,7 @@ def test_eval_json(trained_run):
 @pytest.mark.parametrize("command", [["eval", "--episodes", "2"], ["play", "--fps", "0"]])
 def test_eval_and_play_never_compile_even_when_the_env_file_says_so(trained_run, tmp_path, monkeypatch, command):
     compiled = []
-    monkeypatch.setattr("sb3_snake.dqn.update.choice.CompileJob", lambda *args, **kwargs: compiled.append(args))
+    monkeypatch.setattr("sb3_snake.dqn.update.compile.CompileJob", lambda *args, **kwargs: compiled.append(args))
     env_file = tmp_path / "compile.env"
     env_file.write_text("USE_TORCH_COMPILE=true\n")
     model = str(trained_run[0] / "model.zip")
@@ -573,7 +573,7 @@ def test_a_model_and_its_buffer_are_written_both_or_neither(tmp_path, monkeypatc
     def no_space(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(persistence, "save_replay_buffer", no_space)
+    monkeypatch.setattr("sb3_snake.persistence.model_file.save_replay_buffer", no_space)
     with pytest.raises(OutputError, match=r"checkpoint.replay.npz \(No space left on device\)"):
         persistence.save_model(model, path, replay_buffer=True)
     assert (path.read_bytes(), persistence.replay_buffer_path(path).read_bytes()) == before

@@ -22,7 +22,7 @@ from sb3_snake.capabilities import capability_report, format_capability_report
 from sb3_snake.common import system
 from sb3_snake.common.compile_record import last_compile
 from sb3_snake.dqn.update.child import FAULT_ENV
-from sb3_snake.dqn.update.compiled import CompiledSteps
+from sb3_snake.dqn.update.steps import CompiledSteps
 from tests.conftest import small_dqn
 from tests.dqn.test_compiled_update import EAGER, assert_same_training_state, serve_rows
 
@@ -34,7 +34,7 @@ COMPILED = OptimizationSettings(
 @pytest.fixture(autouse=True)
 def graph_only_child(monkeypatch, tmp_path):
     """The child compiles with ``aot_eager``, into a cache folder of the test's own."""
-    monkeypatch.setattr("sb3_snake.dqn.update.choice.COMPILE_BACKEND", "aot_eager")
+    monkeypatch.setattr("sb3_snake.dqn.update.compile.COMPILE_BACKEND", "aot_eager")
     monkeypatch.setenv("SB3_SNAKE_CACHE_DIR", str(tmp_path / "cache"))
 
 
@@ -95,7 +95,7 @@ def test_a_child_that_crashes_or_fails_leaves_training_eager_and_says_so(fault, 
     decision = model.optimizations_in_effect().compile
     assert not decision.active and decision.reason.startswith(reason)
     assert "\n" not in decision.reason
-    assert model.step_choice.job is None  # reaped
+    assert model.compile_state.job is None  # reaped
     record = last_compile()
     assert record["compiled"] is False and record["outcome"] == decision.reason
     report = format_capability_report(capability_report(OptimizationSettings(num_threads=1), "cpu"))
@@ -116,14 +116,14 @@ def test_training_goes_on_eagerly_while_the_child_compiles_and_stopping_stops_it
     model = compiling_model(background=True)
     for _ in range(3):
         model.train(gradient_steps=2, batch_size=32)
-    assert model._n_updates == 6 and model.compile_state.compiling_since == 0
-    pid = model.compile_state.child_pid
+    assert model._n_updates == 6 and model.compile_state.compiling and model.compile_state.since == 0
+    pid = model.compile_state.job.child.pid
     assert alive(pid)
     assert (
         f"compiling in a child process (pid {pid}) since gradient step 0"
         in model.optimizations_in_effect().compile.reason
     )
-    folder = model.step_choice.job.folder
+    folder = model.compile_state.job.folder
 
     class StopNow(BaseCallback):
         def _on_step(self):
@@ -135,66 +135,6 @@ def test_training_goes_on_eagerly_while_the_child_compiles_and_stopping_stops_it
     reason = model.optimizations_in_effect().compile.reason
     assert reason.startswith("was compiling in a child process since gradient step 0 when training stopped")
     assert model.compile_state.due(model._n_updates)  # training that resumes compiles again
-
-
-def finish_compile(model):
-    """Wait for the running compile child (no fixed time), then train one call, which adopts it."""
-    assert model.step_choice.job.wait()
-    model.train(gradient_steps=2, batch_size=32)
-
-
-@pytest.mark.slow
-def test_in_the_background_a_one_step_graph_runs_first_then_the_wider_one(monkeypatch):
-    eager = small_dqn(EAGER, board_size=6, transitions=96)
-    compiled = compiling_model(background=True)
-    compiled.policy.load_state_dict(eager.policy.state_dict())
-    data = eager.replay_buffer.sample(16 * 32)
-    for model in (eager, compiled):
-        serve_rows(model, data)
-    compiled.train(gradient_steps=2, batch_size=32)  # eager while the first child compiles
-    state = compiled.compile_state
-    assert state.steps_wanted == 2 and compiled.step_choice.job.steps_per_call == 1
-    finish_compile(compiled)  # adopts the graph of 1 step; the same call starts the one of 2
-    assert state.steps_per_call == 1 and compiled.step_choice.job.steps_per_call == 2
-    reason = compiled.optimizations_in_effect().compile.reason
-    assert "for calls of 1 gradient step, adopted at gradient step 2" in reason
-    assert "a graph of 2 gradient steps per call compiling in a child process" in reason
-    finish_compile(compiled)
-    update = compiled.step_choice.current
-    assert isinstance(update, CompiledSteps) and update.steps_per_call == 2 and update.calls == 1
-    assert state.steps_per_call == 2 and not state.due(compiled._n_updates) and compiled.step_choice.job is None
-    reason = compiled.optimizations_in_effect().compile.reason
-    assert "; then compiled in a child process in" in reason and "for calls of 2 gradient steps" in reason
-    assert "compiling" not in reason.split("; then ")[-1]
-    compiled.train(gradient_steps=2, batch_size=32)
-    # The same batches eagerly: the children's (one, then two), drawn first, were not trained on.
-    for skipped in (1, 2, 0, 0):
-        eager.replay_buffer.sample(skipped * 32)
-        eager.train(gradient_steps=2, batch_size=32)
-    assert compiled._n_updates == eager._n_updates == 8
-    assert_same_training_state(eager, compiled)
-
-
-@pytest.mark.slow
-def test_a_wider_graph_that_fails_leaves_the_first_running(monkeypatch):
-    model = compiling_model(background=True)
-    model.train(gradient_steps=2, batch_size=32)
-    monkeypatch.setenv(FAULT_ENV, "crash")  # the second child crashes
-    finish_compile(model)
-    assert model.compile_state.steps_per_call == 1
-    finish_compile(model)
-    decision = model.optimizations_in_effect().compile
-    assert (
-        decision.active
-        and "; the graph of more steps per call failed: compile child was killed by SIGSEGV" in decision.reason
-    )
-    assert "\n" not in decision.reason
-    assert isinstance(model.step_choice.current, CompiledSteps) and model.step_choice.current.steps_per_call == 1
-    assert not model.compile_state.due(model._n_updates)  # the first graph is the last
-    model.train(gradient_steps=2, batch_size=32)
-    assert model.step_choice.current.calls >= 2 and model.step_choice.job is None
-    record = last_compile()
-    assert record["compiled"] is True and record["outcome"] == model.compile_state.outcome
 
 
 @pytest.mark.slow
@@ -275,9 +215,9 @@ def test_a_job_left_behind_is_closed_when_it_is_collected(monkeypatch):
     monkeypatch.setenv(FAULT_ENV, "hang")
     model = compiling_model(background=True)
     model.train(gradient_steps=2, batch_size=32)
-    job = model.step_choice.job
+    job = model.compile_state.job
     pid, folder = job.child.pid, job.folder
-    model.step_choice.job = None  # dropped without close(), as by a model thrown away mid-compile
+    model.compile_state.job = None  # dropped without close(), as by a model thrown away mid-compile
     del job, model
     gc.collect()
     assert not alive(pid) and not folder.exists()
@@ -319,7 +259,7 @@ def test_a_hook_on_the_network_declines_the_compile_with_its_name_and_training_g
     decision = model.optimizations_in_effect().compile
     assert not decision.active and decision.reason.startswith("compile declined: the compiled update would not call")
     assert "forward hook <lambda> on q_net.q_net.0" in decision.reason
-    assert model.step_choice.job is None
+    assert model.compile_state.job is None
 
 
 def test_a_compile_that_cannot_start_is_declined_with_its_reason(monkeypatch):
@@ -364,7 +304,7 @@ def test_an_artifact_that_is_not_the_users_own_is_refused_before_it_is_read(plan
     import pickle
 
     from sb3_snake.common.paths import UntrustedCacheError
-    from sb3_snake.dqn.update.artifact import load
+    from sb3_snake.dqn.update.child import load
 
     folder, marker = tmp_path / "compiled", tmp_path / "payload-ran"
     folder.mkdir(mode=0o700)

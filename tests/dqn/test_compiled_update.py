@@ -7,13 +7,13 @@ import pytest
 import torch
 from stable_baselines3.common.type_aliases import ReplayBufferSamples
 
+from sb3_snake.acceleration.optimizations import forward_context
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.common.system import cpu_has_native_bf16
-from sb3_snake.dqn.update.artifact import artifact_key, compile_graph, forward_context, load, save
-from sb3_snake.dqn.update.compile import unsupported_reason
-from sb3_snake.dqn.update.compiled import CompiledSteps, steps_per_call_for
-from sb3_snake.dqn.update.eager import EagerSteps
+from sb3_snake.dqn.update.child import artifact_key, compile_graph, load, save
+from sb3_snake.dqn.update.compile import Phase, steps_per_call_for, unsupported_reason
 from sb3_snake.dqn.update.graph import UpdateGraph, graph_arguments, split
+from sb3_snake.dqn.update.steps import CompiledSteps, EagerSteps
 from tests.conftest import small_dqn
 
 EAGER = OptimizationSettings(use_bf16=False, use_flash_attention=False, use_torch_compile=False, num_threads=1)
@@ -36,8 +36,8 @@ def adopt_compiled(model, folder, steps=1, batch_size=32, backend="inductor"):
         path = folder / f"update-{artifact_key(graph, arguments, {'backend': backend})}.bin"
         save(compile_graph(graph, arguments, backend=backend), path)
     function = load(path, "cpu", active.bf16.active, active.sdpa_backends)  # as training loads it
-    update = CompiledSteps(model, active, graph, function, steps, batch_size)
-    model.step_choice.current, model.step_choice.compile.compiled = update, True
+    update = CompiledSteps(model, graph, function, steps, batch_size)
+    model.step_choice.current, model.step_choice.compile.phase = update, Phase.RUNNING
     return update
 
 

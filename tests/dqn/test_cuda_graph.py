@@ -12,8 +12,7 @@ import torch
 
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.dqn.replay import DeviceReplayBuffer
-from sb3_snake.dqn.update.captured import CapturedSteps
-from sb3_snake.dqn.update.eager import EagerSteps
+from sb3_snake.dqn.update.steps import CapturedSteps, EagerSteps
 from tests.conftest import small_dqn
 
 PLAIN = OptimizationSettings(use_bf16=False, use_flash_attention=False, use_torch_compile=False, num_threads=1)
@@ -104,13 +103,12 @@ def test_new_hyperparameters_or_parameters_drop_a_captured_update():
     """What a graph read on the host while capturing (gamma, clipping, Double DQN) or the optimizer
     state it points at may change; the next update then captures afresh."""
     model = device_buffer_model()
-    model.step_choice.current = CapturedSteps(model, batch_size=32)
+    captured = model.step_choice.current = CapturedSteps(model, batch_size=32)
     model.set_hyperparameters(gamma=0.9)
-    assert model.step_choice.current is None and model.gamma == 0.9
-    model.step_choice.current = CapturedSteps(model, batch_size=32)
+    assert model.step_choice.current is not captured and model.gamma == 0.9
+    assert type(model.step_choice.current) is EagerSteps  # chosen again: eager on the CPU
+    captured = model.step_choice.current = CapturedSteps(model, batch_size=32)
     model.set_parameters(model.get_parameters())
-    assert model.step_choice.current is None
-    model.train(gradient_steps=1, batch_size=32)  # chosen again: eager on the CPU
     assert type(model.step_choice.current) is EagerSteps
 
 

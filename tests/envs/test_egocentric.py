@@ -108,7 +108,7 @@ def test_an_egocentric_run_trains_saves_plays_and_keeps_its_view_on_resume(tmp_p
     assert play(model, out=io.StringIO())["steps"] > 0
     assert resume_config(tmp_path / "a" / "model.zip").egocentric
     config = resume_config(tmp_path / "a" / "model.zip", egocentric=False)
-    with pytest.raises(UsageError, match="trained on the egocentric view with 3 actions; pass --egocentric"):
+    with pytest.raises(UsageError, match="trained on the egocentric view with 3 actions; pass egocentric=True"):
         train(config, FAST, tmp_path / "b", resume=tmp_path / "a" / "model.zip")
-    with pytest.raises(UsageError, match="trained on the egocentric view with 3 actions; pass --egocentric"):
+    with pytest.raises(UsageError, match="trained on the egocentric view with 3 actions; pass egocentric=True"):
         load_model(tmp_path / "a" / "model.zip", FAST, env=BatchedSnakeVecEnv(2, board_size=5))

@@ -103,7 +103,7 @@ def test_a_model_keeps_its_channel_and_is_refused_where_it_cannot_apply(tmp_path
         assert board_options(model.observation_space) == {"countdown": False, "reachable": True}
         assert evaluate(model, episodes=2)["episodes"] == 2
     assert resume_config(path).reachable is True
-    with pytest.raises(UsageError, match="trained with the reachable channel; pass --reachable"):
+    with pytest.raises(UsageError, match="trained with the reachable channel; pass reachable=True"):
         load_model(path, FAST, env=SnakeEnv(board_size=5, egocentric=True))
     flags = [
         "--episodes",

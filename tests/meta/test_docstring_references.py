@@ -3,7 +3,7 @@
 Scanned: module, class, function and method docstrings, and ``#:`` attribute comments. Checked:
 the roles :data:`ROLES` (``:func:`X```, with or without ``~``, or ``:meth:`title <X>```), every
 ````sb3_snake.a.b```` in double backquotes, and every ````sibling.name```` whose first part is a
-module of the same package (``choice.StepChoice`` in ``sb3_snake/dqn/update/__init__.py``) unless
+module of the same package (``steps.StepChoice`` in ``sb3_snake/dqn/update/__init__.py``) unless
 it ends like a file's name, and every ````module.Class````; none whose first part is a parameter
 or local of the function around.
 
@@ -261,12 +261,12 @@ def test_resolver_tells_good_references_from_bad():
     assert found == ["~json.dumps", "ValueError", "gone", "sb3_snake.nothing_here"]
     namespace = {"json": importlib.import_module("json")}
     assert [resolves(target, namespace) for target in found] == [True, True, False, False]
-    siblings, local = frozenset({"choice", "summary", "plan"}), frozenset({"plan"})
-    text = "``choice.StepChoice``, ``summary.json``, ``plan.parallel``, ``step.EagerSteps``"
-    assert list(references(text, siblings, local)) == [("choice.StepChoice", True), ("step.EagerSteps", False)]
+    siblings, local = frozenset({"steps", "summary", "plan"}), frozenset({"plan"})
+    text = "``steps.StepChoice``, ``summary.json``, ``plan.parallel``, ``step.EagerSteps``"
+    assert list(references(text, siblings, local)) == [("steps.StepChoice", True), ("step.EagerSteps", False)]
     assert not resolves("step.EagerSteps", {})
     package = {"__package__": "sb3_snake.dqn.update"}
-    assert [resolves(target, package) for target in ("~.choice.StepChoice", ".step.EagerSteps")] == [True, False]
+    assert [resolves(target, package) for target in ("~.steps.StepChoice", ".step.EagerSteps")] == [True, False]
 
 
 def test_resolver_looks_in_the_class_but_not_at_parameters():

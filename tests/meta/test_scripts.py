@@ -25,8 +25,8 @@ def run_script(name: str, *arguments: str, graph_only: bool = False) -> subproce
     script = str(SCRIPTS / name)
     if graph_only:
         code = (
-            "import runpy, sys; import sb3_snake.dqn.update.choice as choice; "
-            f"choice.COMPILE_BACKEND = {GRAPH_ONLY!r}; sys.argv[0] = {script!r}; "
+            "import runpy, sys; import sb3_snake.dqn.update.compile as compile; "
+            f"compile.COMPILE_BACKEND = {GRAPH_ONLY!r}; sys.argv[0] = {script!r}; "
             f"runpy.run_path({script!r}, run_name='__main__')"
         )
         command = [sys.executable, "-c", code, *arguments]

@@ -14,9 +14,9 @@ from tests.conftest import FAST, rewrite_metadata, tiny_config
 
 def test_resume_rejects_another_board_size(tmp_path):
     train(tiny_config(episodes=4), FAST, tmp_path)
-    with pytest.raises(ValueError, match=r"trained on a 5x5 board, not 6x6; pass --board-size 5"):
+    with pytest.raises(ValueError, match=r"trained on a 5x5 board, not 6x6; pass board_size=5"):
         build_model(tiny_config(board_size=6), FAST, resume=tmp_path / "model.zip")
-    with pytest.raises(ValueError, match=r"trained without the countdown channel; pass --no-countdown$"):
+    with pytest.raises(ValueError, match=r"trained without the countdown channel; pass countdown=False$"):
         build_model(tiny_config(countdown=True), FAST, resume=tmp_path / "model.zip")
 
 

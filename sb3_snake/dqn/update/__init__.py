@@ -1,5 +1,11 @@
-"""One gradient step of ``SnakeDQN`` (``eager.EagerSteps``), and the ways to run it: eagerly,
-compiled as one graph (``compiled``, CPU), or captured as one CUDA graph (``captured``, GPU);
-chosen in one place with one fallback (``choice.StepChoice``), the compile's own state
-(``compile.CompileState``), and the compile in a child process that training survives
-(``child.CompileJob``)."""
+"""SnakeDQN's gradient step and the ways to run it.
+
+``SnakeDQN.train`` -> :meth:`StepChoice.run <sb3_snake.dqn.update.steps.StepChoice.run>`, which
+first lets the model's :class:`~sb3_snake.dqn.update.compile.Compile` move on (start the compile
+child when due, adopt what it saved when done), then runs the call through the way in effect:
+:class:`~sb3_snake.dqn.update.steps.EagerSteps` (:func:`~sb3_snake.dqn.update.steps.gradient_step`
+as written), :class:`~sb3_snake.dqn.update.steps.CompiledSteps` (the
+:class:`~sb3_snake.dqn.update.graph.UpdateGraph` compiled by :mod:`~sb3_snake.dqn.update.child`,
+CPU) or :class:`~sb3_snake.dqn.update.steps.CapturedSteps` (a CUDA graph). A way that fails
+turns itself off and the call finishes eagerly.
+"""

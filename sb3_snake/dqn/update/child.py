@@ -1,48 +1,50 @@
-"""The compile child: the update compiled in a process of its own, which training survives.
+"""The compile child and its artifact: the update compiled in a process of its own, which training survives.
 
-:class:`CompileJob` is the training process's side. It writes what the compile needs (the
-:class:`~sb3_snake.dqn.update.graph.UpdateGraph`, the arguments of one call and the compile's
-options) to a private folder and starts this module as a child process
-(:class:`~sb3_snake.common.child_process.ChildProcess`); training polls it at step boundaries,
-and once it has ended, loads the compiled update it saved (:func:`~sb3_snake.dqn.update.artifact.load`)
-on its main thread. A child that crashes, hangs past its timeout or fails costs a compile, never
-the run: the job's :meth:`~CompileJob.failure` says what happened, in one line. Stopping
-training stops the child and removes the folder (:meth:`CompileJob.close`).
-
-:func:`main` is the child's side (``main([REQUEST, ARTIFACT])``). It finds
-the compiled update in the cache folder, or compiles and saves it there
-(:func:`~sb3_snake.dqn.update.artifact.compile_graph`), then loads the saved file and runs it
-once, so that what the training process will load has loaded and run here first. It writes a
-small JSON result beside the request and exits 0; anything else is a failure.
-
-The child compiles for the thread count training will run the graph at (the count is compiled
-into the kernels and guarded), and builds its C++ kernels on the cores training leaves it.
-:data:`FAULT_ENV` makes a child crash, hang or fail on purpose: the tests use it to show what
-training does then.
+:class:`CompileJob` is the training process's side: it writes the
+:class:`~sb3_snake.dqn.update.graph.UpdateGraph`, one call's arguments and the compile's options
+to a private folder and starts :func:`main` as a child process. :func:`main` finds the compiled
+update in the cache folder or compiles it (:func:`compile_graph`, ``aot_compile``), saves it
+(:func:`save`), loads and runs it once, and exits 0; anything else is a failure, in one line
+(:meth:`CompileJob.failure`). The training process then loads the file on its main thread
+(:func:`load`). Files are kept under a key of everything the compiled code depends on
+(:func:`artifact_key`). :data:`FAULT_ENV` makes a child crash, hang or fail on purpose, for the
+tests. Why, and the torch 2.13 workarounds: docs/compile.md.
 """
 
 from __future__ import annotations
 
 import faulthandler
+import hashlib
 import json
 import logging
 import os
+import platform
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 import time
 import weakref
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch.nn.attention import SDPBackend
 
+from sb3_snake.acceleration.optimizations import forward_context
 from sb3_snake.common.child_process import ChildProcess, tie_to_parent
 from sb3_snake.common.errors import UsageError
-from sb3_snake.common.paths import check_writable_dir, private_dir, write_text_atomically
+from sb3_snake.common.paths import (
+    cache_dir,
+    check_writable_dir,
+    private_dir,
+    read_private,
+    write_private,
+    write_text_atomically,
+)
 from sb3_snake.common.system import process_gone
-from sb3_snake.dqn.update.artifact import artifact_key, artifact_path, compile_graph, forward_context, load, save
 from sb3_snake.dqn.update.graph import UpdateGraph
 
 logger = logging.getLogger(__name__)
@@ -195,3 +197,98 @@ def main(argv: list[str]) -> int:
     seconds = time.perf_counter() - started
     write_text_atomically(request_path.parent / "result.json", json.dumps({"seconds": seconds, "cached": cached}))
     return 0
+
+
+#: Bumped when the file's content changes meaning, so older files are compiled again.
+ARTIFACT_VERSION = 1
+#: The largest compiled update a file may hold (a few megabytes in practice).
+MAX_ARTIFACT_BYTES = 1 << 30
+#: The package's modules whose code a compiled update runs (their sources enter the key).
+_TRACED_MODULES = ("dqn/update/graph.py", "dqn/targets.py", "dqn/extractor.py", "dqn/policies.py", "envs/rules.py")
+
+
+def compile_graph(graph: UpdateGraph, arguments: tuple[Any, ...], mode: str = "default", backend: str = "inductor"):
+    """``graph``'s forward compiled for ``arguments`` (call it with ``graph`` first, then them),
+    in the caller's forward context. Takes tens of seconds to minutes with inductor on a small CPU."""
+    options = {"mode": mode} if backend == "inductor" else {}
+    compiled = torch.compile(UpdateGraph.forward, fullgraph=True, dynamic=False, backend=backend, **options)
+    return compiled.aot_compile(((graph, *arguments), {}))
+
+
+def save(function: Any, path: Path) -> None:
+    """Write a function of :func:`compile_graph` to ``path`` atomically, in a folder private to
+    the user (:func:`~sb3_snake.common.paths.write_private`: a link there is replaced, not followed)."""
+    write_private(path, type(function).serialize(function).serialized_data)
+
+
+def load(
+    path: Path, device_type: str, bf16: bool, sdpa_backends: Sequence[SDPBackend | str]
+) -> Callable[..., torch.Tensor]:
+    """The function :func:`save` wrote to ``path``, ready to call (no trace, no lowering) in the
+    :func:`forward_context` of the same ``device_type``, ``bf16`` and ``sdpa_backends``.
+
+    Only a regular file private to the user, in a folder private to them, is loaded
+    (:func:`~sb3_snake.common.paths.read_private`; else
+    :class:`~sb3_snake.common.paths.UntrustedCacheError` says why):
+    deserializing runs code. It is loaded in that context, since torch 2.13's loader rebuilds each tensor guard's
+    expected dispatch keys from the thread's state at load time: loaded outside autocast, a
+    graph compiled under bf16 autocast refuses every call made under it. The loader also
+    registers the guards it rebuilds on imported modules (``collections.namedtuple``, the
+    pytree registry: the batches are a named tuple) with the dynamo trace in progress, and
+    fails where there is none, so the load runs in an empty tracing context.
+    """
+    from torch._dynamo.aot_compile import AOTCompiledFunction
+    from torch._guards import TracingContext, tracing
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    data = read_private(path, MAX_ARTIFACT_BYTES)  # loading runs its code: our own files only
+    with forward_context(device_type, bf16, sdpa_backends), tracing(TracingContext(FakeTensorMode())):
+        return AOTCompiledFunction.deserialize(data)
+
+
+def prepare_load() -> None:
+    """Import now the modules any compiled update's code imports when it is loaded (about a second
+    of inductor's Python on a small CPU, once per process). Training calls it when the compile
+    starts, before the child competes for the cores, so that adopting the compile later pauses
+    for the file's own loading and the CPU's vector-instruction probe only; the probe is left to
+    the load, since by then the child has built its test program into the shared compile cache."""
+    import torch._dynamo.aot_compile  # noqa: F401
+    import torch._inductor.codegen.memory_planning  # noqa: F401
+    import torch._inductor.select_algorithm  # noqa: F401
+
+
+def artifact_key(graph: UpdateGraph, arguments: tuple[Any, ...], options: dict[str, Any]) -> str:
+    """A name for the compiled update of ``graph`` on ``arguments`` with the compile's ``options``,
+    which changes whenever the code compiled, or what it was compiled for, would."""
+    digest = hashlib.sha256()
+    for part in (
+        ARTIFACT_VERSION,
+        torch.__version__,
+        sys.version,
+        platform.machine(),
+        torch.backends.cpu.get_cpu_capability(),
+        sorted(options.items()),
+        repr(graph),
+        graph.constants(),
+        _layouts(arguments),
+    ):
+        digest.update(repr(part).encode())
+    package = Path(__file__).resolve().parents[2]
+    for module in _TRACED_MODULES:
+        digest.update((package / module).read_bytes())
+    return digest.hexdigest()[:32]
+
+
+def artifact_path(key: str) -> Path:
+    """Where the compiled update of ``key`` is kept: the cache folder's ``compiled/``."""
+    return cache_dir() / "compiled" / f"update-{key}.bin"
+
+
+def _layouts(value: Any) -> Any:
+    """What a compiled graph's guards check of its arguments: each tensor's shape, stride, dtype,
+    device and whether it requires grad, in the arguments' structure."""
+    if isinstance(value, torch.Tensor):
+        return tuple(value.shape), value.stride(), str(value.dtype), str(value.device), value.requires_grad
+    if isinstance(value, (list, tuple)):
+        return type(value).__name__, tuple(_layouts(item) for item in value)
+    return value

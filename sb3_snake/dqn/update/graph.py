@@ -1,16 +1,12 @@
 """``UpdateGraph``: SnakeDQN's gradient steps as a pure function of tensors, the code that is compiled.
 
-:meth:`UpdateGraph.forward` runs the steps whose batches it is given, one after another, each
-reading the parameters and Adam state the one before wrote: TD targets
-(:func:`~sb3_snake.dqn.targets.td_targets`), the Huber loss, its gradients
-(``torch.func.grad_and_value`` over ``functional_call``, so the backward pass is traced too),
-clipping as ``clip_grad_norm_`` computes it, and Adam as ``torch.optim.Adam`` computes it, in
-place on the tensors passed. Everything the steps read is an argument or a constant of the
-module (gamma, clipping, Adam's betas and eps, Double DQN, shaping), so the compiled function
-depends on the shapes and dtypes of the tensors only, never on which tensors they are: a child
-process compiles it on its own copies and the training process runs it on the model's own
-(:mod:`sb3_snake.dqn.update.compiled`). Why the update is compiled whole, and written out rather
-than traced from ``optimizer.step()``: docs/how-it-works.md, "The compiled update".
+:meth:`UpdateGraph.forward` runs one step per batch it is given, each reading what the one before
+wrote: TD targets (:func:`~sb3_snake.dqn.targets.td_targets`), the Huber loss, its gradients
+(``torch.func.grad_and_value`` over ``functional_call``), clipping as ``clip_grad_norm_`` and
+Adam as ``torch.optim.Adam`` compute them, in place on the tensors passed. Everything else it
+reads is a constant of the module, so the compiled function depends only on the tensors' shapes
+and dtypes: a child process compiles it on its own copies and training runs it on the model's.
+Why whole, and written out rather than traced from ``optimizer.step()``: docs/compile.md.
 """
 
 from __future__ import annotations
@@ -152,6 +148,13 @@ def new_adam_state(parameter: torch.Tensor) -> dict[str, torch.Tensor]:
         "exp_avg": torch.zeros_like(parameter, memory_format=torch.preserve_format),
         "exp_avg_sq": torch.zeros_like(parameter, memory_format=torch.preserve_format),
     }
+
+
+def sample(model: DQN, steps: int, batch_size: int) -> ReplayBufferSamples:
+    """The batches of ``steps`` gradient steps, one after another, drawn at once (independent
+    uniform draws, as ``steps`` draws would be) and augmented when the model augments."""
+    data = model.replay_buffer.sample(steps * batch_size, env=model._vec_normalize_env)
+    return data if model._augmentation is None else model._augmentation(data)
 
 
 def split(data: ReplayBufferSamples, steps: int) -> ReplayBufferSamples:

@@ -40,12 +40,12 @@ DIRECTIONS = ("lower", "raise")
 
 
 def fix_words(fix: dict[str, Any], name: Callable[[str, Any], str] | None = None) -> str:
-    """``fix`` (:class:`UsageError`'s) in words: ``pass board_size=10``, ``lower learning_rate``;
-    ``name(argument, value)`` says an argument otherwise (the command line: as its flag)."""
+    """``fix`` (:class:`FixableError`'s) in words, its items as alternatives: ``pass board_size=10``,
+    ``lower batch_size or raise buffer_size``; ``name(argument, value)`` says an argument
+    otherwise (the command line: as its flag)."""
     said = name or (lambda argument, value: argument if value in DIRECTIONS else f"{argument}={value!r}")
-    moves = [f"{value} {said(argument, value)}" for argument, value in fix.items() if value in DIRECTIONS]
-    passes = [said(argument, value) for argument, value in fix.items() if value not in DIRECTIONS]
-    return "; ".join([*moves, *([f"pass {' '.join(passes)}"] if passes else [])])
+    ways = [f"{value if value in DIRECTIONS else 'pass'} {said(argument, value)}" for argument, value in fix.items()]
+    return " or ".join(ways)
 
 
 class OutputError(OSError):

@@ -365,7 +365,8 @@ class TrainConfig:
         if self.planned_batch_size > self.buffer_size:
             raise UsageError(
                 f"batch size {self.planned_batch_size} is larger than the replay buffer "
-                f"({self.buffer_size} transitions); lower --batch-size or raise --buffer-size"
+                f"({self.buffer_size} transitions)",
+                fix={"batch_size": "lower", "buffer_size": "raise"},
             )
 
     def network(self) -> dict[str, Any]:

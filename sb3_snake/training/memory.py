@@ -26,7 +26,8 @@ def memory_estimate(config: TrainConfig) -> dict[str, int]:
             extractor = SnakeAttentionExtractor(space, **sizes)
     except (RuntimeError, OverflowError, ValueError, TypeError, MemoryError) as error:
         raise UsageError(
-            f"a network of {sizes} cannot even be laid out ({error}); lower --embed-dim or --head-view-dim"
+            f"a network of {sizes} cannot even be laid out ({error})",
+            fix={"embed_dim": "lower", "head_view_dim": "lower"},
         ) from None
     parameters = sum(parameter.numel() for parameter in extractor.parameters())
     head_view_inputs = channels * (2 * config.board_size - 1) ** 2 if config.head_view else 0
@@ -47,6 +48,6 @@ def check_memory(config: TrainConfig, available: int | None = None) -> None:
     if available is not None and needed > MEMORY_HEADROOM * available:
         detail = ", ".join(f"{name} {size / 2**30:.1f} GiB" for name, size in parts.items())
         raise UsageError(
-            f"this run needs about {needed / 2**30:.1f} GiB ({detail}) but {available / 2**30:.1f} GiB are "
-            "available; lower --buffer-size, --n-envs or --board-size"
+            f"this run needs about {needed / 2**30:.1f} GiB ({detail}) but {available / 2**30:.1f} GiB are available",
+            fix={"buffer_size": "lower", "n_envs": "lower", "board_size": "lower"},
         )

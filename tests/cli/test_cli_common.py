@@ -111,6 +111,11 @@ def test_the_library_names_its_fixes_as_arguments_and_the_command_line_as_flags(
         ({"egocentric": True}, "pass egocentric=True", "pass --egocentric"),
         ({"trusted": True}, "pass trusted=True", "pass --trust-model"),
         ({"learning_rate": "lower"}, "lower learning_rate", "lower --learning-rate"),
+        (
+            {"batch_size": "lower", "buffer_size": "raise"},
+            "lower batch_size or raise buffer_size",
+            "lower --batch-size or raise --buffer-size",
+        ),
     ]
     for fix, python, flags in cases:
         error = UsageError("model m.zip does not fit", fix=fix)

@@ -32,7 +32,7 @@ from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.benchmark.matmul import step_products, train_step_model
 from sb3_snake.common.system import system_info
 from sb3_snake.common.timing import time_runs
-from sb3_snake.dqn.update.graph import graph_arguments, split
+from sb3_snake.dqn.update.graph import graph_arguments, sample, split
 
 
 def plus_one(graph, batches, learning_rate, parameters, target_parameters, exp_avgs, exp_avg_sqs, steps):
@@ -63,14 +63,14 @@ def main(argv: list[str] | None = None) -> int:
     update = model.step_choice.current
     if update.steps_per_call != steps:
         parser.exit(1, f"error: a compiled call holds {update.steps_per_call} gradient steps, not {steps}\n")
-    data = update.sample(steps, batch)
+    data = sample(model, steps, batch)
     arguments = (update.graph, split(data, steps), update.learning_rate, *graph_arguments(model, update.graph))
     trivial = torch.compile(plus_one, fullgraph=True, dynamic=False).aot_compile((arguments, {}))
     products = step_products(batch, False, "cpu", options.board_size)
 
     parts = {
         "whole call (train)": lambda: model.train(gradient_steps=steps, batch_size=batch),
-        "sampling": lambda: update.sample(steps, batch),
+        "sampling": lambda: sample(model, steps, batch),
         "compiled function": lambda: update.graph_call(data, steps),
         "guards and a wrapper": lambda: trivial(*arguments),
         "matmuls alone": lambda: [product() for _ in range(steps) for product in products],

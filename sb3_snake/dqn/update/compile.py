@@ -76,7 +76,6 @@ class Compile:
     phase: Phase = Phase.WAITING
     failure: str = ""  #: why the phase is OFF, where the compile was asked for
     since: int | None = None  #: the gradient step the last child started at (None once adopted)
-    steps_per_call: int = 0  #: gradient steps per call of the compiled update (0: none yet)
     outcome: str = ""  #: how the compile went, once RUNNING
     job: CompileJob | None = field(default=None, repr=False)  #: the child, while COMPILING
     _threads: tuple[int, int] | None = field(default=None, repr=False)  # (the run's count, the lowered one)
@@ -188,7 +187,7 @@ class Compile:
         if function is None:
             self.turn_off(failure)
             return None
-        self.phase, self.since, self.steps_per_call = Phase.RUNNING, None, job.steps_per_call
+        self.phase, self.since = Phase.RUNNING, None
         cache = "found in the compile cache" if result.get("cached") else "compiled"
         plural = "s" if job.steps_per_call > 1 else ""
         self.outcome = (
@@ -213,14 +212,14 @@ class Compile:
     def turn_off(self, failure: str) -> None:
         """OFF with ``failure`` as the reason (a child still running is stopped)."""
         self._stop_job()
-        self.phase, self.failure, self.steps_per_call = Phase.OFF, failure, 0
+        self.phase, self.failure = Phase.OFF, failure
         record_compile(failure, compiled=False)
 
     def start_over(self, n_updates: int) -> None:
         """New gamma, clipping or Adam values: what was compiled, or is compiling, for the old
         ones is dropped, and the compile is due again from ``n_updates``."""
         self._stop_job()
-        self.phase, self.after, self.since, self.steps_per_call, self.outcome = Phase.WAITING, n_updates, None, 0, ""
+        self.phase, self.after, self.since, self.outcome = Phase.WAITING, n_updates, None, ""
 
     def _stop_job(self) -> None:
         job, self.job = self.job, None

@@ -19,15 +19,14 @@ import torch
 from sb3_snake.acceleration.compile_probe import probe_compile
 from sb3_snake.acceleration.description import auto_block, setting_lines
 from sb3_snake.acceleration.optimizations import ActiveOptimizations, compile_unavailable, probe_bf16, probe_flash
-from sb3_snake.acceleration.settings import AUTO, BATCH_SIZE_KEY, OptimizationSettings
+from sb3_snake.acceleration.settings import AUTO, OptimizationSettings
 from sb3_snake.autotune import cache_dir, resolve_auto
 from sb3_snake.common import system
 from sb3_snake.common.compile_record import last_compile
+from sb3_snake.common.options import flag_of
 from sb3_snake.dqn.snake_dqn import DEFAULT_BATCH_SIZE
 from sb3_snake.dqn.update.compile import Compile, decide_compiled_update
-
-#: The batch size's flag (``sb3-snake train``'s, from TrainConfig's field).
-BATCH_SIZE_FLAG = "--batch-size"
+from sb3_snake.training.config import OPTIONS, TrainConfig
 
 
 def capability_report(
@@ -144,13 +143,18 @@ def _active_when_training(resolved: OptimizationSettings, target: torch.device) 
 def _settings_table(settings: OptimizationSettings, batch: int | str, batch_source: str) -> dict[str, Any]:
     """Each setting asked for: its value, where it came from, its ``.env`` key and its flag."""
     return {
-        "batch_size": {"value": batch, "source": batch_source, "key": BATCH_SIZE_KEY, "cli": BATCH_SIZE_FLAG},
+        "batch_size": {
+            "value": batch,
+            "source": batch_source,
+            "key": OPTIONS["batch_size"].key,
+            "cli": flag_of(TrainConfig, "batch_size"),
+        },
         **{
             name: {
                 "value": value,
                 "source": settings.source(name),
                 "key": settings.env_key(name),
-                "cli": settings.flag(name),
+                "cli": flag_of(OptimizationSettings, name),
             }
             for name, value in settings.as_dict().items()
         },

@@ -21,7 +21,7 @@ from pathlib import Path
 from dotenv import set_key
 from dotenv.parser import parse_stream
 
-from sb3_snake.acceleration.setting_values import SettingsError
+from sb3_snake.common.errors import SettingsError
 from sb3_snake.common.paths import check_writable_file
 
 #: What a key looks like; anything else on a line is no key (and may be a value: never shown).

@@ -2,11 +2,11 @@
 
 Precedence, highest first: an explicit override (the CLI's flags), a process environment variable, the ``.env``
 file, the built-in default; ``settings.source(field)`` says which one won. Nothing is read at import time:
-:meth:`OptimizationSettings.load` reads when called. Each setting is declared once, a field made by
-:func:`setting` (``.env`` key, flag, values, default, help), and everything else reads that declaration.
+:meth:`OptimizationSettings.load` reads when called. Each setting is one :func:`~sb3_snake.common.options.option`
+(``.env`` key, flag, values, default, help), and everything else reads that declaration.
 ``auto`` means measured on this machine (:mod:`sb3_snake.autotune`); ``SDPA_BACKEND`` and
-``USE_FLASH_ATTENTION`` must agree. A ``.env`` file holds these keys and the batch size (:data:`BATCH_SIZE_KEY`),
-nothing else (:mod:`sb3_snake.acceleration.env_file`).
+``USE_FLASH_ATTENTION`` must agree. A ``.env`` file holds the keys of declared options, nothing else
+(:mod:`sb3_snake.acceleration.env_file`).
 Design notes: docs/design-notes.md, "sb3_snake/acceleration/settings.py".
 """
 
@@ -14,60 +14,51 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from sb3_snake.acceleration.env_file import check_env_file_writable, read_env_file, write_env_lines
-from sb3_snake.acceleration.setting_values import (
+from sb3_snake.common.errors import SettingsError, did_you_mean
+from sb3_snake.common.options import (
     AUTO,
-    BATCH_SIZE,
     COMPILE_MODES,
     COUNT,
+    KEYED,
     SDPA_BACKENDS,
     SWITCH,
     SWITCH_OR_AUTO,
     THREADS,
-    SettingsError,
-    Values,
+    Option,
+    as_text,
     choice,
+    declared,
+    env_keys,
+    flag_of,
+    option,
+    options_of,
+    resolve,
+    short_flag,
 )
-from sb3_snake.common.errors import did_you_mean
 
-#: The ``.env`` key of the batch size: a learning value, which
-#: :class:`~sb3_snake.training.config.TrainConfig` declares (``option(env=BATCH_SIZE_KEY)``) and
-#: reads with :func:`read_environment`; a ``.env`` holds it beside the settings' keys.
-BATCH_SIZE_KEY = "OPTIMAL_BATCH_SIZE"
+__all__ = [
+    "AUTO",
+    "AUTO_FIELDS",
+    "COMPILE_MODES",
+    "SDPA_BACKENDS",
+    "SETTINGS",
+    "UNMEASURED",
+    "OptimizationSettings",
+    "SettingsError",
+    "read_environment",
+    "write_env_file",
+]
 
 #: The source of every setting of :meth:`OptimizationSettings.unmeasured`.
 UNMEASURED_SOURCE = "default, not measured or compiled (a model built in Python)"
 
 
-# ---------------------------------------------------------------------- one declaration per setting
-
-
-@dataclass(frozen=True)
-class Setting:
-    """Everything about one setting but its default: how it is named and what it takes."""
-
-    key: str  #: the environment / ``.env`` key
-    flag: str  #: the command-line option that overrides it (``--x/--no-x`` for switches)
-    values: Values
-    help: str  #: for ``--help`` and the table
-    #: What ``auto`` stands for when nothing measured it; ``None``: ``auto`` is not measured.
-    unmeasured: Any = None
-
-    @property
-    def option(self) -> str:
-        """The flag as a user names it in a message: ``--compile`` of ``--compile/--no-compile``."""
-        return self.flag.split("/")[0]
-
-
-def setting(default: Any, key: str, flag: str, values: Values, help: str, unmeasured: Any = None) -> Any:
-    """A field of :class:`OptimizationSettings`: its default and its :class:`Setting`."""
-    return field(default=default, metadata={"setting": Setting(key, flag, values, help, unmeasured)})
-
-
+@declared
 @dataclass(frozen=True)
 class OptimizationSettings:
     """The optimization settings of a run, immutable once resolved.
@@ -85,71 +76,66 @@ class OptimizationSettings:
     kernel, no compile warm-up).
     """
 
-    use_torch_compile: bool | str = setting(
+    use_torch_compile: bool | str = option(
         True,
-        "USE_TORCH_COMPILE",
-        "--compile/--no-compile",
-        SWITCH_OR_AUTO,
         "torch.compile: on a CPU the whole gradient step as one graph (forward, backward, clipping, Adam; "
         "up to 4 steps to a call), compiled in a child process; off on CUDA, where the CUDA graph runs.",
+        key="USE_TORCH_COMPILE",
+        flag="--compile",
+        values=SWITCH_OR_AUTO,
         unmeasured=False,
     )
-    use_flash_attention: bool | str = setting(
+    use_flash_attention: bool | str = option(
         AUTO,
-        "USE_FLASH_ATTENTION",
-        "--flash-attention/--no-flash-attention",
-        SWITCH_OR_AUTO,
         "Restrict scaled-dot-product attention to the FlashAttention kernel where it can run.",
+        key="USE_FLASH_ATTENTION",
+        flag="--flash-attention",
+        values=SWITCH_OR_AUTO,
         unmeasured=False,
     )
-    use_bf16: bool | str = setting(
+    use_bf16: bool | str = option(
         AUTO,
-        "USE_BF16",
-        "--bf16/--no-bf16",
-        SWITCH_OR_AUTO,
         "bfloat16 autocast around the networks' forward passes, where the hardware computes bf16 natively.",
+        key="USE_BF16",
+        flag="--bf16",
+        values=SWITCH_OR_AUTO,
         unmeasured=False,
     )
-    sdpa_backend: str = setting(
+    sdpa_backend: str = option(
         AUTO,
-        "SDPA_BACKEND",
-        "--sdpa-backend",
-        choice(SDPA_BACKENDS),
         "Restrict scaled-dot-product attention to one kernel; auto follows USE_FLASH_ATTENTION.",
+        key="SDPA_BACKEND",
+        values=choice(SDPA_BACKENDS),
     )
-    compile_mode: str = setting(
-        "default", "TORCH_COMPILE_MODE", "--compile-mode", choice(COMPILE_MODES), "torch.compile mode."
-    )
-    compile_after: int = setting(
+    compile_mode: str = option("default", "torch.compile mode.", key="TORCH_COMPILE_MODE", values=choice(COMPILE_MODES))
+    compile_after: int = option(
         8_000,
-        "TORCH_COMPILE_AFTER",
-        "--compile-after",
-        COUNT,
         "With torch.compile on: gradient steps trained eagerly before the compile starts (0: at the first).",
+        key="TORCH_COMPILE_AFTER",
+        values=COUNT,
     )
-    compile_in_background: bool = setting(
+    compile_in_background: bool = option(
         True,
-        "TORCH_COMPILE_IN_BACKGROUND",
-        "--compile-in-background/--no-compile-in-background",
-        SWITCH,
         "With torch.compile on, on a CPU: train eagerly while a child process compiles (off: training "
         "waits for the child, and a seeded run repeats).",
+        key="TORCH_COMPILE_IN_BACKGROUND",
+        values=SWITCH,
     )
-    num_threads: int | str = setting(
+    num_threads: int | str = option(
         AUTO,
-        "TORCH_NUM_THREADS",
-        "--threads",
-        THREADS,
         "torch intra-op threads; auto: every core when a CPU trains (a training run then measures that "
         "against one thread as it trains), one per core beyond the first, at most 4, when a GPU trains.",
+        key="TORCH_NUM_THREADS",
+        flag="--threads",
+        values=THREADS,
     )
-    use_cuda_graph: bool = setting(
+    use_cuda_graph: bool = option(
         True,
-        "USE_CUDA_GRAPH",
-        "--cuda-graph/--no-cuda-graph",
-        SWITCH,
         "On CUDA, capture the whole gradient step once and replay it as one CUDA graph (off on a CPU, "
         "or with a host replay buffer).",
+        key="USE_CUDA_GRAPH",
+        flag="--cuda-graph",
+        values=SWITCH,
     )
     #: Where each field's value came from: override, environment, .env or default.
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
@@ -183,7 +169,7 @@ class OptimizationSettings:
 
     def _origin(self, name: str) -> str:
         source = self.sources[name]
-        return f"from {SETTINGS[name].option}" if source == "override" else f"from {source}"
+        return f"from {short_flag(flag_of(OptimizationSettings, name))}" if source == "override" else f"from {source}"
 
     def resolved(
         self, values: Mapping[str, Any], sources: Mapping[str, str], auto_record: Mapping[str, Any] | None = None
@@ -227,10 +213,8 @@ class OptimizationSettings:
             be parsed, a key without a value, an unknown key).
         """
         _check_names(overrides)
-        values, sources = read_environment(env_file, {name: declared.key for name, declared in SETTINGS.items()})
-        for name, value in overrides.items():
-            if value is not None:
-                values[name], sources[name] = value, "override"
+        environment, dotenv = read_environment(env_file, SETTINGS)
+        values, sources = resolve([("override", overrides), ("environment", environment), (".env", dotenv)])
         return cls(**values, sources=sources)
 
     def source(self, name: str) -> str:
@@ -248,72 +232,23 @@ class OptimizationSettings:
         """The environment / ``.env`` key of field ``name``."""
         return SETTINGS[name].key
 
-    @staticmethod
-    def flag(name: str) -> str:
-        """The command-line option that overrides field ``name``, e.g. ``--compile/--no-compile``."""
-        return SETTINGS[name].flag
-
-    @staticmethod
-    def parse(name: str, text: str) -> Any:
-        """Field ``name``'s value from text, as ``.env`` is read; SettingsError naming the flag."""
-        try:
-            return SETTINGS[name].values.parse(text)
-        except ValueError as error:
-            raise SettingsError(f"{SETTINGS[name].option} {text!r}: {error}") from None
-
-    @staticmethod
-    def help(name: str) -> str:
-        """One line describing field ``name``."""
-        return SETTINGS[name].help
-
 
 #: Every setting's declaration, by field name, in the order of the fields.
-SETTINGS: Mapping[str, Setting] = {
-    declared.name: declared.metadata["setting"]
-    for declared in fields(OptimizationSettings)
-    if "setting" in declared.metadata
-}
+SETTINGS: Mapping[str, Option] = options_of(OptimizationSettings)
 #: What an ``auto`` nothing measured stands for, per field that ``auto`` measures.
 UNMEASURED: Mapping[str, Any] = {
     name: declared.unmeasured for name, declared in SETTINGS.items() if declared.unmeasured is not None
 }
 #: Fields whose ``auto`` is measured on the machine (:mod:`sb3_snake.autotune`).
 AUTO_FIELDS = tuple(UNMEASURED)
-_DEFAULTS = {declared.name: declared.default for declared in fields(OptimizationSettings)}
-
-
-def as_text(value: Any) -> str:
-    """A setting's value as ``.env`` spells it (``true``, not ``True``)."""
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
-def table_row(declared: Setting, default: Any) -> str:
-    """One row of the table of ``.env`` keys (Markdown) in docs/configuration.md: key, flag,
-    values, default and help."""
-    cells = (f"`{declared.key}`", f"`{declared.flag}`", declared.values.words, as_text(default), declared.help)
-    return "| " + " | ".join(text.replace("|", "\\|") for text in cells) + " |"
-
-
-def setting_rows() -> list[str]:
-    """The table's rows of the settings, in the order of the fields
-    (:func:`sb3_snake.training.options.configuration_table` renders the whole table)."""
-    return [table_row(declared, _DEFAULTS[name]) for name, declared in SETTINGS.items()]
-
-
-#: Every key a ``.env`` may hold, and the values it takes: the batch size's, then the settings'.
-ENV_KEYS: Mapping[str, Values] = {
-    BATCH_SIZE_KEY: BATCH_SIZE,
-    **{declared.key: declared.values for declared in SETTINGS.values()},
-}
 
 
 def read_environment(
-    env_file: str | os.PathLike | None, keys: Mapping[str, str]
-) -> tuple[dict[str, Any], dict[str, str]]:
-    """The values the process environment, else the ``.env`` file, gives the fields of ``keys``
-    (field name: its key), and where each came from (``environment`` or ``.env``); fields
-    neither sets are left out. Every key of :data:`ENV_KEYS` found is checked, so a malformed
-    value is an error for every reader of the file, not only for the one that uses it.
+    env_file: str | os.PathLike | None, options: Mapping[str, Option]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What the process environment and the ``.env`` file give the ``options`` (by field name):
+    two layers for :func:`~sb3_snake.common.options.resolve`. Every key of ours found is checked,
+    so a malformed value is an error for every reader of the file, not only for the one that uses it.
 
     :param env_file: the ``.env`` to read; ``None`` reads ``.env`` in the working directory when
         there is one. A file given explicitly must exist.
@@ -321,18 +256,18 @@ def read_environment(
         with the file.
     """
     path = Path(env_file) if env_file is not None else Path(".env")
-    file_values = read_env_file(path, list(ENV_KEYS)) if env_file is not None or path.exists() else {}
-    found: dict[str, tuple[Any, str]] = {}
-    for key, values in ENV_KEYS.items():
-        for source, table, origin in (("environment", os.environ, "the environment"), (".env", file_values, str(path))):
+    keys = env_keys()
+    file_values = read_env_file(path, list(keys)) if env_file is not None or path.exists() else {}
+    found: dict[str, dict[str, Any]] = {"environment": {}, ".env": {}}
+    for source, table, origin in (("environment", os.environ, "the environment"), (".env", file_values, str(path))):
+        for key, values in keys.items():
             if key in table:
                 try:
-                    found[key] = values.parse(table[key]), source
+                    found[source][key] = values.parse(table[key])
                 except ValueError as error:
                     raise SettingsError(f"{key}={table[key]!r} in {origin}: {error}") from None
-                break
-    given = {name: found[key] for name, key in keys.items() if key in found}
-    return {name: value for name, (value, _) in given.items()}, {name: source for name, (_, source) in given.items()}
+    layers = tuple({name: found[source].get(o.key) for name, o in options.items()} for source in found)
+    return layers[0], layers[1]
 
 
 def _check_names(names: Iterable[str]) -> None:
@@ -342,23 +277,20 @@ def _check_names(names: Iterable[str]) -> None:
         raise SettingsError(f"unknown setting {unknown[0]!r}; {did_you_mean(unknown[0], list(SETTINGS))}")
 
 
-def write_env_file(
-    path: str | os.PathLike, note: str | None = None, batch_size: int | None = None, **values: Any
-) -> None:
-    """Set settings (and the batch size, under :data:`BATCH_SIZE_KEY`) in a ``.env`` file,
-    keeping its other lines and comments.
+def write_env_file(path: str | os.PathLike, note: str | None = None, **values: Any) -> None:
+    """Set options that a ``.env`` may hold (by field name: the settings, the batch size) in a
+    ``.env`` file, keeping its other lines and comments.
 
-    ``values`` are field names of :class:`OptimizationSettings`; each is checked as
-    :meth:`OptimizationSettings.load` would read it back, then written under its key (an
-    existing key is replaced in place, a new one appended). The file is created if missing.
-    ``note`` (where the values came from) replaces the previous such note, or is appended.
+    Each value is checked as :meth:`OptimizationSettings.load` would read it back, then written
+    under its key (an existing key is replaced in place, a new one appended). The file is created
+    if missing. ``note`` (where the values came from) replaces the previous such note, or is appended.
     """
-    _check_names(values)
-    OptimizationSettings(**values)  # raises a SettingsError naming any bad value
-    lines = {SETTINGS[name].key: as_text(value) for name, value in values.items()}
-    if batch_size is not None:
-        if problem := BATCH_SIZE.check(batch_size):
-            raise SettingsError(f"batch_size={batch_size!r}: {problem}")
-        lines = {BATCH_SIZE_KEY: as_text(batch_size), **lines}
+    unknown = sorted(set(values) - set(KEYED))
+    if unknown:
+        raise SettingsError(f"unknown setting {unknown[0]!r}; {did_you_mean(unknown[0], list(KEYED))}")
+    for name, value in values.items():
+        if problem := (KEYED[name].values or SWITCH).check(value):
+            raise SettingsError(f"{name}={value!r}: {problem}")
+    OptimizationSettings(**{name: value for name, value in values.items() if name in SETTINGS})  # agree
     check_env_file_writable(path)
-    write_env_lines(path, lines, note)
+    write_env_lines(path, {KEYED[name].key: as_text(value) for name, value in values.items()}, note)

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from sb3_snake.acceleration.settings import AUTO, OptimizationSettings
+from sb3_snake.acceleration.settings import AUTO, SDPA_BACKENDS, OptimizationSettings
 from sb3_snake.autotune.search import Candidate, batch_candidates
 from sb3_snake.common import system
 from sb3_snake.common.paths import cache_dir, read_private, write_private
@@ -32,8 +32,6 @@ logger = logging.getLogger(__name__)
 CACHE_VERSION = 3
 #: A cache file is a few kilobytes; anything far larger is not one of ours and is not parsed.
 MAX_CACHE_BYTES = 1 << 20
-#: The attention kernels a cached choice may name.
-SDPA_BACKENDS = ("auto", "flash", "efficient", "math", "cudnn")
 
 
 def cache_key(

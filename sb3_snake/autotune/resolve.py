@@ -20,11 +20,12 @@ from typing import Any, NamedTuple
 
 import torch
 
-from sb3_snake.acceleration.settings import AUTO, BATCH_SIZE_KEY, OptimizationSettings
+from sb3_snake.acceleration.settings import AUTO, OptimizationSettings
 from sb3_snake.autotune.cache import cache_key, cache_path, read_cache, write_cache
 from sb3_snake.autotune.measure import GradientStepMeter
 from sb3_snake.autotune.search import Candidate, Machine, Measure, batch_candidates, search
 from sb3_snake.common import system
+from sb3_snake.common.options import KEYED
 from sb3_snake.dqn.snake_dqn import DEFAULT_BATCH_SIZE
 
 #: Cores taken by other processes (or the host) during a measurement above which it is not cached.
@@ -88,7 +89,7 @@ def resolve_auto(
             return Resolved(settings.without_auto(unmeasured), batch_size)
         return Resolved(settings.without_auto(unmeasured), DEFAULT_BATCH_SIZE, unmeasured)
     if entry is None:
-        keys = [BATCH_SIZE_KEY] if batch_size == AUTO else []
+        keys = [KEYED["batch_size"].key] if batch_size == AUTO else []
         keys += [OptimizationSettings.env_key(name) for name in settings.auto_fields]
         progress(f"measuring auto settings ({', '.join(keys)}) on this machine; cached in {path}")
         machine = machine or Machine.probe(device)

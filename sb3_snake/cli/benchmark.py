@@ -17,17 +17,21 @@ from sb3_snake.benchmark.results import RESULTS_DIR, save_results, utc_stamp
 from sb3_snake.cli.common import app, interrupt_on_signals, signal_exit_code, user_errors
 from sb3_snake.cli.options import (
     ONLINE,
+    OPTIMIZATIONS,
     Device,
     EnvFileOption,
     WandbMode,
-    batch_size_parameter,
+    from_flags,
     load_settings,
+    parameters,
     settings_parameters,
     with_parameters,
 )
 from sb3_snake.common.errors import UsageError
+from sb3_snake.common.options import parse
 from sb3_snake.common.paths import check_writable_dir, claim_new_path
 from sb3_snake.common.system import check_device, cpu_cores, resolve_device
+from sb3_snake.training.config import TrainConfig
 from sb3_snake.training.tracking import resolve_mode
 
 if TYPE_CHECKING:
@@ -68,7 +72,7 @@ OutputOption = Annotated[Path, typer.Option(help="Folder for the JSON results.")
 def _benchmark_threads(threads: str | None) -> int | None:
     if threads is None:
         return None
-    value = OptimizationSettings.parse("num_threads", threads)
+    value = parse(OptimizationSettings, "num_threads", threads)
     return cpu_cores() if value == "auto" else value
 
 
@@ -336,7 +340,13 @@ def _run_learning(plan: LearningPlan, work_dir: Path, output: Path) -> None:
 @app.command()
 @with_parameters(
     settings_parameters(),
-    [batch_size_parameter("The end-to-end run's replay samples per gradient step, or auto (default: .env's).")],
+    parameters(
+        TrainConfig,
+        ["batch_size"],
+        panel=OPTIMIZATIONS,
+        help="The end-to-end run's replay samples per gradient step, or auto (default: .env's).",
+        show_defaults=False,
+    ),
 )
 def benchmark(
     batch_sizes: Annotated[
@@ -373,13 +383,13 @@ def benchmark(
     """
     from sb3_snake.acceleration.optimizations import threads_for, torch_threads
     from sb3_snake.benchmark.full import BenchmarkPlan, format_report, run_benchmark, write_benchmark_choice
-    from sb3_snake.training.options import load_config, parse_option
+    from sb3_snake.training.options import load_config
 
     env_file, batch_size = options.pop("env_file"), options.pop("batch_size")
     target_env = env_file or Path(".env")
     with user_errors():
         settings = load_settings(env_file, options)
-        given = {"batch_size": parse_option("batch_size", batch_size)} if batch_size is not None else {}
+        given = from_flags(TrainConfig, {"batch_size": batch_size})
         config = load_config(env_file, **given)  # the end-to-end run's batch size, as sb3-snake train reads it
         sweep = _sweep_changes(device, quick, batch_sizes, combinations)
         changes = {"repeats": repeats, "end_to_end": end_to_end, **sweep}

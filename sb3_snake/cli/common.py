@@ -106,7 +106,7 @@ def fail(message: str, code: int = 2) -> typer.Exit:
 
 
 #: Flags whose names are not the library's argument names with dashes.
-FLAG_NAMES = {"trusted": "trust-model"}
+FLAG_NAMES = {"trusted": "trust-model", "run_dir": "output"}
 
 
 def flag(argument: str, value: Any) -> str:

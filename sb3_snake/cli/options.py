@@ -1,20 +1,23 @@
-"""The commands' options, declared once: ``train``'s from :class:`~sb3_snake.training.config.TrainConfig`'s
-fields (name, help, group, default), the optimization flags from the settings' declarations. An
-option left out is ``None`` and falls through to the config's default, to ``.env``, or, on
-``--resume``, to what the model trained with.
+"""The commands' options, generated from the declarations (:func:`sb3_snake.common.options.option`):
+``train``'s from :class:`~sb3_snake.training.config.TrainConfig`'s, the optimization flags from
+:class:`~sb3_snake.acceleration.settings.OptimizationSettings`'. An option left out is ``None`` and
+falls through to the config's default, to ``.env``, or, on ``--resume``, to what the model trained with.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, get_type_hints
 
 import typer
 
-from sb3_snake.acceleration.settings import COMPILE_MODES, SDPA_BACKENDS, SETTINGS, OptimizationSettings
+from sb3_snake.acceleration.settings import OptimizationSettings
+from sb3_snake.common.errors import SettingsError
+from sb3_snake.common.options import flag_of, options_of, parse, short_flag
 from sb3_snake.training.tracking import WANDB_MODES
 
 
@@ -26,8 +29,6 @@ class Device(str, Enum):
 
 WandbMode = Enum("WandbMode", {mode: mode for mode in WANDB_MODES}, type=str)
 ONLINE = WandbMode("online")
-CompileMode = Enum("CompileMode", {mode: mode for mode in COMPILE_MODES}, type=str)
-SdpaBackend = Enum("SdpaBackend", {backend: backend for backend in SDPA_BACKENDS}, type=str)
 
 OPTIMIZATIONS = "Optimizations (override .env)"
 
@@ -35,61 +36,60 @@ OPTIMIZATIONS = "Optimizations (override .env)"
 # ---------------------------------------------------------------------- options, declared once
 
 
-def _keyword(name: str, annotation: Any, default: Any = None) -> inspect.Parameter:
-    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+@functools.cache
+def _choices(name: str, choices: tuple[str, ...]) -> type[Enum]:
+    """The Enum Typer lists an option's choices from (one class per option, so Typer sees it once)."""
+    return Enum(name.title().replace("_", ""), {choice: choice for choice in choices}, type=str)
 
 
-def _optional(base: Any, decls: list[str], help: str, panel: str, default_text: str | None) -> Any:
-    shown = default_text if default_text is not None else False
-    return Annotated[base | None, typer.Option(*decls, help=help, rich_help_panel=panel, show_default=shown)]
+def _cli_type(cls: type, name: str) -> Any:
+    """The type Typer reads option ``name`` as: a switch, a choice, text for a value that is a
+    number or ``auto`` (parsed as declared: :func:`from_flags`), else the field's own type."""
+    values, hint = options_of(cls)[name].values, get_type_hints(cls)[name]
+    kinds = [arg for arg in getattr(hint, "__args__", (hint,)) if arg is not type(None)]
+    if values is not None and values.switch:
+        return bool
+    if values is not None and values.choices:
+        return _choices(name, values.choices)
+    return str if len(kinds) > 1 else kinds[0]
 
 
-def _switch(flag: str) -> list[str]:
-    return [flag] if "/" in flag else [f"{flag}/--no-{flag[2:]}"]
-
-
-def config_parameters() -> list[inspect.Parameter]:
-    """One option per TrainConfig field: its flag, help, group and shown default."""
-    from sb3_snake.training.config import TrainConfig, option_fields, option_flag
-
-    hints = get_type_hints(TrainConfig)
-    parameters = []
-    for config_field in option_fields():
-        hint = hints[config_field.name]
-        base = next((arg for arg in getattr(hint, "__args__", (hint,)) if arg is not type(None)), hint)
-        flag = option_flag(config_field.name)
-        base = {"device": Device, "tensorboard_log": Path}.get(config_field.name, base)
-        if config_field.metadata["values"] is not None:
-            base = str  # parsed as its field declares (training.options.parse_option)
-        decls = _switch(flag) if base is bool else [flag]
-        default = config_field.default
-        shown = None if default is None or base is bool else str(default)
-        meta = config_field.metadata
-        panel = meta["role"].group
-        parameters.append(_keyword(config_field.name, _optional(base, decls, meta["help"], panel, shown)))
-    return parameters
+def parameters(
+    cls: type,
+    names: Collection[str] | None = None,
+    *,
+    panel: str | None = None,
+    help: str | None = None,
+    show_defaults: bool = True,
+) -> list[inspect.Parameter]:
+    """One optional Typer option per option ``cls`` declares (or those ``names``): its flag, help,
+    ``--help`` panel (``panel``, else its role's group) and, with ``show_defaults``, its default."""
+    defaults = {name: cls.__dataclass_fields__[name].default for name in options_of(cls)}
+    result = []
+    for name, declared in options_of(cls).items():
+        if names is not None and name not in names:
+            continue
+        base, default = _cli_type(cls, name), defaults[name]
+        shown = str(default) if show_defaults and default is not None and base is not bool else False
+        option = typer.Option(
+            flag_of(cls, name),
+            help=help or declared.help,
+            rich_help_panel=panel or declared.role.group,
+            show_default=shown,
+        )
+        annotation = Annotated[base | None, option]
+        result.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation))
+    return result
 
 
 def settings_parameters() -> list[inspect.Parameter]:
-    """One option per optimization setting, with the flag the settings declare, and ``--env-file``."""
-    types = {"compile_mode": CompileMode, "sdpa_backend": SdpaBackend, "num_threads": str, "compile_after": str}
-    parameters = []
-    for name in SETTINGS:  # the declared settings, not the record fields (sources, auto_record)
-        flag, help = OptimizationSettings.flag(name), OptimizationSettings.help(name)
-        base = types.get(name, bool)
-        decls = _switch(flag) if base is bool else [flag]
-        parameters.append(_keyword(name, _optional(base, decls, help, OPTIMIZATIONS, None)))
+    """The optimization flags, with no default shown (``.env`` decides it), and ``--env-file``."""
     env_file = Annotated[
         Path | None,
         typer.Option(help="The .env to read (default: ./.env when present).", rich_help_panel=OPTIMIZATIONS),
     ]
-    return [*parameters, _keyword("env_file", env_file)]
-
-
-def batch_size_parameter(help: str) -> inspect.Parameter:
-    """``--batch-size`` for a command that takes it without the rest of TrainConfig's options,
-    with the flag's spelling and panel of ``train``'s."""
-    return _keyword("batch_size", _optional(str, ["--batch-size"], help, OPTIMIZATIONS, None))
+    env_parameter = inspect.Parameter("env_file", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=env_file)
+    return [*parameters(OptimizationSettings, panel=OPTIMIZATIONS, show_defaults=False), env_parameter]
 
 
 def with_parameters(*groups: list[inspect.Parameter]) -> Callable[[Callable], Callable]:
@@ -105,16 +105,30 @@ def with_parameters(*groups: list[inspect.Parameter]) -> Callable[[Callable], Ca
     return decorate
 
 
+def from_flags(cls: type, options: dict[str, Any]) -> dict[str, Any]:
+    """The values of ``cls``'s options given on the command line, popped from ``options``: a
+    choice as its value, a path as text, text parsed as the option declares (one error naming
+    the flag); options left out are not in the result."""
+    given = {}
+    for name in options_of(cls):
+        value = options.pop(name, None)
+        if isinstance(value, Enum):
+            value = value.value
+        elif isinstance(value, str) and _cli_type(cls, name) is str and options_of(cls)[name].values is not None:
+            value = parse(cls, name, value)
+        if value is not None:
+            given[name] = str(value) if isinstance(value, Path) else value
+    return given
+
+
 def load_settings(env_file: Path | None, options: dict[str, Any]) -> OptimizationSettings:
-    """Settings from the command's optimization options (popped from ``options``) over .env."""
-    overrides = {name: options.pop(name, None) for name in SETTINGS}
-    for name in ("compile_mode", "sdpa_backend"):
-        if isinstance(overrides.get(name), Enum):
-            overrides[name] = overrides[name].value
-    for name in ("num_threads", "compile_after"):  # text, parsed as the setting declares
-        if overrides.get(name) is not None:
-            overrides[name] = OptimizationSettings.parse(name, overrides[name])
-    return OptimizationSettings.load(env_file, **overrides)
+    """Settings from the command's optimization options (popped from ``options``) over .env; a
+    value a setting does not take is one SettingsError naming its flag."""
+    given = from_flags(OptimizationSettings, options)
+    for name, value in given.items():
+        if problem := options_of(OptimizationSettings)[name].values.check(value):
+            raise SettingsError(f"{short_flag(flag_of(OptimizationSettings, name))} {str(value)!r}: {problem}")
+    return OptimizationSettings.load(env_file, **given)
 
 
 # ---------------------------------------------------------------------- eval, play, plot

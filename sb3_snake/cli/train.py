@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,20 +15,21 @@ from sb3_snake.cli.options import (
     EnvFileOption,
     TrustModelOption,
     WandbMode,
-    config_parameters,
+    from_flags,
     load_settings,
+    parameters,
     settings_parameters,
     with_parameters,
 )
 from sb3_snake.common.paths import check_writable_file
-from sb3_snake.training.config import RUN
+from sb3_snake.training.config import RUN, TrainConfig
 from sb3_snake.training.tracking import resolve_mode
 
 # ---------------------------------------------------------------------- train
 
 
 @app.command()
-@with_parameters(config_parameters(), settings_parameters())
+@with_parameters(parameters(TrainConfig), settings_parameters())
 def train(
     name: Annotated[str | None, typer.Option(help="Run name: writes into runs/NAME.", rich_help_panel=RUN)] = None,
     output: Annotated[Path | None, typer.Option(help="Run folder (overrides --name).", rich_help_panel=RUN)] = None,
@@ -64,18 +64,13 @@ def train(
     from sb3_snake.dqn.snake_dqn import TrainingDiverged
     from sb3_snake.training.callbacks import RunCancelled, StopRequest
     from sb3_snake.training.config import WandbOptions
-    from sb3_snake.training.options import configure_run, parse_option
+    from sb3_snake.training.options import configure_run
     from sb3_snake.training.run import train as run_training
 
     env_file = options.pop("env_file")
     with user_errors():
         settings = load_settings(env_file, options)
-        given = {key: value.value if isinstance(value, Enum) else value for key, value in options.items()}
-        given = {
-            key: str(value) if isinstance(value, Path) else value for key, value in given.items() if value is not None
-        }
-        if "batch_size" in given:
-            given["batch_size"] = parse_option("batch_size", given["batch_size"])
+        given = from_flags(TrainConfig, options)
         config, settings = configure_run(given, settings, hyperparams, resume, trust_model, env_file)
         wandb_options = WandbOptions(wandb, wandb_project, resolve_mode(wandb_mode.value) if wandb else "disabled")
         threads = threads_for(settings, config.device)

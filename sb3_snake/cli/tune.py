@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from sb3_snake.cli.common import app, interrupt_on_signals, signal_exit_code, user_errors
-from sb3_snake.cli.options import batch_size_parameter, load_settings, settings_parameters, with_parameters
+from sb3_snake.cli.options import OPTIMIZATIONS, load_settings, parameters, settings_parameters, with_parameters
 from sb3_snake.common.errors import UsageError
 from sb3_snake.common.paths import check_writable_dir
 from sb3_snake.training.config import TrainConfig
@@ -31,7 +31,13 @@ DEFAULT_SAMPLER, DEFAULT_PRUNER = Sampler(SEARCH.sampler), Pruner(SEARCH.pruner)
 @app.command()
 @with_parameters(
     settings_parameters(),
-    [batch_size_parameter("Not for tune: every trial draws its own batch size from the search space.")],
+    parameters(
+        TrainConfig,
+        ["batch_size"],
+        panel=OPTIMIZATIONS,
+        help="Not for tune: every trial draws its own batch size from the search space.",
+        show_defaults=False,
+    ),
 )
 def tune(
     n_trials: Annotated[int, typer.Option(help="Trials this worker runs.", rich_help_panel=TUNE)] = SEARCH.n_trials,

@@ -10,6 +10,7 @@ catch ``ValueError`` for bad arguments keep working.
 from __future__ import annotations
 
 import difflib
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -35,17 +36,27 @@ class UsageError(FixableError, ValueError):
     """Input that cannot be used; the message names the value and where it came from."""
 
 
-#: The ways a fix may move a numeric argument rather than name its value.
-DIRECTIONS = ("lower", "raise")
+#: The ways a fix may name an argument rather than give its value: move a number, or choose
+#: another value (``set`` one left to its default, ``change`` one given).
+DIRECTIONS = ("lower", "raise", "set", "change")
+
+
+class SettingsError(UsageError):
+    """A setting or option has a value that cannot be used; the message names key, value and origin."""
 
 
 def fix_words(fix: dict[str, Any], name: Callable[[str, Any], str] | None = None) -> str:
     """``fix`` (:class:`FixableError`'s) in words, its items as alternatives: ``pass board_size=10``,
     ``lower batch_size or raise buffer_size``; ``name(argument, value)`` says an argument
     otherwise (the command line: as its flag)."""
-    said = name or (lambda argument, value: argument if value in DIRECTIONS else f"{argument}={value!r}")
+    said = name or (lambda argument, value: argument if value in DIRECTIONS else f"{argument}={_plain(value)!r}")
     ways = [f"{value if value in DIRECTIONS else 'pass'} {said(argument, value)}" for argument, value in fix.items()]
     return " or ".join(ways)
+
+
+def _plain(value: Any) -> Any:
+    """A path as the text it names (``'runs/x'``, not ``PosixPath('runs/x')``)."""
+    return str(value) if isinstance(value, os.PathLike) else value
 
 
 class OutputError(OSError):

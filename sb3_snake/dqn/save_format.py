@@ -11,10 +11,8 @@ model and the loader import it.
 from __future__ import annotations
 
 import json
-import math
 import os
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +23,7 @@ from torch import nn
 
 from sb3_snake.common import system
 from sb3_snake.common.errors import UsageError
+from sb3_snake.common.options import Values, number
 from sb3_snake.dqn.extractor import SnakeAttentionExtractor
 from sb3_snake.dqn.policies import POLICY_ALIASES
 from sb3_snake.envs.rules import (
@@ -246,69 +245,47 @@ MAX_GRADIENT_STEPS, MAX_BATCH_SIZE, MAX_TRAIN_FREQ = 100_000, 1 << 20, 1 << 31
 MAX_EARLY_UPDATE_FRACTION = 2.0**32
 
 
-def format_bound(value: float) -> str:
-    """A bound as a message shows it: an integer in full, any other number in at most 10 digits."""
-    if isinstance(value, int) or (math.isfinite(value) and value.is_integer() and abs(value) < 2**53):
-        return str(int(value))
-    return f"{value:.10g}"
-
-
-@dataclass(frozen=True)
-class Range:
-    """The numbers a value of a model file may take, ``low`` to ``high`` inclusive; called with a
-    value, what is wrong with it (``""``: nothing). ``sb3-snake train``'s options whose values a
-    model file holds take these same ranges (:func:`sb3_snake.training.config.option_bounds`)."""
-
-    low: float
-    high: float
-    integer: bool = False
-    optional: bool = False  #: None may stand for the value
-
-    def __call__(self, value: Any) -> str:
-        if value is None and self.optional:
-            return ""
-        kind = int if self.integer else (int, float)
-        if isinstance(value, bool) or not isinstance(value, kind) or not self.low <= value <= self.high:
-            return f"must be {'an integer' if self.integer else 'a number'} from {self.words}"
-        return ""
-
-    @property
-    def words(self) -> str:
-        return f"{format_bound(self.low)} to {format_bound(self.high)}"
+def _problem(entry: Any, value: Any) -> str:
+    """What is wrong with ``value`` for a schema entry (a range of :class:`Values`, or a check of
+    its own), in the file's words: ``must be ...``; ``""``: nothing."""
+    if isinstance(entry, Values):
+        return f"must be {entry.kind}" if entry.check(value) else ""
+    return entry(value)
 
 
 def _choice(*values: Any) -> Any:
     return lambda value: "" if type(value) is type(values[0]) and value in values else f"must be one of {list(values)}"
 
 
-_COUNT, _SHARE = Range(0, 2**63 - 1, integer=True), Range(0, 1)
-_GRADIENT_STEPS = Range(1, MAX_GRADIENT_STEPS, integer=True)
+_COUNT, _SHARE = number(0, 2**63 - 1, integer=True), number(0, 1)
+_WIDTH = number(1, MAX_WIDTH, integer=True)
+_GRADIENT_STEPS = number(1, MAX_GRADIENT_STEPS, integer=True)
 #: Each hyperparameter a model file may hold, and what its value must be.
 HYPERPARAMETER_SCHEMA: dict[str, Any] = {
-    "seed": Range(0, 2**32 - 1, integer=True, optional=True),
-    "learning_rate": Range(1e-12, 10),
-    "buffer_size": Range(1, 1 << 32, integer=True),
+    "seed": number(0, 2**32 - 1, integer=True, optional=True),
+    "learning_rate": number(1e-12, 10),
+    "buffer_size": number(1, 1 << 32, integer=True),
     "learning_starts": _COUNT,
-    "batch_size": Range(1, MAX_BATCH_SIZE, integer=True),
+    "batch_size": number(1, MAX_BATCH_SIZE, integer=True),
     "tau": _SHARE,
     "gamma": _SHARE,
-    "gradient_steps": lambda v: "" if v == -1 else _GRADIENT_STEPS(v),
-    "target_update_interval": Range(1, 2**63 - 1, integer=True),
+    "gradient_steps": lambda v: "" if v == -1 else _problem(_GRADIENT_STEPS, v),
+    "target_update_interval": number(1, 2**63 - 1, integer=True),
     "exploration_initial_eps": _SHARE,
     "exploration_final_eps": _SHARE,
     "exploration_fraction": _SHARE,
-    "max_grad_norm": Range(1e-12, 1e12),
-    "n_steps": Range(1, 1000, integer=True),
-    "exploration_steps": Range(1, 2**63 - 1, integer=True, optional=True),
+    "max_grad_norm": number(1e-12, 1e12),
+    "n_steps": number(1, 1000, integer=True),
+    "exploration_steps": number(1, 2**63 - 1, integer=True, optional=True),
     "double_dqn": _choice(False, True),
     "symmetry_augmentation": _choice(False, True),
     "early_steps": _COUNT,
     # 0: no updates in the early phase; above 1: more than after it (an early ratio above the ratio).
-    "early_update_fraction": Range(0, MAX_EARLY_UPDATE_FRACTION),
-    "food_shaping": Range(0, 1e6),
+    "early_update_fraction": number(0, MAX_EARLY_UPDATE_FRACTION),
+    "food_shaping": number(0, 1e6),
     "learning_rate_half_life": _COUNT,
     "safe_exploration": _choice(False, True),
-    "train_freq": Range(1, MAX_TRAIN_FREQ, integer=True),
+    "train_freq": number(1, MAX_TRAIN_FREQ, integer=True),
     "train_freq_unit": _choice("step", "episode"),
 }
 #: What every sb3-snake model file has held (the rest came later and have defaults).
@@ -347,7 +324,7 @@ def _section_problem(section: str, values: dict[str, Any], schema: dict[str, Any
     if missing:
         return f"{section} lacks {missing}"
     for name, value in values.items():
-        problem = schema[name](value)
+        problem = _problem(schema[name], value)
         if problem:
             return f"{section}.{name} {value!r} {problem}"
     return ""
@@ -366,29 +343,29 @@ POLICY_KWARGS = {
 }
 #: The keys of the attention extractor a model file may set, and their ranges.
 EXTRACTOR_SCHEMA: dict[str, Any] = {
-    "features_dim": Range(1, MAX_WIDTH, integer=True),
-    "embed_dim": Range(2, MAX_WIDTH, integer=True),
-    "num_heads": Range(1, 64, integer=True),
-    "num_layers": Range(0, MAX_LAYERS, integer=True),
-    "mlp_ratio": Range(1, 16, integer=True),
-    "patch_size": Range(1, 256, integer=True, optional=True),
-    "head_view_dim": Range(0, MAX_WIDTH, integer=True),
-    "conv_stem": Range(0, MAX_WIDTH, integer=True),
+    "features_dim": number(1, MAX_WIDTH, integer=True),
+    "embed_dim": number(2, MAX_WIDTH, integer=True),
+    "num_heads": number(1, 64, integer=True),
+    "num_layers": number(0, MAX_LAYERS, integer=True),
+    "mlp_ratio": number(1, 16, integer=True),
+    "patch_size": number(1, 256, integer=True, optional=True),
+    "head_view_dim": number(0, MAX_WIDTH, integer=True),
+    "conv_stem": number(0, MAX_WIDTH, integer=True),
 }
 #: Adam's and the other portable optimizers' keyword arguments a model file may set.
 OPTIMIZER_SCHEMA: dict[str, Any] = {
-    "eps": Range(0, 1),
-    "weight_decay": Range(0, 1e3),
+    "eps": number(0, 1),
+    "weight_decay": number(0, 1e3),
     "betas": lambda v: (
         ""
-        if isinstance(v, list) and len(v) == 2 and not any(_SHARE(b) for b in v)
+        if isinstance(v, list) and len(v) == 2 and not any(_SHARE.check(b) for b in v)
         else "must be two numbers from 0 to 1"
     ),
     "amsgrad": _choice(False, True),
     "fused": lambda v: "" if v is None or isinstance(v, bool) else "must be true, false or null",
     "foreach": lambda v: "" if v is None or isinstance(v, bool) else "must be true, false or null",
-    "momentum": Range(0, 1),
-    "alpha": Range(0, 1),
+    "momentum": number(0, 1),
+    "alpha": number(0, 1),
     "centered": _choice(False, True),
 }
 
@@ -401,7 +378,7 @@ def _policy_kwargs_problem(kwargs: Any) -> str:
         return f"policy_kwargs has unknown keys {unknown}"
     net_arch = kwargs.get("net_arch", [])
     widths = net_arch if isinstance(net_arch, list) else []
-    if not isinstance(net_arch, list) or len(widths) > MAX_LAYERS or any(Range(1, MAX_WIDTH, True)(w) for w in widths):
+    if not isinstance(net_arch, list) or len(widths) > MAX_LAYERS or any(_WIDTH.check(w) for w in widths):
         return (
             f"policy_kwargs.net_arch {net_arch!r} must be a list of at most {MAX_LAYERS} widths from 1 to {MAX_WIDTH}"
         )

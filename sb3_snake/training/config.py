@@ -1,31 +1,30 @@
-"""``TrainConfig``: everything a training run is asked to do, each option declared once (value,
-one-line help, :class:`Role`, and for the batch size its ``.env`` key and the values it takes),
-from which the CLI builds its options and the library sorts the fields. The memory a run will
-need is estimated in :mod:`sb3_snake.training.memory`."""
+"""``TrainConfig``: everything a training run is asked to do, each option declared once with
+:func:`~sb3_snake.common.options.option` (value, one-line help, :class:`Role`, the values it takes,
+and for the batch size its ``.env`` key), from which the CLI builds its options and the library
+sorts the fields. An option whose value a model file holds takes the file's range
+(:func:`option_values`). The memory a run will need is estimated in :mod:`sb3_snake.training.memory`."""
 
 from __future__ import annotations
 
 import inspect
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
-from sb3_snake.acceleration.setting_values import AUTO, BATCH_SIZE, Values
-from sb3_snake.acceleration.settings import BATCH_SIZE_KEY
 from sb3_snake.autotune.search import batch_candidates
 from sb3_snake.common.errors import UsageError
+from sb3_snake.common.options import AUTO, Values, choice, declared, number, option, options_of
 from sb3_snake.common.system import check_device
 from sb3_snake.dqn.extractor import SnakeAttentionExtractor
 from sb3_snake.dqn.save_format import (
     EXTRACTOR_SCHEMA,
     HYPERPARAMETER_SCHEMA,
+    MAX_BATCH_SIZE,
     MAX_BOARD_SIZE,
     MAX_ENVS,
     MAX_GRADIENT_STEPS,
     MAX_WIDTH,
-    Range,
-    format_bound,
     hyperparameter_problem,
 )
 from sb3_snake.dqn.snake_dqn import DEFAULT_BATCH_SIZE
@@ -71,7 +70,7 @@ class Role:
         ``tune``) may set; run limits, outputs and the device are not.
     :param model_argument: a :class:`~sb3_snake.dqn.snake_dqn.SnakeDQN` argument of the same
         name that the model saves among its hyperparameters, so a resumed run reads it back (and
-        whose range is the one a model file may hold it in: :func:`option_bounds`).
+        whose range is the one a model file may hold it in: :func:`option_values`).
     :param fixed: shapes the network or the replay buffer, so it cannot change on resume.
     :param extractor: a size the features extractor is built with (a keyword of
         :class:`SnakeAttentionExtractor`).
@@ -104,54 +103,31 @@ NETWORK = Role(DQN, hyperparameter=True, fixed=True)
 EXTRACTOR = Role(DQN, hyperparameter=True, fixed=True, extractor=True)
 
 
-def option(
-    default: Any,
-    help: str,
-    role: Role,
-    flag: str | None = None,
-    env: str | None = None,
-    values: Values | None = None,
-    bounds: tuple[float, float] | None = None,
-) -> Any:
-    """A config field with its one-line help and its :class:`Role`.
-
-    :param flag: the command-line option when it is not ``--`` and the field's name in kebab case.
-    :param env: the ``.env`` key that may set the field (the environment, then ``.env``, then the
-        default: :func:`sb3_snake.training.options.load_config`).
-    :param values: what the field takes when its type alone does not say (the batch size: a
-        size, or ``auto``), parsed from its flag's and ``env``'s text.
-    :param bounds: the lowest and highest number the field takes (``math.inf``: no highest); left
-        out for a value a model file holds, which takes the file's range (:func:`option_bounds`).
-    """
-    metadata = {"help": help, "role": role, "flag": flag, "env": env, "values": values, "bounds": bounds}
-    return field(default=default, metadata=metadata)
+#: The batch size: a size a model file may hold, or ``auto`` (measured on the machine).
+BATCH_SIZE = number(1, MAX_BATCH_SIZE, integer=True, auto=True)
 
 
-def at_least(low: float) -> tuple[float, float]:
-    """The bounds of an option with a least value and no most."""
-    return (low, math.inf)
-
-
+@declared
 @dataclass(frozen=True)
 class TrainConfig:
     """Everything a run is asked to do. Defaults make ``sb3-snake train --episodes 1000`` a short
     run that visibly learns on a CPU. A value that cannot work raises one UsageError."""
 
     episodes: int | None = option(
-        None, "Stop once this many episodes (all games) finished; 1000 with no limit.", RUN_OPTION, bounds=at_least(1)
+        None, "Stop once this many episodes (all games) finished; 1000 with no limit.", RUN_OPTION, values=number(1)
     )
     timesteps: int | None = option(
-        None, "Stop after this many env steps (all games together).", RUN_OPTION, bounds=at_least(1)
+        None, "Stop after this many env steps (all games together).", RUN_OPTION, values=number(1)
     )
     time_limit_minutes: float | None = option(
-        None, "Stop after this many minutes of training.", RUN_OPTION, "--time-limit"
+        None, "Stop after this many minutes of training.", RUN_OPTION, flag="--time-limit"
     )
-    n_envs: int = option(16, "Games stepped together.", GAMES, bounds=(1, MAX_ENVS))
+    n_envs: int = option(16, "Games stepped together.", GAMES, values=number(1, MAX_ENVS))
     board_size: int = option(
-        10, f"Side of the board (4 to {MAX_BOARD_SIZE}).", BOARD, bounds=(MIN_BOARD_SIZE, MAX_BOARD_SIZE)
+        10, f"Side of the board (4 to {MAX_BOARD_SIZE}).", BOARD, values=number(MIN_BOARD_SIZE, MAX_BOARD_SIZE)
     )
-    seed: int = option(0, "Seed of envs, networks and exploration.", GAMES, bounds=(0, MAX_SEED))
-    device: str = option("auto", "auto, cpu or cuda.", MACHINE)
+    seed: int = option(0, "Seed of envs, networks and exploration.", GAMES, values=number(0, MAX_SEED))
+    device: str = option("auto", "auto, cpu or cuda.", MACHINE, values=choice(("auto", "cpu", "cuda")))
     countdown: bool = option(
         False, "Observe a countdown channel: on each body cell, the moves until it is free.", BOARD
     )
@@ -170,13 +146,13 @@ class TrainConfig:
         4,
         "Steps without food allowed per cell of the snake, beyond board_size ** 2 (0: Snake-v0's rule).",
         GAMES,
-        bounds=(0, MAX_STALL_GROWTH),
+        values=number(0, MAX_STALL_GROWTH),
     )
     long_starts: float = option(
         0.2,
         "Share of training games that start with a long snake (50-85% of the board); evaluation starts short.",
         GAMES,
-        bounds=(0, 1),
+        values=number(0, 1),
     )
     learning_rate: float = option(5e-4, "Adam step size.", LEARNING)
     learning_rate_half_life: int = option(
@@ -188,25 +164,28 @@ class TrainConfig:
         DEFAULT_BATCH_SIZE,
         "Replay samples per gradient step; auto: measured, the smallest batch close to the fastest.",
         LEARNING,
-        env=BATCH_SIZE_KEY,
+        key="OPTIMAL_BATCH_SIZE",
         values=BATCH_SIZE,
     )
     replay_ratio: float = option(
         32.0,
         "Gradient samples per env step (SB3's DQN default: 8).",
         SCHEDULE,
-        bounds=(MIN_REPLAY_RATIO, MAX_REPLAY_RATIO),
+        values=number(MIN_REPLAY_RATIO, MAX_REPLAY_RATIO),
     )
     early_replay_ratio: float = option(
         16.0,
         "Gradient samples per env step for the first --early-steps.",
         SCHEDULE,
-        bounds=(MIN_REPLAY_RATIO, MAX_REPLAY_RATIO),
+        values=number(MIN_REPLAY_RATIO, MAX_REPLAY_RATIO),
     )
     early_steps: int = option(50_000, "Env steps trained at --early-replay-ratio (0: none).", SCHEDULE)
     train_freq: int | None = option(None, "Vector-env steps between updates (default: from --replay-ratio).", SCHEDULE)
     gradient_steps: int | None = option(
-        None, "Gradient steps per update (default: from --replay-ratio).", SCHEDULE, bounds=(1, MAX_GRADIENT_STEPS)
+        None,
+        "Gradient steps per update (default: from --replay-ratio).",
+        SCHEDULE,
+        values=number(1, MAX_GRADIENT_STEPS),
     )
     gamma: float = option(0.99, "Discount.", LEARNING)
     target_update_interval: int = option(1_000, "Env steps between target network copies.", LEARNING)
@@ -219,7 +198,9 @@ class TrainConfig:
     double_dqn: bool = option(False, "Double DQN targets (online net picks, target net values).", LEARNING)
     dueling: bool = option(False, "Dueling head: Q = V + A - mean(A).", NETWORK)
     head_view: bool = option(True, "The extractor also sees the board re-centred on the snake's head.", NETWORK)
-    head_view_dim: int = option(64, "Features of the head view (with --head-view).", EXTRACTOR, bounds=(1, MAX_WIDTH))
+    head_view_dim: int = option(
+        64, "Features of the head view (with --head-view).", EXTRACTOR, values=number(1, MAX_WIDTH)
+    )
     embed_dim: int = option(32, "Width of the extractor's transformer (a multiple of its 2 heads).", EXTRACTOR)
     num_layers: int = option(
         0, "Transformer blocks of the extractor (0: token embedding and attention pooling).", EXTRACTOR
@@ -237,29 +218,29 @@ class TrainConfig:
         1.0, "Potential-based reward shaping towards the food, its scale (0: off; scores are unchanged).", LEARNING
     )
     checkpoint_every: int | None = option(
-        None, "Episodes between atomic checkpoints (checkpoint.zip).", RUN_OPTION, bounds=at_least(1)
+        None, "Episodes between atomic checkpoints (checkpoint.zip).", RUN_OPTION, values=number(1)
     )
     select_every: int | None = option(
-        None, "Env steps between greedy evaluations that keep best_model.zip.", RUN_OPTION, bounds=at_least(1)
+        None, "Env steps between greedy evaluations that keep best_model.zip.", RUN_OPTION, values=number(1)
     )
     select_episodes: int = option(
         32,
         "Greedy games per evaluation during training (--eval-every, --select-every).",
         RUN_OPTION,
-        bounds=at_least(1),
+        values=number(1),
     )
     eval_every_minutes: float = option(
         2.0,
         "Minutes of training between greedy evaluations shown on the progress line and in summary.json (0: none).",
         RUN_OPTION,
-        "--eval-every",
-        bounds=at_least(0),
+        flag="--eval-every",
+        values=number(0),
     )
     save_replay_buffer: bool = option(False, "Save the replay buffer beside checkpoints and the model.", RUN_OPTION)
     tensorboard_log: str | None = option(
         None, "Folder for SB3's TensorBoard logs (needs the tensorboard extra).", RUN_OPTION
     )
-    verbose: int = option(0, "1: print SB3's training metrics.", RUN_OPTION, bounds=(0, 2))
+    verbose: int = option(0, "1: print SB3's training metrics.", RUN_OPTION, values=number(0, 2))
     #: Where a value that more than the caller may set came from (the batch size: override,
     #: hyperparams file, resumed model, environment, .env, default, or how auto chose it).
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
@@ -275,17 +256,15 @@ class TrainConfig:
         def finite(value: float) -> bool:
             return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
-        if BATCH_SIZE.check(self.batch_size):  # its kind first: a size or auto, then the size's range
-            return f"batch_size must be a positive integer or auto, got {self.batch_size!r}"
-        for declared in option_fields():
-            value, bounds = getattr(self, declared.name), option_bounds(declared.name)
-            if bounds is None or value is None or value == AUTO:
-                continue
-            low, high = bounds
-            number = isinstance(value, (int, float)) and not isinstance(value, bool)
-            if not (number and (isinstance(value, int) or math.isfinite(value)) and low <= value <= high):
-                within = f"at least {format_bound(low)}" if high == math.inf else f"from {_range_words(low, high)}"
-                return f"{declared.name} must be {within}, got {value}"
+        for name in OPTIONS:
+            value, values = getattr(self, name), option_values(name)
+            if values is not None and values.low is not None and value is not None and values.check(value):
+                within = values.within + (" or auto" if not values.check(AUTO) else "")
+                return (
+                    f"{name} must be {within}, got {value!r}"
+                    if isinstance(value, str)
+                    else f"{name} must be {within}, got {value}"
+                )
         checks = [
             (
                 self.time_limit_minutes is None or (finite(self.time_limit_minutes) and self.time_limit_minutes > 0),
@@ -354,9 +333,14 @@ class TrainConfig:
         problem = next(filter(None, (hyperparameter_problem(name, value) for name, value in schedule.items())), "")
         if problem:
             raise UsageError(
-                f"the update schedule of --replay-ratio {self.replay_ratio:g}, --early-replay-ratio "
-                f"{self.early_replay_ratio:g}, {self.n_envs} games and batch {self._batch()} gives {problem}; "
-                "set --train-freq and --gradient-steps within those bounds, or other ratios"
+                f"the update schedule of replay ratio {self.replay_ratio:g}, early replay ratio "
+                f"{self.early_replay_ratio:g}, {self.n_envs} games and batch {self._batch()} gives {problem}",
+                fix={
+                    "train_freq": "set",
+                    "gradient_steps": "set",
+                    "replay_ratio": "change",
+                    "early_replay_ratio": "change",
+                },
             )
         return schedule
 
@@ -394,31 +378,24 @@ class TrainConfig:
         }
 
 
-def option_fields() -> tuple[Any, ...]:
-    """TrainConfig's options (its fields but ``sources``), in field order."""
-    return tuple(f for f in fields(TrainConfig) if "role" in f.metadata)
+#: TrainConfig's options, by field name, in field order.
+OPTIONS = options_of(TrainConfig)
 
 
-def option_bounds(name: str) -> tuple[float, float] | None:
-    """The lowest and highest number TrainConfig field ``name`` takes (``math.inf``: no highest),
-    or None for a field without a range. Declared with the field (``option(bounds=...)``), or,
-    for a value a model file holds (a hyperparameter the model saves, an extractor size), the
-    range the file may hold it in (:mod:`sb3_snake.dqn.save_format`), so that a model a run
-    saves can always be loaded."""
-    declared = next(f for f in option_fields() if f.name == name)
-    if declared.metadata["bounds"] is not None:
-        return declared.metadata["bounds"]
-    saved = (EXTRACTOR_SCHEMA if declared.metadata["role"].extractor else HYPERPARAMETER_SCHEMA).get(name)
-    return (saved.low, saved.high) if isinstance(saved, Range) else None
-
-
-def _range_words(low: float, high: float) -> str:
-    return f"{format_bound(low)} to {format_bound(high)}"
+def option_values(name: str) -> Values | None:
+    """What TrainConfig option ``name`` takes: as declared, or, for a value a model file holds (a
+    hyperparameter the model saves, an extractor size), the range the file may hold it in
+    (:mod:`sb3_snake.dqn.save_format`), so that a model a run saves can always be loaded."""
+    declared = OPTIONS[name]
+    if declared.values is not None:
+        return declared.values
+    saved = (EXTRACTOR_SCHEMA if declared.role.extractor else HYPERPARAMETER_SCHEMA).get(name)
+    return saved if isinstance(saved, Values) else None
 
 
 def fields_of(role: Callable[[Role], bool]) -> tuple[str, ...]:
-    """The names of the TrainConfig fields whose :class:`Role` satisfies ``role``, in field order."""
-    return tuple(f.name for f in option_fields() if role(f.metadata["role"]))
+    """The names of the TrainConfig options whose :class:`Role` satisfies ``role``, in field order."""
+    return tuple(name for name, declared in OPTIONS.items() if role(declared.role))
 
 
 #: TrainConfig fields that are SnakeDQN arguments of the same name, saved with the model.
@@ -436,9 +413,3 @@ class WandbOptions:
     enabled: bool = False
     project: str = "sb3-snake"
     mode: str = "online"
-
-
-def option_flag(name: str) -> str:
-    """The command-line spelling of TrainConfig field ``name``."""
-    meta = next(f for f in fields(TrainConfig) if f.name == name).metadata
-    return meta.get("flag") or "--" + name.replace("_", "-")

@@ -58,11 +58,11 @@ def egocentric(model: Any) -> bool:
 
 
 def check_evaluation(episodes: int, seed: int) -> None:
-    """Raise UsageError (naming the option) unless ``episodes`` and ``seed`` can be played."""
+    """Raise UsageError (naming the argument) unless ``episodes`` and ``seed`` can be played."""
     if episodes < 1:
-        raise UsageError(f"--episodes must be at least 1, got {episodes}")
+        raise UsageError(f"episodes must be at least 1, got {episodes}")
     if not 0 <= seed <= MAX_SEED:
-        raise UsageError(f"--seed must be from 0 to {MAX_SEED}, got {seed}")
+        raise UsageError(f"seed must be from 0 to {MAX_SEED}, got {seed}")
 
 
 def evaluate(

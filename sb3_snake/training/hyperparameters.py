@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from sb3_snake.common.errors import UsageError, did_you_mean
+from sb3_snake.common.options import AUTO
 from sb3_snake.common.paths import check_regular_file
-from sb3_snake.training.config import HYPERPARAMETER_FIELDS, TrainConfig
+from sb3_snake.training.config import HYPERPARAMETER_FIELDS, OPTIONS, TrainConfig
 
 #: Where a value taken from a hyperparameter file says it came from.
 FILE_SOURCE = "hyperparams file"
@@ -54,10 +55,10 @@ _KIND_NAMES = {"int": "a whole number", "float": "a number", "bool": "true or fa
 def _field_value(name: str, value: Any) -> Any:
     """``value`` as TrainConfig field ``name`` declares it (a whole float such as ``1e5`` as an
     int; a bool is not a number; a batch size a size or ``auto``), else one UsageError saying
-    what it must be."""
+    what it must be. Ranges are the config's to check."""
     declared = next(f for f in fields(TrainConfig) if f.name == name)
-    values = declared.metadata["values"]
-    if values is not None:
+    values = OPTIONS[name].values
+    if values is not None and (values.choices or not values.check(AUTO)):  # a size or auto, a choice
         if values.check(value):
             raise UsageError(f"{name} must be {values.words}, got {value!r}")
         return value

@@ -16,16 +16,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from sb3_snake.acceleration.settings import (
-    OptimizationSettings,
-    Setting,
-    read_environment,
-    setting_rows,
-    table_row,
-)
+from sb3_snake.acceleration.settings import OptimizationSettings, read_environment
 from sb3_snake.common.errors import UsageError
+from sb3_snake.common.options import resolve, table_rows
 from sb3_snake.common.paths import check_writable_dir
-from sb3_snake.training.config import TrainConfig, option_fields, option_flag
+from sb3_snake.training.config import OPTIONS, TrainConfig
 from sb3_snake.training.hyperparameters import FILE_SOURCE, apply_hyperparameters, read_hyperparameters
 from sb3_snake.training.resume import resume_config
 
@@ -33,16 +28,8 @@ from sb3_snake.training.resume import resume_config
 OVERRIDE = "override"
 #: Where a resumed run's value that the caller and the file leave out says it came from.
 RESUMED = "resumed model"
-
-
-def environment_options() -> dict[str, Setting]:
-    """TrainConfig's options that the environment and ``.env`` may set (``option(env=...)``), as
-    the settings declare theirs: key, flag, values and help."""
-    return {
-        f.name: Setting(f.metadata["env"], option_flag(f.name), f.metadata["values"], f.metadata["help"])
-        for f in option_fields()
-        if f.metadata["env"]
-    }
+#: TrainConfig's options that the environment and ``.env`` may set (``option(key=...)``).
+KEYED_OPTIONS = {name: declared for name, declared in OPTIONS.items() if declared.key is not None}
 
 
 def load_config(env_file: str | os.PathLike | None = None, **values: Any) -> TrainConfig:
@@ -54,20 +41,9 @@ def load_config(env_file: str | os.PathLike | None = None, **values: Any) -> Tra
         there is one (as :meth:`OptimizationSettings.load <sb3_snake.acceleration.settings.OptimizationSettings.load>`).
     :raises UsageError: a value that cannot work, naming its key and where it came from.
     """
-    given = {name: value for name, value in values.items() if value is not None}
-    read = {name: declared.key for name, declared in environment_options().items() if name not in given}
-    from_environment, sources = read_environment(env_file, read)
-    given_sources = {name: OVERRIDE for name in environment_options() if name in given}
-    return TrainConfig(**from_environment, **given, sources={**sources, **given_sources})
-
-
-def parse_option(name: str, text: str) -> Any:
-    """TrainConfig option ``name``'s value from the text of its flag (an option declared with
-    ``values``, such as ``--batch-size``); one UsageError naming the flag."""
-    try:
-        return environment_options()[name].values.parse(text)
-    except ValueError as error:
-        raise UsageError(f"{option_flag(name)} {text!r}: {error}") from None
+    environment, dotenv = read_environment(env_file, KEYED_OPTIONS)
+    given, sources = resolve([(OVERRIDE, values), ("environment", environment), (".env", dotenv)])
+    return TrainConfig(**given, sources={name: sources[name] for name in KEYED_OPTIONS if name in sources})
 
 
 def configure_run(
@@ -93,10 +69,10 @@ def configure_run(
     values = dict(options)
     if hyperparameters is not None:
         values = apply_hyperparameters(read_hyperparameters(hyperparameters), values)
-    sources = {name: OVERRIDE if name in options else FILE_SOURCE for name in environment_options() if name in values}
+    sources = {name: OVERRIDE if name in options else FILE_SOURCE for name in KEYED_OPTIONS if name in values}
     if resume is not None:
         config = resume_config(resume, trusted, **values)
-        sources = {**dict.fromkeys(environment_options(), RESUMED), **sources}
+        sources = {**dict.fromkeys(KEYED_OPTIONS, RESUMED), **sources}
     else:
         config = load_config(env_file, **values)
         sources = {**config.sources, **sources}
@@ -108,10 +84,8 @@ def configuration_table() -> str:
     """The table of ``.env`` keys (Markdown) of docs/configuration.md, "Where settings come from":
     each key a ``.env`` may hold, its flag, values, default and help, as declared: the batch
     size's (TrainConfig's), then the settings'."""
-    defaults = {f.name: f.default for f in option_fields()}
-    rows = [table_row(declared, defaults[name]) for name, declared in environment_options().items()]
     header = ["| key | flag | values | default | meaning |", "|-----|------|--------|---------|---------|"]
-    return "\n".join([*header, *rows, *setting_rows()])
+    return "\n".join([*header, *table_rows(TrainConfig), *table_rows(OptimizationSettings)])
 
 
 def check_tensorboard(folder: str | None) -> None:

@@ -77,7 +77,7 @@ def plot_learning_curve(run_dir: Path, output: Path | None = None, window: int =
     :raises OutputError: when writing the PNG fails (a full disk).
     """
     if window < 1:
-        raise UsageError(f"--window must be at least 1, got {window}")
+        raise UsageError(f"window must be at least 1, got {window}")
     if output is not None:  # an output the user named is checked before anything is read
         check_writable_file(Path(output), (".png",), what="plot output")
     output = Path(output) if output else Path(run_dir) / "learning_curve.png"

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from sb3_snake.common.errors import UsageError
+from sb3_snake.common.options import flag_of, short_flag
 from sb3_snake.dqn.snake_dqn import SnakeDQN
 from sb3_snake.envs.rules import board_options
 from sb3_snake.persistence import saved_board_options, saved_metadata
@@ -16,7 +17,6 @@ from sb3_snake.training.config import (
     MODEL_FIELDS,
     TrainConfig,
     fields_of,
-    option_flag,
 )
 
 #: What a loaded model takes from a resumed run's config: its SnakeDQN arguments that do not shape it.
@@ -84,7 +84,8 @@ def apply_config(model: SnakeDQN, config: TrainConfig) -> None:
     }
     for name, wanted in config.network().items():
         if wanted != trained[name]:
-            flag = option_flag("head_view" if name == "head_view_dim" and 0 in (wanted, trained[name]) else name)
+            switched = name == "head_view_dim" and 0 in (wanted, trained[name])  # the head view on or off
+            flag = short_flag(flag_of(TrainConfig, "head_view" if switched else name))
             raise UsageError(
                 f"{flag} cannot change on resume: the model was trained with {trained[name]}, this run asks for "
                 f"{wanted}; leave {flag} out or start a new run"

@@ -205,8 +205,9 @@ def _load_saved_replay_buffer(model: SnakeDQN, model_path: Path, trusted: bool) 
     elif legacy.is_file():
         if not trusted:
             raise UsageError(
-                f"{legacy} is a pickled replay buffer, which can run code when loaded; pass --trust-model if you "
-                "trust it, or move it away to resume without it"
+                f"{legacy} is a pickled replay buffer, which can run code when loaded: move it away to resume "
+                "without it, or load it trusted",
+                fix={"trust_model": True},
             )
         try:
             model.load_replay_buffer(legacy)

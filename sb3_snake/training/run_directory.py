@@ -49,6 +49,10 @@ class RunDirectoryError(UsageError):
     """The run folder cannot be used; the message says why and what to pass instead."""
 
 
+#: The fix of a folder that cannot be used: another one (``train``'s ``run_dir``).
+ANOTHER_FOLDER = {"run_dir": "change"}
+
+
 def _holder(lock: Path) -> tuple[str, int]:
     """The ``(host, pid)`` a lock file names (a bare pid, as older runs wrote it: this host), or
     ``("", 0)`` where it names none (being written, or damaged)."""
@@ -70,18 +74,19 @@ def _take_lock(directory: Path) -> Path:
             if host and host != here:
                 raise RunDirectoryError(
                     f"run folder {directory} is in use by an sb3-snake run on {host} (pid {pid}); wait for it, "
-                    f"or remove {lock} if that run is gone, or choose another --output/--name"
+                    f"or remove {lock} if that run is gone",
+                    fix=ANOTHER_FOLDER,
                 ) from None
             if pid and pid != os.getpid() and not process_gone(pid):
                 raise RunDirectoryError(
-                    f"run folder {directory} is in use by another sb3-snake run (pid {pid}); "
-                    "wait for it or choose another --output/--name"
+                    f"run folder {directory} is in use by another sb3-snake run (pid {pid}); wait for it",
+                    fix=ANOTHER_FOLDER,
                 ) from None
             lock.unlink(missing_ok=True)  # the run that held it is gone
             continue
         except OSError as error:
             raise RunDirectoryError(
-                f"run folder {directory} is not writable ({error.strerror or error}); choose another --output"
+                f"run folder {directory} is not writable ({error.strerror or error})", fix=ANOTHER_FOLDER
             ) from None
         with os.fdopen(descriptor, "w") as file:
             file.write(f"{here}:{os.getpid()}")
@@ -127,8 +132,9 @@ def claim_run_directory(
         previous = existing_run_files(directory)
         if previous and not (overwrite or resuming):
             raise RunDirectoryError(
-                f"run folder {directory} already holds a run ({', '.join(previous)}); pass --overwrite to replace "
-                f"it, --resume {directory / 'model.zip'} to continue it, or another --name/--output"
+                f"run folder {directory} already holds a run ({', '.join(previous)}): replace it, continue it, "
+                "or train into another folder",
+                fix={"overwrite": True, "resume": directory / "model.zip", **ANOTHER_FOLDER},
             )
         if overwrite and not resuming:
             kept = {Path(file).resolve() for file in keep}

@@ -154,7 +154,8 @@ class EvaluationsFile:
         if len(widths) > 1 or len(lengths) > 1:
             raise UsageError(
                 f"{self.path} holds evaluations of another shape ({arrays['results'].shape}) than this run's "
-                f"{self.games} games each; resume with --select-episodes as before, or into another --output"
+                f"{self.games} games each: resume with the evaluation games as before, or into another folder",
+                fix={"select_episodes": arrays["results"].shape[1], "run_dir": "change"},
             )
         self.columns = {key: array.tolist() for key, array in arrays.items()}
 

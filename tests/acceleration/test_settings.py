@@ -6,10 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from sb3_snake.acceleration.setting_values import max_threads
-from sb3_snake.acceleration.settings import ENV_KEYS as READ_KEYS
 from sb3_snake.acceleration.settings import SETTINGS, OptimizationSettings, SettingsError
 from sb3_snake.common.errors import UsageError
+from sb3_snake.common.options import env_keys, flag_of, max_threads, parse
 from sb3_snake.training.config import TrainConfig
 from sb3_snake.training.options import configuration_table, load_config
 
@@ -97,7 +96,7 @@ def test_the_batch_size_flag_then_environment_then_env_file_then_default(tmp_pat
     assert (load_config(path).batch_size, load_config(path).source("batch_size")) == (512, ".env")
     assert (load_config().batch_size, load_config().source("batch_size")) == (128, "default")
     assert load_config(write_env(tmp_path, "OPTIMAL_BATCH_SIZE=AUTO\n")).batch_size == "auto"
-    with pytest.raises(SettingsError, match=r"OPTIMAL_BATCH_SIZE='big' in .*custom.env: expected a positive integer"):
+    with pytest.raises(SettingsError, match=r"OPTIMAL_BATCH_SIZE='big' in .*custom.env: expected an integer from 1 to"):
         load_config(write_env(tmp_path, "OPTIMAL_BATCH_SIZE=big\n"))
 
 
@@ -105,7 +104,10 @@ def test_the_batch_size_flag_then_environment_then_env_file_then_default(tmp_pat
     ("line", "message"),
     [
         ("USE_BF16=maybe", r"USE_BF16='maybe' in .*custom.env: expected true/false"),
-        ("OPTIMAL_BATCH_SIZE=-4", r"OPTIMAL_BATCH_SIZE='-4' in .*custom.env: expected a positive integer"),
+        (
+            "OPTIMAL_BATCH_SIZE=-4",
+            r"OPTIMAL_BATCH_SIZE='-4' in .*custom.env: expected an integer from 1 to",
+        ),
         ("OPTIMAL_BATCH_SIZE=big", r"OPTIMAL_BATCH_SIZE='big'"),
         ("TORCH_COMPILE_MODE=fast", r"TORCH_COMPILE_MODE='fast' .*expected one of default, reduce-overhead"),
         ("TORCH_NUM_THREADS=0", r"TORCH_NUM_THREADS='0' .*expected auto or an integer from 1"),
@@ -261,9 +263,9 @@ def test_thread_count_is_capped_per_core():
 
 
 def test_parse_names_the_flag():
-    assert OptimizationSettings.parse("num_threads", "auto") == "auto"
+    assert parse(OptimizationSettings, "num_threads", "auto") == "auto"
     with pytest.raises(SettingsError, match="--threads 'many'"):
-        OptimizationSettings.parse("num_threads", "many")
+        parse(OptimizationSettings, "num_threads", "many")
 
 
 def test_num_threads_auto_or_integer(tmp_path):
@@ -365,10 +367,10 @@ def test_every_field_is_declared_once_with_key_flag_values_and_help():
     names = [name for name in OptimizationSettings.__dataclass_fields__ if name not in ("sources", "auto_record")]
     assert list(SETTINGS) == names
     assert sorted(OptimizationSettings.env_key(name) for name in names) == sorted(ENV_KEYS[1:])
-    assert list(READ_KEYS) == ["OPTIMAL_BATCH_SIZE", *(OptimizationSettings.env_key(name) for name in names)]
+    assert sorted(env_keys()) == sorted(ENV_KEYS)  # what a .env may hold: the settings' and the batch size
     for name in names:
         declared = SETTINGS[name]
-        assert declared.flag.startswith("--") and declared.help and declared.values.words
+        assert flag_of(OptimizationSettings, name).startswith("--") and declared.help and declared.values.words
         default = OptimizationSettings.__dataclass_fields__[name].default
         assert declared.values.check(default) == ""  # the default is a value the setting takes
         assert declared.values.parse(str(default).lower()) == default  # and .env spells it so
@@ -376,14 +378,14 @@ def test_every_field_is_declared_once_with_key_flag_values_and_help():
 
 
 def test_the_compile_help_says_what_is_compiled_on_each_device():
-    help = OptimizationSettings.help("use_torch_compile")
+    help = SETTINGS["use_torch_compile"].help
     assert "on a CPU the whole gradient step" in help and "off on CUDA, where the CUDA graph runs" in help
 
 
 def test_the_configuration_table_has_a_row_per_key_of_env():
     rows = configuration_table().splitlines()
     assert rows[0] == "| key | flag | values | default | meaning |" and len(rows) == 2 + 1 + len(SETTINGS)
-    assert rows[2].startswith("| `OPTIMAL_BATCH_SIZE` | `--batch-size` | integer > 0, or auto | 128 | Replay")
+    assert rows[2].startswith("| `OPTIMAL_BATCH_SIZE` | `--batch-size` | integer from 1 to 1048576, or auto | 128 |")
     assert (
         "| `USE_CUDA_GRAPH` | `--cuda-graph/--no-cuda-graph` | true/false (or 1/0, yes/no, on/off) | true |"
         in (rows[-1])
@@ -415,7 +417,7 @@ def test_readme_switches_table_names_every_key_with_its_flag():
 @pytest.mark.parametrize("text", ["-1", "1.5", "soon", "true"])
 def test_the_compile_start_is_a_count_of_gradient_steps(text, tmp_path):
     with pytest.raises(SettingsError, match=f"--compile-after '{text}': expected an integer of 0 or more"):
-        OptimizationSettings.parse("compile_after", text)
+        parse(OptimizationSettings, "compile_after", text)
     with pytest.raises(SettingsError, match="TORCH_COMPILE_AFTER"):
         OptimizationSettings.load(write_env(tmp_path, f"TORCH_COMPILE_AFTER={text}\n"))
     with pytest.raises(SettingsError, match="compile_after=-1: expected an integer of 0 or more"):

@@ -7,6 +7,7 @@ from dataclasses import dataclass, fields, replace
 import pytest
 
 from sb3_snake.common.errors import UsageError
+from sb3_snake.common.options import number, option, options_of
 from sb3_snake.dqn.snake_dqn import HYPERPARAMETERS
 from sb3_snake.training.config import (
     DEFAULT_EPISODES,
@@ -19,15 +20,20 @@ from sb3_snake.training.config import (
     MIN_REPLAY_RATIO,
     MODEL_FIELDS,
     NETWORK_FIELDS,
+    OPTIONS,
     RUN,
     Role,
     TrainConfig,
-    option,
-    option_bounds,
-    option_fields,
+    option_values,
 )
 from sb3_snake.training.memory import check_memory, memory_estimate
 from tests.conftest import FAST, tiny_config
+
+
+def option_bounds(name):
+    """The lowest and highest value TrainConfig option ``name`` takes, or None for no range."""
+    values = option_values(name)
+    return (values.low, values.high) if values is not None and values.low is not None else None
 
 
 @pytest.mark.parametrize(
@@ -52,8 +58,8 @@ from tests.conftest import FAST, tiny_config
         ({"seed": 2**64}, "seed must be from 0 to 4294967295"),
         ({"seed": -1}, "seed must be from 0 to 4294967295"),
         ({"exploration_final_eps": float("nan")}, "exploration_final_eps must be from 0 to 1"),
-        ({"batch_size": 0}, "batch_size must be a positive integer or auto, got 0"),
-        ({"batch_size": "big"}, "batch_size must be a positive integer or auto, got 'big'"),
+        ({"batch_size": 0}, "batch_size must be from 1 to 1048576 or auto, got 0"),
+        ({"batch_size": "big"}, "batch_size must be from 1 to 1048576 or auto, got 'big'"),
     ],
 )
 def test_bad_config(changes, message):
@@ -131,7 +137,7 @@ def test_early_replay_ratio_is_a_fraction_of_the_scheduled_updates(changes, batc
 
 def test_every_field_declares_its_role_and_the_sorts_follow_from_it():
     """The groupings that once were written out by hand, now read from each field's role."""
-    roles = {f.name: f.metadata["role"] for f in option_fields()}
+    roles = {name: declared.role for name, declared in OPTIONS.items()}
     assert [f.name for f in fields(TrainConfig)] == [*roles, "sources"]
     assert all(isinstance(role, Role) for role in roles.values())
     panels = {group: [name for name, role in roles.items() if role.group == group] for group in (RUN, ENVIRONMENT, DQN)}
@@ -208,26 +214,28 @@ def test_the_network_folds_the_head_view_switch_into_its_size():
     assert TrainConfig(head_view=False).policy_kwargs()["features_extractor_kwargs"]["head_view_dim"] == 0
 
 
-def test_an_option_may_name_its_env_key_and_flag():
+def test_an_option_may_name_its_env_key_flag_and_values():
     @dataclass(frozen=True)
     class Declared:
-        batch_size: int = option(512, "Replay samples per gradient step.", Role(DQN), "--batch", "OPTIMAL_BATCH_SIZE")
+        size: int = option(512, "Replay samples.", Role(DQN), key="MY_SIZE", flag="--batch", values=number(1, 9))
 
-    (declared,) = fields(Declared)
-    assert declared.default == 512
-    assert (declared.metadata["env"], declared.metadata["flag"]) == ("OPTIMAL_BATCH_SIZE", "--batch")
+    (field,) = fields(Declared)
+    declared = options_of(Declared)["size"]
+    assert field.default == 512 and declared.help == "Replay samples." and declared.role == Role(DQN)
+    assert (declared.key, declared.flag, declared.values.within) == ("MY_SIZE", "--batch", "from 1 to 9")
 
 
 def test_the_batch_size_is_a_learning_value_that_env_may_set_declared_once():
     """``OPTIMAL_BATCH_SIZE`` and ``--batch-size`` set one TrainConfig field, a hyperparameter the
     model saves, whose default is SnakeDQN's own."""
-    from sb3_snake.acceleration.settings import BATCH_SIZE_KEY, OptimizationSettings
+    from sb3_snake.acceleration.settings import OptimizationSettings
     from sb3_snake.dqn.snake_dqn import DEFAULT_BATCH_SIZE
 
-    (declared,) = [f for f in option_fields() if f.metadata["env"]]
-    assert (declared.name, declared.metadata["env"], declared.default) == ("batch_size", BATCH_SIZE_KEY, 128)
+    (name,) = [name for name, declared in OPTIONS.items() if declared.key]
+    declared = OPTIONS[name]
+    assert (name, declared.key, TrainConfig.batch_size) == ("batch_size", "OPTIMAL_BATCH_SIZE", 128)
     assert DEFAULT_BATCH_SIZE == 128 and "batch_size" in HYPERPARAMETER_FIELDS and "batch_size" in MODEL_FIELDS
-    assert declared.metadata["values"].parse("AUTO") == "auto" and declared.metadata["role"].group == DQN
+    assert declared.values.parse("AUTO") == "auto" and declared.role.group == DQN
     assert "batch_size" not in OptimizationSettings.__dataclass_fields__
 
 
@@ -260,13 +268,14 @@ def test_networks_within_range_that_do_not_fit_are_a_memory_error_up_front():
 
 def saved_ranges():
     """The save format's range of each TrainConfig field whose value a model file holds."""
-    from sb3_snake.dqn.save_format import EXTRACTOR_SCHEMA, HYPERPARAMETER_SCHEMA, MAX_BOARD_SIZE, MAX_ENVS, Range
+    from sb3_snake.common.options import Values
+    from sb3_snake.dqn.save_format import EXTRACTOR_SCHEMA, HYPERPARAMETER_SCHEMA, MAX_BOARD_SIZE, MAX_ENVS
     from sb3_snake.envs.rules import MIN_BOARD_SIZE
 
     ranges = {"n_envs": (1, MAX_ENVS), "board_size": (MIN_BOARD_SIZE, MAX_BOARD_SIZE)}
-    for name in [f.name for f in option_fields()]:
+    for name in OPTIONS:
         schema = EXTRACTOR_SCHEMA if name in EXTRACTOR_SIZES else HYPERPARAMETER_SCHEMA
-        if isinstance(schema.get(name), Range):
+        if isinstance(schema.get(name), Values):
             ranges[name] = (schema[name].low, schema[name].high)
     return ranges
 
@@ -280,17 +289,17 @@ def test_every_value_a_model_file_holds_is_taken_within_the_files_range():
     for name, (low, high) in ranges.items():
         ours = option_bounds(name)
         assert ours is not None and low <= ours[0] and ours[1] <= high, (name, ours, (low, high))
-    for declared in option_fields():
-        bounds = option_bounds(declared.name)
+    for name in OPTIONS:
+        bounds = option_bounds(name)
         if bounds is None:
             continue
         below = bounds[0] - (1 if isinstance(bounds[0], int) else abs(bounds[0]) / 2 or 1)
-        with pytest.raises(UsageError, match=f"{declared.name} must be"):
-            TrainConfig(**{declared.name: below})
+        with pytest.raises(UsageError, match=f"{name} must be"):
+            TrainConfig(**{name: below})
         if bounds[1] != math.inf:
             above = bounds[1] + 1 if isinstance(bounds[1], int) else bounds[1] * 2
-            with pytest.raises(UsageError, match=f"{declared.name} must be"):
-                TrainConfig(**{declared.name: above})
+            with pytest.raises(UsageError, match=f"{name} must be"):
+                TrainConfig(**{name: above})
 
 
 @pytest.mark.parametrize("replay_ratio", [MIN_REPLAY_RATIO, 8.0, MAX_REPLAY_RATIO])
@@ -313,7 +322,7 @@ def test_the_schedule_at_either_end_of_the_ratios_is_one_a_model_file_holds(
     try:
         schedule = config.schedule_kwargs()
     except UsageError as error:  # a schedule a model file cannot hold is refused before training
-        assert str(error).startswith("the update schedule of --replay-ratio") and "must be" in str(error)
+        assert str(error).startswith("the update schedule of replay ratio") and "must be" in str(error)
         assert replay_ratio * n_envs / batch_size > 100_000  # only more gradient steps per update than any
         return
     assert all(not hyperparameter_problem(name, value) for name, value in schedule.items()), schedule
@@ -359,10 +368,10 @@ TRAINABLE_BYTES = 256 * 2**20
 
 
 def option_ends():
-    for declared in option_fields():
-        bounds = option_bounds(declared.name)
+    for name in OPTIONS:
+        bounds = option_bounds(name)
         if bounds is not None:
-            yield from ((declared.name, end) for end in bounds if end != math.inf)
+            yield from ((name, end) for end in bounds if end != math.inf)
 
 
 @pytest.mark.slow

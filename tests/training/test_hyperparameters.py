@@ -25,8 +25,8 @@ def test_a_file_may_set_what_is_learned_not_how_the_run_goes():
         ({"learning_rat": 0.1}, "hyperparameters: unknown key 'learning_rat'; did you mean learning_rate?"),
         ({"zzz": 1}, "hyperparameters: unknown key 'zzz'; known: n_envs, board_size, seed, countdown,"),
         ({"gamma": "high"}, "hyperparameters: gamma must be a number, got 'high'"),
-        ({"batch_size": 0}, "hyperparameters: batch_size must be integer > 0, or auto, got 0"),
-        ({"batch_size": "big"}, "hyperparameters: batch_size must be integer > 0, or auto, got 'big'"),
+        ({"batch_size": 0}, "hyperparameters: batch_size must be integer from 1 to 1048576, or auto, got 0"),
+        ({"batch_size": "big"}, "hyperparameters: batch_size must be integer from 1 to 1048576, or auto, got 'big'"),
     ],
 )
 def test_a_bad_key_or_value_is_a_usage_error(values, message):

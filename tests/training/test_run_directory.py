@@ -45,7 +45,10 @@ def test_processes_starting_together_never_share_a_folder(tmp_path, monkeypatch)
 def test_a_folder_holding_a_run_is_refused_unless_overwritten_or_resumed(tmp_path):
     (tmp_path / "model.zip").write_text("old model")
     (tmp_path / "checkpoint.zip").write_text("old checkpoint")
-    with pytest.raises(RunDirectoryError, match=r"already holds a run \(model.zip, checkpoint.zip\); pass --overwrite"):
+    with pytest.raises(
+        RunDirectoryError,
+        match=r"holds a run \(model.zip, checkpoint.zip\): .*; pass overwrite=True or pass resume=.* or change run_dir",
+    ):
         with claim_run_directory(tmp_path):
             pass
     assert (tmp_path / "model.zip").read_text() == "old model" and not (tmp_path / LOCK_NAME).exists()

@@ -129,7 +129,7 @@ def test_progress_csv_continues_a_file_and_takes_new_columns(tmp_path):
 def test_a_file_the_resumed_run_cannot_continue_is_refused_in_one_line(tmp_path):
     five_games = {"results": [[0.0] * 5], "ep_lengths": [[1] * 5], "successes": [[False] * 5]}
     np.savez(tmp_path / "evaluations.npz", timesteps=[1], **five_games)
-    with pytest.raises(UsageError, match="--select-episodes as before"):
+    with pytest.raises(UsageError, match="into another folder; pass select_episodes=5 or change run_dir"):
         EvaluationsFile(tmp_path / "evaluations.npz", games=GAMES)
     (tmp_path / "monitor.csv").write_text("r,l,t\n1,2,3\n")  # no header line
     with pytest.raises(UsageError, match="not a monitor.csv of sb3-snake"):

@@ -87,7 +87,7 @@ def check_fps(fps: float) -> None:
     """Raise UsageError unless ``fps`` is 0 (no wait) or from :data:`MIN_FPS` to :data:`MAX_FPS`."""
     if isinstance(fps, bool) or not isinstance(fps, (int, float)) or not (fps == 0 or MIN_FPS <= fps <= MAX_FPS):
         raise UsageError(
-            f"--fps must be 0 (no wait) or from {MIN_FPS:.4f} (a frame a minute) to {MAX_FPS:g}, got {fps!r}"
+            f"fps must be 0 (no wait) or from {MIN_FPS:.4f} (a frame a minute) to {MAX_FPS:g}, got {fps!r}"
         )
 
 

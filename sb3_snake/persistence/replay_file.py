@@ -104,8 +104,9 @@ def load_replay_buffer(model: SnakeDQN, path: Path) -> int:
     if saved_envs != buffer.n_envs:
         if getattr(buffer, "n_steps", 1) > 1:
             raise UsageError(
-                f"replay buffer {path} holds n-step transitions of {saved_envs} games; resume with "
-                f"--n-envs {saved_envs} to keep it, or move it away to resume without it"
+                f"replay buffer {path} holds n-step transitions of {saved_envs} games: move it away to resume "
+                "without it, or resume with as many games to keep it",
+                fix={"n_envs": saved_envs},
             )
         arrays = {name: _repack(array, buffer.n_envs) for name, array in arrays.items()}
     rows = min(len(arrays["observations"]), buffer.buffer_size)

@@ -121,7 +121,7 @@ def _last_good(run_dir: Path) -> str:
     checkpoint = run_dir / "checkpoint.zip"
     if checkpoint.is_file():
         return f"the last good checkpoint is {checkpoint}"
-    return "and no checkpoint was written (--checkpoint-every saves one)"
+    return "and no checkpoint was written (checkpoint_every saves one)"
 
 
 # ---------------------------------------------------------------------- settings

@@ -50,7 +50,7 @@ def test_installed_program_shows_help():
         (["plot", ".", "--output", "/proc/c.png"], "plot output /proc/c.png: folder /proc is not writable"),
         (["benchmark-env", "--threads", "100000"], "--threads '100000'"),
         (["benchmark-grad", "--device", "tpu"], "Invalid value for '--device'"),
-        (["tune", "--n-trials", "0"], "--n-trials must be at least 1"),
+        (["tune", "--n-trials", "0"], "n_trials must be at least 1"),
         (["tune", "--sampler", "grid"], "Invalid value for '--sampler'"),
         (["tune", "--storage", "study.db"], "give a journal file ending in .log or a URL"),
         (["tune", "--storage", "mysql+nosuchdriver://u@localhost/x"], "--storage mysql+nosuchdriver://"),

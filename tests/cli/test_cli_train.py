@@ -629,7 +629,7 @@ def test_play_refuses_a_frame_rate_outside_its_bounds_in_one_line(trained_run, f
     run_dir, _ = trained_run
     result = runner.invoke(app, ["play", str(run_dir / "model.zip"), "--fps", fps])
     assert result.exit_code == 2
-    assert "--fps must be 0 (no wait) or from 0.0167 (a frame a minute) to 1000" in result.output
+    assert "fps must be 0 (no wait) or from 0.0167 (a frame a minute) to 1000" in result.output
     assert "Traceback" not in result.output
 
 

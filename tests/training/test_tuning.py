@@ -89,12 +89,12 @@ def test_a_trial_without_a_budget_trains_the_default_minutes():
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"n_trials": 0}, "--n-trials must be at least 1, got 0"),
-        ({"sampler": "grid"}, "--sampler must be one of tpe, random, got 'grid'"),
-        ({"study_name": " "}, "--study-name must not be empty"),
+        ({"n_trials": 0}, "n_trials must be at least 1, got 0"),
+        ({"sampler": "grid"}, "sampler must be one of tpe, random, got 'grid'"),
+        ({"study_name": " "}, "study_name must not be empty"),
         ({"trial": TrainConfig(episodes=None)}, "a trial needs a budget"),
-        ({"study_name": ".."}, "--study-name '..' is not a safe folder name"),
-        ({"study_name": "/abs/path"}, "--study-name '/abs/path' is not a safe folder name"),
+        ({"study_name": ".."}, "study_name '..' is not a safe folder name"),
+        ({"study_name": "/abs/path"}, "study_name '/abs/path' is not a safe folder name"),
         ({"study_name": "a/../../b"}, "is not a safe folder name"),
     ],
 )

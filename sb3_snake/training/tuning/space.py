@@ -87,25 +87,25 @@ class TuneConfig:
 
     def __post_init__(self) -> None:
         checks = [
-            (self.n_trials >= 1, f"--n-trials must be at least 1, got {self.n_trials}"),
+            (self.n_trials >= 1, f"n_trials must be at least 1, got {self.n_trials}"),
             (
                 self.max_total_trials is None or self.max_total_trials >= 1,
-                f"--max-total-trials must be at least 1, got {self.max_total_trials}",
+                f"max_total_trials must be at least 1, got {self.max_total_trials}",
             ),
-            (self.n_jobs >= 1, f"--n-jobs must be at least 1, got {self.n_jobs}"),
-            (self.sampler in SAMPLERS, f"--sampler must be one of {', '.join(SAMPLERS)}, got {self.sampler!r}"),
-            (self.pruner in PRUNERS, f"--pruner must be one of {', '.join(PRUNERS)}, got {self.pruner!r}"),
-            (self.n_startup_trials >= 0, f"--n-startup-trials must be at least 0, got {self.n_startup_trials}"),
-            (self.n_evaluations >= 1, f"--n-evaluations must be at least 1, got {self.n_evaluations}"),
-            (self.eval_episodes >= 1, f"--eval-episodes must be at least 1, got {self.eval_episodes}"),
+            (self.n_jobs >= 1, f"n_jobs must be at least 1, got {self.n_jobs}"),
+            (self.sampler in SAMPLERS, f"sampler must be one of {', '.join(SAMPLERS)}, got {self.sampler!r}"),
+            (self.pruner in PRUNERS, f"pruner must be one of {', '.join(PRUNERS)}, got {self.pruner!r}"),
+            (self.n_startup_trials >= 0, f"n_startup_trials must be at least 0, got {self.n_startup_trials}"),
+            (self.n_evaluations >= 1, f"n_evaluations must be at least 1, got {self.n_evaluations}"),
+            (self.eval_episodes >= 1, f"eval_episodes must be at least 1, got {self.eval_episodes}"),
             (
                 self.trial.timesteps is not None or self.trial.time_limit_minutes is not None,
-                "a trial needs a budget: give --timesteps, --time-limit or both",
+                "a trial needs a budget: give timesteps, time_limit_minutes or both",
             ),
-            (bool(self.study_name.strip()), "--study-name must not be empty"),
+            (bool(self.study_name.strip()), "study_name must not be empty"),
             (
                 bool(STUDY_NAME.fullmatch(self.study_name)),
-                f"--study-name {self.study_name!r} is not a safe folder name: use letters, digits, '.', '_' "
+                f"study_name {self.study_name!r} is not a safe folder name: use letters, digits, '.', '_' "
                 "and '-' (at most 100, starting with a letter or digit), as it names runs/tune/<study>/",
             ),
         ]

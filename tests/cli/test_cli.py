@@ -53,7 +53,7 @@ def test_installed_program_shows_help():
         (["tune", "--n-trials", "0"], "n_trials must be at least 1"),
         (["tune", "--sampler", "grid"], "Invalid value for '--sampler'"),
         (["tune", "--storage", "study.db"], "give a journal file ending in .log or a URL"),
-        (["tune", "--storage", "mysql+nosuchdriver://u@localhost/x"], "--storage mysql+nosuchdriver://"),
+        (["tune", "--storage", "mysql+nosuchdriver://u@localhost/x"], "storage mysql+nosuchdriver://"),
         (["tune", "--report", "--study-name", "no-such-study"], "no study journal"),
         (["train", "--embed-dim", "7"], "embed_dim must be an even number"),
         (["train", "--num-layers", "-1"], "num_layers must be from 0 to 64, got -1"),

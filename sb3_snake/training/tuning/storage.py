@@ -69,7 +69,7 @@ def open_storage(
         path = Path(storage) if storage else config.folder / "journal.log"
         check_regular_file(path, "study journal")
         if not create and not path.is_file():
-            raise UsageError(f"no study journal {path}; run sb3-snake tune first, or pass its --storage")
+            raise UsageError(f"no study journal {path} (run a study first)", fix={"storage": "set"})
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             backend = JournalFileBackend(str(path))
@@ -80,12 +80,10 @@ def open_storage(
                 f"study journal {path} cannot be opened ({error.strerror or error}); choose a writable place"
             ) from None
     if "://" not in storage:
-        raise UsageError(
-            f"--storage {storage!r}: give a journal file ending in .log or a URL such as sqlite:///study.db"
-        )
+        raise UsageError(f"storage {storage!r}: give a journal file ending in .log or a URL such as sqlite:///study.db")
     if not create and storage.startswith("sqlite:///") and not Path(storage[len("sqlite:///") :]).is_file():
         # Opening a missing SQLite file would create it: a report would leave an empty database behind.
-        raise UsageError(f"no study database {storage[len('sqlite:///') :]}; run sb3-snake tune first")
+        raise UsageError(f"no study database {storage[len('sqlite:///') :]}; run a study first")
     beats: dict[str, Any] = {}
     if heartbeat_interval is not None:
         beats = {"heartbeat_interval": heartbeat_interval, "grace_period": grace_period}
@@ -97,12 +95,12 @@ def open_storage(
         except ImportError as error:  # the driver (psycopg2, pymysql), however Optuna or SQLAlchemy report it
             driver = getattr(error, "name", None) or error
             raise UsageError(
-                f"--storage {storage.split('://')[0]}:// needs its database driver ({driver}): "
+                f"storage {storage.split('://')[0]}:// needs its database driver ({driver}): "
                 'pip install "sb3-snake[distributed]"'
             ) from None
         except Exception as error:  # noqa: BLE001 - a server that cannot be reached, a bad URL
             if not any(sign in str(error) for sign in _SCHEMA_RACE) or attempt == 4:
-                raise UsageError(f"--storage {storage}: cannot open ({type(error).__name__}: {error})") from None
+                raise UsageError(f"storage {storage}: cannot open ({type(error).__name__}: {error})") from None
             time.sleep(0.2 * (attempt + 1))  # another worker was creating the schema: open it again
     raise AssertionError("unreachable")
 
@@ -130,8 +128,8 @@ def check_study_folder(config: TuneConfig) -> None:
         recorded, identity = mark.read_text(encoding="utf-8", errors="replace").strip(), storage_identity(config)
         if recorded != identity:
             raise UsageError(
-                f"study folder {config.folder} holds the study {config.study_name!r} of {recorded}, not of {identity}; "
-                "pass another --study-name, or that --storage"
+                f"study folder {config.folder} holds the study {config.study_name!r} of {recorded}, not of {identity}",
+                fix={"study_name": "change", "storage": recorded},
             )
 
 

@@ -122,6 +122,16 @@ def test_eager_step_variants_times_every_variant_in_each_round(tmp_path):
     assert all(value > 0 for value in report["median_milliseconds"].values()) and report["date"]
 
 
+def test_pqn_prototype_trains_and_evaluates(tmp_path):
+    output = tmp_path / "pqn.json"
+    arguments = ["--board", "4", "--env-steps", "512", "--envs", "16", "--eval-every", "256", "--eval-games", "8"]
+    done = run_script("pqn_prototype.py", *arguments, "--out", str(output))
+    assert done.returncode == 0, done.stderr
+    log = json.loads(output.read_text())["log"]
+    assert [row["env_steps"] for row in log][:2] == [0, 512] and log[-1]["final"]
+    assert all(0 <= row["wins"] <= 1 and row["greedy"] >= 0 for row in log)
+
+
 def test_every_script_has_a_smoke_test_here():
     source = Path(__file__).read_text()
     run = re.compile(r'run_script\(\s*"([^"]+)"')

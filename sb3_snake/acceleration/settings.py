@@ -50,7 +50,7 @@ __all__ = [
     "UNMEASURED",
     "OptimizationSettings",
     "SettingsError",
-    "read_environment",
+    "environment_layers",
     "write_env_file",
 ]
 
@@ -213,8 +213,7 @@ class OptimizationSettings:
             be parsed, a key without a value, an unknown key).
         """
         _check_names(overrides)
-        environment, dotenv = read_environment(env_file, SETTINGS)
-        values, sources = resolve([("override", overrides), ("environment", environment), (".env", dotenv)])
+        values, sources = resolve([("override", overrides), *environment_layers(env_file, SETTINGS)])
         return cls(**values, sources=sources)
 
     def source(self, name: str) -> str:
@@ -243,11 +242,12 @@ UNMEASURED: Mapping[str, Any] = {
 AUTO_FIELDS = tuple(UNMEASURED)
 
 
-def read_environment(
+def environment_layers(
     env_file: str | os.PathLike | None, options: Mapping[str, Option]
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """What the process environment and the ``.env`` file give the ``options`` (by field name):
-    two layers for :func:`~sb3_snake.common.options.resolve`. Every key of ours found is checked,
+) -> list[tuple[str, dict[str, Any]]]:
+    """What the process environment, then the ``.env`` file, give the ``options`` (by field name):
+    the two lowest layers for :func:`~sb3_snake.common.options.resolve`, each with its source's
+    name (``environment``, ``.env``). Every key of ours found is checked,
     so a malformed value is an error for every reader of the file, not only for the one that uses it.
 
     :param env_file: the ``.env`` to read; ``None`` reads ``.env`` in the working directory when
@@ -266,15 +266,14 @@ def read_environment(
                     found[source][key] = values.parse(table[key])
                 except ValueError as error:
                     raise SettingsError(f"{key}={table[key]!r} in {origin}: {error}") from None
-    layers = tuple({name: found[source].get(o.key) for name, o in options.items()} for source in found)
-    return layers[0], layers[1]
+    return [(source, {name: table.get(o.key) for name, o in options.items()}) for source, table in found.items()]
 
 
-def _check_names(names: Iterable[str]) -> None:
-    """SettingsError for the first name that is not a setting, with the nearest one."""
-    unknown = sorted(set(names) - set(SETTINGS))
+def _check_names(names: Iterable[str], known: Mapping[str, Option] = SETTINGS) -> None:
+    """SettingsError for the first name that is not one of ``known``, with the nearest one."""
+    unknown = sorted(set(names) - set(known))
     if unknown:
-        raise SettingsError(f"unknown setting {unknown[0]!r}; {did_you_mean(unknown[0], list(SETTINGS))}")
+        raise SettingsError(f"unknown setting {unknown[0]!r}; {did_you_mean(unknown[0], list(known))}")
 
 
 def write_env_file(path: str | os.PathLike, note: str | None = None, **values: Any) -> None:
@@ -285,9 +284,7 @@ def write_env_file(path: str | os.PathLike, note: str | None = None, **values: A
     under its key (an existing key is replaced in place, a new one appended). The file is created
     if missing. ``note`` (where the values came from) replaces the previous such note, or is appended.
     """
-    unknown = sorted(set(values) - set(KEYED))
-    if unknown:
-        raise SettingsError(f"unknown setting {unknown[0]!r}; {did_you_mean(unknown[0], list(KEYED))}")
+    _check_names(values, KEYED)
     for name, value in values.items():
         if problem := (KEYED[name].values or SWITCH).check(value):
             raise SettingsError(f"{name}={value!r}: {problem}")

@@ -11,13 +11,13 @@ import inspect
 from collections.abc import Callable, Collection
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, get_type_hints
+from typing import Annotated, Any
 
 import typer
 
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.common.errors import SettingsError
-from sb3_snake.common.options import flag_of, options_of, parse, short_flag
+from sb3_snake.common.options import defaults_of, field_types, flag_of, options_of, parse, short_flag
 from sb3_snake.training.tracking import WANDB_MODES
 
 
@@ -45,8 +45,7 @@ def _choices(name: str, choices: tuple[str, ...]) -> type[Enum]:
 def _cli_type(cls: type, name: str) -> Any:
     """The type Typer reads option ``name`` as: a switch, a choice, text for a value that is a
     number or ``auto`` (parsed as declared: :func:`from_flags`), else the field's own type."""
-    values, hint = options_of(cls)[name].values, get_type_hints(cls)[name]
-    kinds = [arg for arg in getattr(hint, "__args__", (hint,)) if arg is not type(None)]
+    values, kinds = options_of(cls)[name].values, field_types(cls, name)
     if values is not None and values.switch:
         return bool
     if values is not None and values.choices:
@@ -64,7 +63,7 @@ def parameters(
 ) -> list[inspect.Parameter]:
     """One optional Typer option per option ``cls`` declares (or those ``names``): its flag, help,
     ``--help`` panel (``panel``, else its role's group) and, with ``show_defaults``, its default."""
-    defaults = {name: cls.__dataclass_fields__[name].default for name in options_of(cls)}
+    defaults = defaults_of(cls)
     result = []
     for name, declared in options_of(cls).items():
         if names is not None and name not in names:

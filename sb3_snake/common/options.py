@@ -9,10 +9,12 @@ Design notes: docs/design-notes.md, "sb3_snake/common/options.py".
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
+from types import MappingProxyType
 from typing import Any, get_type_hints
 
 from sb3_snake.common.errors import SettingsError
@@ -45,6 +47,11 @@ class Values:
     choices: tuple[Any, ...] = ()
     switch: bool = False
     kind: str = ""  #: for a range, what it takes after "must be": ``an integer from 1 to 10``
+
+    @property
+    def takes_auto(self) -> bool:
+        """Whether :data:`AUTO` is one of the values (a size or ``auto``, a switch or ``auto``)."""
+        return not self.check(AUTO)
 
     @property
     def within(self) -> str:
@@ -183,17 +190,14 @@ class Option:
 
 def option(default: Any, help: str, role: Any = None, **declared: Any) -> Any:
     """A dataclass field: its default and its :class:`Option` (``key``, ``flag``, ``values``,
-    ``unmeasured``), or, with ``default_factory=``, a field built fresh for each instance."""
-    factory = declared.pop("default_factory", None)
-    metadata = {"option": Option(help, role, **declared)}
-    if factory is not None:
-        return field(default_factory=factory, metadata=metadata)
-    return field(default=default, metadata=metadata)
+    ``unmeasured``)."""
+    return field(default=default, metadata={"option": Option(help, role, **declared)})
 
 
-def options_of(cls: type) -> dict[str, Option]:
-    """The options a dataclass declares, by field name, in field order."""
-    return {f.name: f.metadata["option"] for f in fields(cls) if "option" in f.metadata}
+@functools.cache
+def options_of(cls: type) -> Mapping[str, Option]:
+    """The options a dataclass declares, by field name, in field order (read once per class)."""
+    return MappingProxyType({f.name: f.metadata["option"] for f in fields(cls) if "option" in f.metadata})
 
 
 def defaults_of(cls: type) -> dict[str, Any]:
@@ -205,14 +209,21 @@ def flag_of(cls: type, name: str) -> str:
     """The command-line spelling of option ``name`` of ``cls`` (``--x/--no-x`` for a switch's pair)."""
     declaration = options_of(cls)[name]
     flag = declaration.flag or "--" + name.replace("_", "-")
-    switch = declaration.values.switch if declaration.values else _annotation(cls, name) is bool
+    switch = declaration.values.switch if declaration.values else field_types(cls, name) == (bool,)
     return f"{flag}/--no-{flag[2:]}" if switch and "/" not in flag else flag
 
 
-def _annotation(cls: type, name: str) -> Any:
-    """The type of field ``name`` of ``cls``, ``None`` left out of an optional one."""
-    hint = get_type_hints(cls)[name]
-    return next((arg for arg in getattr(hint, "__args__", (hint,)) if arg is not type(None)), hint)
+def field_types(cls: type, name: str) -> tuple[Any, ...]:
+    """The types field ``name`` of ``cls`` is annotated with, ``None`` left out (``int | str``:
+    both; ``int | None``: ``int``)."""
+    hint = _type_hints(cls)[name]
+    return tuple(arg for arg in getattr(hint, "__args__", (hint,)) if arg is not type(None))
+
+
+@functools.cache
+def _type_hints(cls: type) -> dict[str, Any]:
+    """``cls``'s annotations evaluated, once per class (they are strings under PEP 563)."""
+    return get_type_hints(cls)
 
 
 def short_flag(flag: str) -> str:

@@ -259,7 +259,7 @@ class TrainConfig:
         for name in OPTIONS:
             value, values = getattr(self, name), option_values(name)
             if values is not None and values.low is not None and value is not None and values.check(value):
-                within = values.within + (" or auto" if not values.check(AUTO) else "")
+                within = values.within + (" or auto" if values.takes_auto else "")
                 return (
                     f"{name} must be {within}, got {value!r}"
                     if isinstance(value, str)

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from sb3_snake.common.errors import UsageError, did_you_mean
-from sb3_snake.common.options import AUTO
 from sb3_snake.common.paths import check_regular_file
 from sb3_snake.training.config import HYPERPARAMETER_FIELDS, OPTIONS, TrainConfig
 
@@ -58,7 +57,7 @@ def _field_value(name: str, value: Any) -> Any:
     what it must be. Ranges are the config's to check."""
     declared = next(f for f in fields(TrainConfig) if f.name == name)
     values = OPTIONS[name].values
-    if values is not None and (values.choices or not values.check(AUTO)):  # a size or auto, a choice
+    if values is not None and (values.choices or values.takes_auto):  # a size or auto, a choice
         if values.check(value):
             raise UsageError(f"{name} must be {values.words}, got {value!r}")
         return value

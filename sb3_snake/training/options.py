@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from sb3_snake.acceleration.settings import OptimizationSettings, read_environment
+from sb3_snake.acceleration.settings import OptimizationSettings, environment_layers
 from sb3_snake.common.errors import UsageError
 from sb3_snake.common.options import resolve, table_rows
 from sb3_snake.common.paths import check_writable_dir
@@ -41,8 +41,7 @@ def load_config(env_file: str | os.PathLike | None = None, **values: Any) -> Tra
         there is one (as :meth:`OptimizationSettings.load <sb3_snake.acceleration.settings.OptimizationSettings.load>`).
     :raises UsageError: a value that cannot work, naming its key and where it came from.
     """
-    environment, dotenv = read_environment(env_file, KEYED_OPTIONS)
-    given, sources = resolve([(OVERRIDE, values), ("environment", environment), (".env", dotenv)])
+    given, sources = resolve([(OVERRIDE, values), *environment_layers(env_file, KEYED_OPTIONS)])
     return TrainConfig(**given, sources={name: sources[name] for name in KEYED_OPTIONS if name in sources})
 
 

@@ -233,6 +233,10 @@ PpoOption = Annotated[
     bool | None,
     typer.Option("--ppo/--no-ppo", help="Also train SB3's PPO, attention extractor, batched env (not with --compare)."),
 ]
+PqnOption = Annotated[
+    bool,
+    typer.Option("--pqn", help="Also train sb3-snake's PQN on train's game, 128 games (not with --compare)."),
+]
 
 
 @app.command("benchmark-learning")
@@ -249,6 +253,7 @@ def benchmark_learning(
     quick: Annotated[bool, typer.Option("--quick", help="2-minute runs, a checkpoint every 10 s.")] = False,
     baseline: BaselineOption = None,
     ppo: PpoOption = None,
+    pqn: PqnOption = False,
     cold_cache: Annotated[
         bool,
         typer.Option(
@@ -271,7 +276,7 @@ def benchmark_learning(
     output: OutputOption = RESULTS_DIR,
 ) -> None:
     """Greedy score against wall-clock minutes (or env steps): sb3-snake train against plain SB3
-    DQN and SB3's PPO, or two sb3-snake settings against each other, per seed.
+    DQN, SB3's PPO (and with --pqn its PQN), or two sb3-snake settings against each other, per seed.
 
     Each run trains in a fresh process for the budget (imports and compilation counted),
     saving a checkpoint every few seconds (or env steps) off the clock; every checkpoint then
@@ -282,8 +287,8 @@ def benchmark_learning(
     from sb3_snake.benchmark.learning import SYSTEMS, LearningPlan, seed_range
     from sb3_snake.training.hyperparameters import read_hyperparameters
 
-    # Plain SB3 and PPO train unless turned off; a comparison trains sb3-snake alone (the plan refuses more).
-    wanted = (True, baseline, ppo) if compare else (True, baseline is not False, ppo is not False)
+    # Plain SB3 and PPO train unless turned off, PQN when asked; a comparison trains sb3-snake alone.
+    wanted = (True, baseline, ppo, pqn) if compare else (True, baseline is not False, ppo is not False, pqn)
     with user_errors():
         load_settings(env_file, {})  # a bad .env is reported now, not by the first run's process
         changes: dict[str, Any] = {

@@ -61,7 +61,7 @@ def train(
 ) -> None:
     """Train SnakeDQN with the attention policy until the first of --episodes, --timesteps, --time-limit."""
     from sb3_snake.acceleration.optimizations import threads_for, torch_threads
-    from sb3_snake.dqn.snake_dqn import TrainingDiverged
+    from sb3_snake.common.errors import TrainingDiverged
     from sb3_snake.training.callbacks import RunCancelled, StopRequest
     from sb3_snake.training.config import WandbOptions
     from sb3_snake.training.options import configure_run

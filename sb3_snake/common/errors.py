@@ -36,6 +36,10 @@ class UsageError(FixableError, ValueError):
     """Input that cannot be used; the message names the value and where it came from."""
 
 
+class TrainingDiverged(FixableError, RuntimeError):
+    """A learner's loss became NaN or infinite: the networks' weights can no longer be trusted."""
+
+
 #: The ways a fix may name an argument rather than give its value: move a number, or choose
 #: another value (``set`` one left to its default, ``change`` one given).
 DIRECTIONS = ("lower", "raise", "set", "change")

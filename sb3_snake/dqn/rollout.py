@@ -5,7 +5,8 @@ SB3's ``collect_rollouts`` turns every step's observations, actions and rewards 
 and every game's ``info`` into a dict; for a batched env and a buffer on the device those are
 copies to the host and back per env step. :class:`TensorRollouts` keeps them tensors
 (``step_tensors``, ``add_tensors``) and reads on the host only which games finished, for the
-callbacks (:func:`finished_games`). Everything else it does as SB3's loop does, in the same order.
+callbacks (:func:`~sb3_snake.envs.batched_vec_env.finished_games`). Everything else it does as
+SB3's loop does, in the same order.
 """
 
 from __future__ import annotations
@@ -21,28 +22,7 @@ from stable_baselines3.common.utils import should_collect_more_steps
 
 from sb3_snake.dqn.replay import DeviceReplayBuffer
 from sb3_snake.envs import BatchedSnakeVecEnv
-
-
-class FinishedGameInfos(list):
-    """SB3's per-game ``infos`` of one step, built for the games that finished only; the others
-    share one empty dict. ``finished`` lists those games' indices."""
-
-    finished: list[int]
-
-
-_NO_INFO: dict[str, Any] = {}
-
-
-def finished_games(env: BatchedSnakeVecEnv, step: Any) -> tuple[np.ndarray, FinishedGameInfos]:
-    """``dones`` and ``infos`` as SB3's VecEnv ``step`` gives them, from a ``BatchedStep``: the one
-    read on the host per step (which games finished, and their episode statistics)."""
-    dones = (step.terminated | step.truncated).cpu().numpy()
-    infos = FinishedGameInfos([_NO_INFO] * env.num_envs)
-    finished = env.finished_infos(step)
-    for index, info in finished.items():
-        infos[index] = info
-    infos.finished = list(finished)
-    return dones, infos
+from sb3_snake.envs.batched_vec_env import finished_games
 
 
 class TensorRollouts:

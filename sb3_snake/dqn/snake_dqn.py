@@ -28,7 +28,7 @@ from stable_baselines3.dqn.policies import DQNPolicy
 
 from sb3_snake.acceleration.optimizations import ActiveOptimizations, use_device_replay_buffer
 from sb3_snake.acceleration.settings import OptimizationSettings
-from sb3_snake.common.errors import FixableError, UsageError, did_you_mean
+from sb3_snake.common.errors import TrainingDiverged, UsageError, did_you_mean
 from sb3_snake.dqn import save_format
 from sb3_snake.dqn.policies import POLICY_ALIASES
 from sb3_snake.dqn.replay import DeviceReplayBuffer
@@ -64,10 +64,6 @@ def half_life_factor(env_steps: int, half_life: int) -> float:
 #: the few steps of a usual update (which never asks), small enough that a stop is honoured
 #: within a second or so of a long one.
 UPDATE_CHUNK = 256
-
-
-class TrainingDiverged(FixableError, RuntimeError):
-    """The TD loss became NaN or infinite: the networks' weights can no longer be trusted."""
 
 
 class SnakeDQN(TensorRollouts, DQN):

@@ -334,3 +334,25 @@ class BatchedSnakeVecEnv(VecEnv):
     def _first_observations(self, count: int) -> np.ndarray:
         """The first ``count`` games as they are now, as NumPy observations."""
         return self._games.observe_first(count).cpu().numpy()
+
+
+class FinishedGameInfos(list):
+    """SB3's per-game ``infos`` of one step, built for the games that finished only; the others
+    share one empty dict. ``finished`` lists those games' indices."""
+
+    finished: list[int]
+
+
+_NO_INFO: dict[str, Any] = {}
+
+
+def finished_games(env: BatchedSnakeVecEnv, step: BatchedStep) -> tuple[np.ndarray, FinishedGameInfos]:
+    """``dones`` and ``infos`` as SB3's VecEnv ``step`` gives them, from a ``BatchedStep``: the one
+    read on the host per step (which games finished, and their episode statistics)."""
+    dones = (step.terminated | step.truncated).cpu().numpy()
+    infos = FinishedGameInfos([_NO_INFO] * env.num_envs)
+    finished = env.finished_infos(step)
+    for index, info in finished.items():
+        infos[index] = info
+    infos.finished = list(finished)
+    return dones, infos

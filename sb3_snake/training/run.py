@@ -26,9 +26,9 @@ from sb3_snake.acceleration.description import summary_lines
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.autotune import resolve_auto
 from sb3_snake.common.console import plain_console
-from sb3_snake.common.errors import OutputError, UsageError
+from sb3_snake.common.errors import OutputError, TrainingDiverged, UsageError
 from sb3_snake.common.system import capabilities, resolve_device
-from sb3_snake.dqn.snake_dqn import SnakeDQN, TrainingDiverged
+from sb3_snake.dqn.snake_dqn import SnakeDQN
 from sb3_snake.envs import BatchedSnakeVecEnv
 from sb3_snake.persistence import (
     legacy_replay_buffer_path,

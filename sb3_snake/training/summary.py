@@ -7,7 +7,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from sb3_snake.dqn.snake_dqn import SnakeDQN, TrainingDiverged
+from sb3_snake.common.errors import TrainingDiverged
+from sb3_snake.dqn.snake_dqn import SnakeDQN
 from sb3_snake.persistence import save_model, write_json
 from sb3_snake.training.callbacks import EpisodeRecord, RunCallbacks
 from sb3_snake.training.config import MODEL_FIELDS, TrainConfig

@@ -11,6 +11,7 @@ import pytest
 from stable_baselines3 import DQN, PPO
 
 from sb3_snake.benchmark.learning import (
+    DEFAULT_SYSTEMS,
     SCORE_AT_SECONDS,
     SCORE_THRESHOLDS,
     SYSTEMS,
@@ -353,7 +354,7 @@ def test_every_system_trains_saves_on_the_clock_and_its_checkpoints_play(tmp_pat
     monkeypatch.chdir(tmp_path)  # no .env here: sb3_snake runs on the built-in defaults
     hyperparameters = {"n_envs": 4, "learning_starts": 50, "batch_size": 32, "embed_dim": 8, "head_view_dim": 8}
     runs = []
-    for system in ("sb3_snake", "plain_sb3", "sb3_ppo"):
+    for system in SYSTEMS:
         own = hyperparameters if system == "sb3_snake" else {}
         spec = RunSpec(system, 0, 60.0, 15.0, 6, str(tmp_path / system), None, own, total_timesteps=10**6)
         # A clock that moves half a second each time it is read: the checkpoints fall at the
@@ -599,7 +600,7 @@ def test_a_plan_resolves_what_was_left_to_it():
     assert (default.final_episodes, default.threads, default.systems, default.budget_unit) == (
         0,
         None,
-        SYSTEMS,
+        DEFAULT_SYSTEMS,
         "seconds",
     )
     assert (default.budget, default.every, default.budget_text) == (900.0, 15.0, "15 min")
@@ -800,14 +801,17 @@ def test_an_interrupt_stops_the_runs_going_and_starts_no_other():
 
 
 @pytest.mark.slow
-def test_plain_sb3_and_ppo_train_to_a_budget_of_env_steps(tmp_path):
-    for system in ("plain_sb3", "sb3_ppo"):
+def test_plain_sb3_ppo_and_pqn_train_to_a_budget_of_env_steps(tmp_path):
+    # PQN moves 128 games at once: its move past 900 env steps is also past the budget, one checkpoint
+    due = {"plain_sb3": [300, 600, 900, 1000], "sb3_ppo": [300, 600, 900, 1000], "pqn": [300, 600, 1000]}
+    for system in ("plain_sb3", "sb3_ppo", "pqn"):
         directory = str(tmp_path / system)
         spec = RunSpec(system, 0, 1000, 300, 5, directory, total_timesteps=1000, budget_unit="env_steps", threads=1)
         run = run_system(spec, Stopwatch(0.0, clock=functools.partial(next, itertools.count(1))))
-        assert [c["due_env_steps"] for c in run["checkpoints"]] == [300, 600, 900, 1000]
+        assert [c["due_env_steps"] for c in run["checkpoints"]] == due[system]
         assert all(c["env_steps"] >= c["due_env_steps"] for c in run["checkpoints"]) and run["threads"] == 1
-        assert run["checkpoints"][-1]["env_steps"] == run["env_steps"] < 1000 + 64  # PPO steps 64 games at once
+        games = {"plain_sb3": 1, "sb3_ppo": 64, "pqn": 128}[system]  # the env steps of one move of every game
+        assert run["checkpoints"][-1]["env_steps"] == run["env_steps"] < 1000 + games
 
 
 @pytest.mark.slow

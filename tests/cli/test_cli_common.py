@@ -102,8 +102,7 @@ def test_an_unusable_compile_cache_folder_is_no_traceback(tmp_path, compile_flag
 
 def test_the_library_names_its_fixes_as_arguments_and_the_command_line_as_flags():
     from sb3_snake.cli.common import in_flags
-    from sb3_snake.common.errors import UsageError
-    from sb3_snake.dqn.snake_dqn import TrainingDiverged
+    from sb3_snake.common.errors import TrainingDiverged, UsageError
 
     cases = [
         ({"board_size": 5}, "pass board_size=5", "pass --board-size 5"),

@@ -22,7 +22,7 @@ LAYERS = [
     {"common"},
     {"envs"},
     {"acceleration"},
-    {"dqn"},
+    {"dqn", "pqn"},
     {"persistence", "autotune"},
     {"capabilities", "training"},
     {"zoo"},

@@ -13,8 +13,8 @@ from rich.console import Console
 from stable_baselines3.common.callbacks import BaseCallback
 
 from sb3_snake.acceleration.settings import OptimizationSettings
+from sb3_snake.common.errors import TrainingDiverged
 from sb3_snake.dqn.extractor import HeadView
-from sb3_snake.dqn.snake_dqn import TrainingDiverged
 from sb3_snake.envs import BatchedSnakeVecEnv
 from sb3_snake.persistence import load_model
 from sb3_snake.training.callbacks import RunCallbacks, RunCancelled, StopRequest

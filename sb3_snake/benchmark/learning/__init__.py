@@ -3,8 +3,8 @@
 Each run (a system and a seed) trains in a fresh process of its own (:mod:`.runs`), the clock started before
 it, with empty caches while ``cold_cache`` is on; the model is saved every ``every_seconds`` of counted time,
 saving taken off the clock (:class:`Stopwatch`, :mod:`.clock`); after all training every checkpoint plays
-``episodes`` greedy games on the same evaluation seeds (:mod:`.plan`). Systems: ``sb3_snake``, through
-:func:`sb3_snake.training.run.train`, and ``plain_sb3``, ``DQN("MlpPolicy", SnakeEnv())`` with SB3's defaults.
+``episodes`` greedy games on the same evaluation seeds (:mod:`.plan`). Systems (:data:`SYSTEMS`): ``sb3_snake``
+through :func:`sb3_snake.training.run.train`, SB3's DQN and PPO as their users run them, and the package's PQN.
 The report (:mod:`.summary`): time to each of :data:`SCORE_THRESHOLDS`, the score at :data:`SCORE_AT_SECONDS`,
 the final score. The research loop (:class:`LearningPlan`): env-step budgets (:class:`Checkpoints`),
 ``parallel`` runs (:mod:`.schedule`), two arms seed by seed (:func:`paired_differences`), a final evaluation
@@ -15,6 +15,7 @@ from sb3_snake.benchmark.learning.clock import BUDGET_UNITS, Checkpoints, Stopwa
 from sb3_snake.benchmark.learning.evaluation import evaluate_checkpoints, judge_run
 from sb3_snake.benchmark.learning.plan import (
     ARMS,
+    DEFAULT_SYSTEMS,
     FINAL_EPISODES,
     SYSTEMS,
     LearningPlan,
@@ -55,6 +56,7 @@ __all__ = [
     "LATE_CHECKPOINT_SECONDS",
     "SCORE_AT_SECONDS",
     "SCORE_THRESHOLDS",
+    "DEFAULT_SYSTEMS",
     "SYSTEMS",
     "Checkpoints",
     "LearningPlan",

@@ -31,8 +31,11 @@ from sb3_snake.common.errors import UsageError
 from sb3_snake.common.system import system_info
 
 #: ``sb3-snake train``; plain SB3 DQN("MlpPolicy") as its defaults give it; SB3's PPO with the
-#: attention extractor on the batched env, the peer a user would pick.
-SYSTEMS = ("sb3_snake", "plain_sb3", "sb3_ppo")
+#: attention extractor on the batched env, the peer a user would pick; the package's PQN
+#: (:mod:`sb3_snake.pqn`) on ``sb3-snake train``'s game.
+SYSTEMS = ("sb3_snake", "plain_sb3", "sb3_ppo", "pqn")
+#: The systems a plan trains when it names none: PQN only when asked.
+DEFAULT_SYSTEMS = ("sb3_snake", "plain_sb3", "sb3_ppo")
 #: The two arms of a comparison: sb3_snake with the plan's hyperparameters, and with the compared ones.
 ARMS = ("A", "B")
 
@@ -103,7 +106,7 @@ class LearningPlan:
     #: greedy games of a final evaluation of each run's last checkpoint, recorded apart (0: none;
     #: None: :data:`FINAL_EPISODES` with ``env_steps`` or ``compare``, else none)
     final_episodes: int | None = None
-    systems: tuple[str, ...] | None = None  #: None: :data:`SYSTEMS`, or sb3_snake alone with ``compare``
+    systems: tuple[str, ...] | None = None  #: None: :data:`DEFAULT_SYSTEMS`, or sb3_snake alone with ``compare``
     #: every system's board; None: the hyperparameters' ``board_size``, else :data:`DEFAULT_BOARD_SIZE`
     board_size: int | None = None
     cold_cache: bool = True  #: a fresh, empty compile cache for each run
@@ -197,7 +200,7 @@ class LearningPlan:
             "final_episodes": _given(
                 self.final_episodes, FINAL_EPISODES if by_steps or self.compare is not None else 0
             ),
-            "systems": _given(self.systems, ("sb3_snake",) if self.compare is not None else SYSTEMS),
+            "systems": _given(self.systems, ("sb3_snake",) if self.compare is not None else DEFAULT_SYSTEMS),
             "threads": _given(self.threads, 1 if self.parallel > 1 else None),
             "board_size": self._board_size(),
         }
@@ -432,6 +435,8 @@ def _method(plan: LearningPlan) -> dict[str, str]:
         "plan's), total_timesteps from a calibration run (not counted), or the budget of env steps",
         "sb3_ppo": "PPO('MlpPolicy', BatchedSnakeVecEnv(64)) with the attention extractor and "
         "sb3_snake.zoo.ppo's settings, torch's default threads (unless the plan's)",
+        "pqn": "PQN('MlpPolicy', BatchedSnakeVecEnv(128)) with its defaults on sb3-snake train's game "
+        "(board options, long starts, food shaping), torch's default threads (unless the plan's)",
     }
     if plan.compare is not None:
         method["comparison"] = (

@@ -168,7 +168,13 @@ def run_system(spec: RunSpec, stopwatch: Stopwatch) -> dict[str, Any]:
     directory = Path(spec.directory)
     checkpoints_dir = directory / "checkpoints"
     checkpoints_dir.mkdir(parents=True, exist_ok=True)
-    trainer = {"sb3_snake": _train_sb3_snake, "plain_sb3": _train_plain_sb3, "sb3_ppo": _train_sb3_ppo}[spec.system]
+    trainers = {
+        "sb3_snake": _train_sb3_snake,
+        "plain_sb3": _train_plain_sb3,
+        "sb3_ppo": _train_sb3_ppo,
+        "pqn": _train_pqn,
+    }
+    trainer = trainers[spec.system]
     with open(directory / "train.log", "w") as log:
         result = trainer(spec, stopwatch, checkpoints_dir, log)
     return {"system": spec.system, "seed": spec.seed, "startup_seconds": startup_seconds, **result}
@@ -278,6 +284,40 @@ def _train_sb3_ppo(spec: RunSpec, stopwatch: Stopwatch, checkpoints_dir: Path, l
         model.learn(10**12, callback=checkpoints)
         threads = torch.get_num_threads()
     log.write(f"SB3 PPO: {model.num_timesteps} env steps\n")
+    return {"checkpoints": checkpoints.saved, "env_steps": int(model.num_timesteps), "threads": threads}
+
+
+#: Games PQN steps at once: it learns from many games' fresh moves instead of a replay buffer.
+PQN_GAMES = 128
+
+
+def _train_pqn(spec: RunSpec, stopwatch: Stopwatch, checkpoints_dir: Path, log: Any) -> dict[str, Any]:
+    """The package's PQN (:mod:`sb3_snake.pqn`) with its defaults, on ``sb3-snake train``'s game:
+    its board options, stall growth, long starts and food shaping, :data:`PQN_GAMES` games, on
+    the CPU with torch's threads (unless the plan gives them)."""
+    import torch
+
+    from sb3_snake.envs import BatchedSnakeVecEnv
+    from sb3_snake.pqn import PQN
+    from sb3_snake.training.config import TrainConfig
+
+    game = TrainConfig(board_size=spec.board_size)
+    env = BatchedSnakeVecEnv(
+        PQN_GAMES,
+        board_size=spec.board_size,
+        seed=spec.seed,
+        stall_growth=game.stall_growth,
+        long_starts=game.long_starts,
+        egocentric=game.egocentric,
+        countdown=game.countdown,
+        reachable=game.reachable,
+    )
+    model = PQN("MlpPolicy", env, food_shaping=game.food_shaping, seed=spec.seed, device="cpu")
+    checkpoints = spec.checkpoints(stopwatch, checkpoints_dir, lambda model, path: model.save(path))
+    with _torch_threads(spec.threads):
+        model.learn(10**12, callback=checkpoints)
+        threads = torch.get_num_threads()
+    log.write(f"PQN: {model.num_timesteps} env steps\n")
     return {"checkpoints": checkpoints.saved, "env_steps": int(model.num_timesteps), "threads": threads}
 
 

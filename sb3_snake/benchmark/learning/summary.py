@@ -186,12 +186,14 @@ def plot_learning_benchmark(report: dict[str, Any], output: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colours = {"sb3_snake": "tab:orange", "plain_sb3": "tab:blue", "sb3_ppo": "tab:green", "A": "tab:blue"}
+    colours = {"sb3_snake": "tab:orange", "plain_sb3": "tab:blue", "sb3_ppo": "tab:green", "pqn": "tab:red"}
+    colours |= {"A": "tab:blue"}
     colours["B"] = "tab:orange"
     labels = {
         "sb3_snake": "sb3-snake train",
         "plain_sb3": 'plain SB3 DQN("MlpPolicy")',
         "sb3_ppo": "SB3 PPO, attention extractor, batched env",
+        "pqn": "sb3-snake PQN, LayerNorm MLP, 128 games",
         "A": "A: sb3-snake train (its hyperparameters)",
         "B": "B: the compared hyperparameters",
     }

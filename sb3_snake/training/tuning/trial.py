@@ -17,8 +17,8 @@ from rich.console import Console
 from sb3_snake.acceleration.optimizations import threads_for
 from sb3_snake.acceleration.settings import AUTO, OptimizationSettings
 from sb3_snake.common.console import plain_console
+from sb3_snake.common.errors import TrainingDiverged
 from sb3_snake.common.interrupts import uninterrupted
-from sb3_snake.dqn.snake_dqn import TrainingDiverged
 from sb3_snake.training.evaluation import GreedyEvaluation
 from sb3_snake.training.hyperparameters import check_hyperparameters
 from sb3_snake.training.run import train

@@ -1,0 +1,75 @@
+"""PQN's policies: SB3's DQN policy with one Q-network (no target network), whose hidden layers
+are each followed by LayerNorm.
+
+PQN keeps its Q-values stable without a target network by normalising every hidden layer
+(Gallici et al., 2024, section 4); SB3's ``create_mlp`` places the LayerNorm between each
+hidden linear layer and its activation. ``"MlpPolicy"`` flattens the board into a MLP of
+``[256, 256]``; ``"AttentionPolicy"`` puts the attention extractor in front of one such layer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stable_baselines3.common.torch_layers import create_mlp
+from stable_baselines3.common.type_aliases import Schedule
+from stable_baselines3.dqn.policies import DQNPolicy, QNetwork
+from torch import nn
+
+from sb3_snake.dqn.extractor import SnakeAttentionExtractor
+
+#: Hidden layers of PQN's MLP when none are given: the network the paper's MinAtar runs used.
+DEFAULT_NET_ARCH = [256, 256]
+
+
+class LayerNormQNetwork(QNetwork):
+    """SB3's ``QNetwork`` with LayerNorm after each hidden linear layer (off: SB3's own)."""
+
+    def __init__(self, *args: Any, layer_norm: bool = True, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.layer_norm = layer_norm
+        if layer_norm:
+            norm = [nn.LayerNorm]
+            layers = create_mlp(
+                self.features_dim, int(self.action_space.n), self.net_arch, self.activation_fn, post_linear_modules=norm
+            )
+            self.q_net = nn.Sequential(*layers)
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        return {**super()._get_constructor_parameters(), "layer_norm": self.layer_norm}
+
+
+class PQNPolicy(DQNPolicy):
+    """SB3's DQN policy with one :class:`LayerNormQNetwork` and no target network.
+
+    :param layer_norm: LayerNorm after each hidden layer (PQN's; off only to measure it).
+    Every other argument is ``DQNPolicy``'s; ``net_arch`` defaults to :data:`DEFAULT_NET_ARCH`.
+    """
+
+    def __init__(self, *args: Any, layer_norm: bool = True, **kwargs: Any):
+        self.layer_norm = layer_norm
+        if kwargs.get("net_arch") is None:
+            kwargs["net_arch"] = list(DEFAULT_NET_ARCH)
+        super().__init__(*args, **kwargs)
+
+    def _build(self, lr_schedule: Schedule) -> None:
+        self.q_net = self.make_q_net()
+        self.optimizer = self.optimizer_class(self.q_net.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)
+
+    def make_q_net(self) -> LayerNormQNetwork:
+        net_args = self._update_features_extractor(self.net_args, features_extractor=None)
+        return LayerNormQNetwork(**net_args, layer_norm=self.layer_norm).to(self.device)
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        return {**super()._get_constructor_parameters(), "layer_norm": self.layer_norm}
+
+
+class PQNAttentionPolicy(PQNPolicy):
+    """:class:`PQNPolicy` with :class:`~sb3_snake.dqn.extractor.SnakeAttentionExtractor` in front
+    of one LayerNorm hidden layer of 256 (``net_arch`` defaults to ``[256]``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        kwargs.setdefault("features_extractor_class", SnakeAttentionExtractor)
+        if kwargs.get("net_arch") is None:
+            kwargs["net_arch"] = [256]
+        super().__init__(*args, **kwargs)

@@ -1,0 +1,377 @@
+"""``PQN``: Q-learning over many parallel games, without a replay buffer or a target network
+(Gallici et al., 2024, "Simplifying Deep Temporal Difference Learning").
+
+Each iteration plays ``n_steps`` moves of every game epsilon-greedily, turns them into Q(lambda)
+targets (:mod:`sb3_snake.pqn.returns`) with the rollout's own Q-values, fits them for ``n_epochs``
+passes of ``n_minibatches`` minibatches, and throws the samples away; LayerNorm
+(:mod:`sb3_snake.pqn.policies`) stands in for the target network. ``PQN("MlpPolicy", env)`` takes
+any ``VecEnv`` with discrete actions (on a :class:`~sb3_snake.envs.BatchedSnakeVecEnv` the rollout
+stays on tensors); ``learn``, ``predict``, ``save``, ``load`` and callbacks are SB3's.
+Design notes: docs/design-notes.md, "sb3_snake/pqn/pqn.py".
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from typing import Any, NamedTuple, TypeVar
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback
+from stable_baselines3.common.utils import safe_mean
+from stable_baselines3.common.vec_env import VecEnv
+from torch.nn import functional as F
+
+from sb3_snake.common.errors import TrainingDiverged, UsageError
+from sb3_snake.dqn.targets import shaping_rewards
+from sb3_snake.envs.action_masks import action_masks, is_snake_board, random_safe_actions
+from sb3_snake.envs.batched_vec_env import BatchedSnakeVecEnv, finished_games
+from sb3_snake.pqn.policies import PQNAttentionPolicy, PQNPolicy
+from sb3_snake.pqn.returns import lambda_returns
+
+SelfPQN = TypeVar("SelfPQN", bound="PQN")
+
+
+class Transition(NamedTuple):
+    """One move of every game, as tensors on the model's device, with SB3's ``dones`` and
+    ``infos`` for the callbacks. ``observations`` are the boards play continues from (a finished
+    game's next start); ``final_observations`` the last boards of the games in ``final_indices``."""
+
+    observations: torch.Tensor
+    rewards: torch.Tensor
+    terminated: torch.Tensor
+    truncated: torch.Tensor
+    final_indices: torch.Tensor
+    final_observations: torch.Tensor
+    dones: np.ndarray
+    infos: list[dict[str, Any]]
+
+
+class Rollout(NamedTuple):
+    """What one iteration learns from, flattened over steps and games."""
+
+    observations: torch.Tensor
+    actions: torch.Tensor
+    returns: torch.Tensor
+
+
+class PQN(BaseAlgorithm):
+    """Parallelised Q-Network: epsilon-greedy rollouts of many games, Q(lambda) targets, no
+    replay buffer, no target network.
+
+    The defaults are those measured on 10x10 Snake (docs/benchmarks.md, "PQN"): 32 moves of each
+    game per rollout (128 games: 4,096 samples), two passes of four minibatches (two gradient
+    samples per env step), lambda 0.65, a learning rate of 5e-4.
+
+    :param policy: ``"MlpPolicy"`` (a LayerNorm MLP of ``[256, 256]`` on the flattened board),
+        ``"AttentionPolicy"`` (the attention extractor, then one LayerNorm layer) or a class.
+    :param env: the environment; a :class:`~sb3_snake.envs.BatchedSnakeVecEnv` of many games is
+        what PQN is made for.
+    :param learning_rate: Adam's step size, or an SB3 schedule of the progress.
+    :param n_steps: moves of every game per rollout.
+    :param n_epochs: passes over each rollout.
+    :param n_minibatches: minibatches per pass; each is ``n_steps * n_envs / n_minibatches`` samples.
+    :param gamma: the discount.
+    :param q_lambda: lambda of the Q(lambda) targets (0: one-step targets; 1: returns to the
+        rollout's end).
+    :param exploration_initial_eps: epsilon at the start.
+    :param exploration_final_eps: epsilon after ``exploration_steps``.
+    :param exploration_steps: env steps (all games together) over which epsilon falls linearly.
+        Each game draws its own exploration every move.
+    :param max_grad_norm: the gradients' norm is clipped to this.
+    :param food_shaping: scale of potential-based reward shaping towards the food in the
+        targets (:mod:`sb3_snake.dqn.targets`; 0: off); needs Snake boards.
+    :param safe_exploration: draw exploration's random moves among the moves that do not die at
+        once (:mod:`sb3_snake.envs.action_masks`); needs Snake boards.
+    Every other argument is SB3's ``BaseAlgorithm``'s.
+    """
+
+    policy_aliases = {"MlpPolicy": PQNPolicy, "AttentionPolicy": PQNAttentionPolicy}  # noqa: RUF012 - SB3's
+    policy: PQNPolicy
+
+    def __init__(
+        self,
+        policy: str | type[PQNPolicy],
+        env: GymEnv | str | None,
+        learning_rate: float | Any = 5e-4,
+        n_steps: int = 32,
+        n_epochs: int = 2,
+        n_minibatches: int = 4,
+        gamma: float = 0.99,
+        q_lambda: float = 0.65,
+        exploration_initial_eps: float = 1.0,
+        exploration_final_eps: float = 0.02,
+        exploration_steps: int = 200_000,
+        max_grad_norm: float = 10.0,
+        food_shaping: float = 0.0,
+        safe_exploration: bool = False,
+        stats_window_size: int = 100,
+        tensorboard_log: str | None = None,
+        policy_kwargs: dict[str, Any] | None = None,
+        verbose: int = 0,
+        seed: int | None = None,
+        device: torch.device | str = "auto",
+        _init_setup_model: bool = True,
+    ):
+        super().__init__(
+            policy,
+            env,
+            learning_rate,
+            policy_kwargs=policy_kwargs,
+            stats_window_size=stats_window_size,
+            tensorboard_log=tensorboard_log,
+            verbose=verbose,
+            device=device,
+            support_multi_env=True,
+            seed=seed,
+            supported_action_spaces=(spaces.Discrete,),
+        )
+        self.n_steps, self.n_epochs, self.n_minibatches = n_steps, n_epochs, n_minibatches
+        self.gamma, self.q_lambda, self.max_grad_norm = gamma, q_lambda, max_grad_norm
+        self.exploration_initial_eps, self.exploration_final_eps = exploration_initial_eps, exploration_final_eps
+        self.exploration_steps = exploration_steps
+        self.exploration_rate = exploration_initial_eps
+        self.food_shaping, self.safe_exploration = food_shaping, safe_exploration
+        self._n_updates = 0
+        if _init_setup_model:
+            self._setup_model()
+
+    def _setup_model(self) -> None:
+        problem = self._first_problem()
+        if problem:
+            raise UsageError(problem)
+        snake_boards = is_snake_board(self.observation_space, self.action_space)
+        for name in ("food_shaping", "safe_exploration"):
+            if getattr(self, name) and not snake_boards:
+                raise UsageError(f"{name} reads Snake boards, and this env's observations are not; turn {name} off")
+        if self.food_shaping and self._vec_normalize_env is not None:
+            raise UsageError("food_shaping needs the env's own observations and rewards; remove VecNormalize")
+        self._setup_lr_schedule()
+        self.set_random_seed(self.seed)
+        self.policy = self.policy_class(
+            self.observation_space, self.action_space, self.lr_schedule, **self.policy_kwargs
+        ).to(self.device)
+        self.q_net = self.policy.q_net
+
+    def _first_problem(self) -> str:
+        samples = self.n_steps * self.n_envs if isinstance(self.n_steps, int) and self.n_envs else None
+        checks = [
+            (_whole(self.n_steps, 1), f"n_steps must be a positive integer, got {self.n_steps!r}"),
+            (_whole(self.n_epochs, 1), f"n_epochs must be a positive integer, got {self.n_epochs!r}"),
+            (
+                _whole(self.n_minibatches, 1) and (samples is None or self.n_minibatches <= samples),
+                f"n_minibatches must be from 1 to the rollout's {samples} samples (n_steps * n_envs), "
+                f"got {self.n_minibatches!r}",
+            ),
+            (0 <= self.gamma <= 1, f"gamma must be from 0 to 1, got {self.gamma}"),
+            (0 <= self.q_lambda <= 1, f"q_lambda must be from 0 to 1, got {self.q_lambda}"),
+            (
+                0 <= self.exploration_final_eps <= 1 and 0 <= self.exploration_initial_eps <= 1,
+                "exploration_initial_eps and exploration_final_eps must be from 0 to 1, got "
+                f"{self.exploration_initial_eps} and {self.exploration_final_eps}",
+            ),
+            (_whole(self.exploration_steps, 0), f"exploration_steps must be 0 or more, got {self.exploration_steps!r}"),
+            (self.max_grad_norm > 0, f"max_grad_norm must be positive, got {self.max_grad_norm}"),
+        ]
+        return next((message for ok, message in checks if not ok), "")
+
+    # ------------------------------------------------------------------ learning
+
+    def learn(
+        self: SelfPQN,
+        total_timesteps: int,
+        callback: MaybeCallback = None,
+        log_interval: int | None = 10,
+        tb_log_name: str = "PQN",
+        reset_num_timesteps: bool = True,
+        progress_bar: bool = False,
+    ) -> SelfPQN:
+        """Roll out, compute the targets, fit them, until ``total_timesteps`` env steps or a
+        callback's ``on_step`` returns False; SB3's logs every ``log_interval`` rollouts."""
+        total_timesteps, callback = self._setup_learn(
+            total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar
+        )
+        callback.on_training_start(locals(), globals())
+        iteration = 0
+        while self.num_timesteps < total_timesteps:
+            rollout = self.collect_rollout(callback)
+            if rollout is None:
+                break
+            iteration += 1
+            self._update_current_progress_remaining(self.num_timesteps, total_timesteps)
+            if log_interval is not None and iteration % log_interval == 0:
+                self.dump_logs()
+            self.train(rollout)
+        callback.on_training_end()
+        return self
+
+    def collect_rollout(self, callback: BaseCallback) -> Rollout | None:
+        """``n_steps`` moves of every game, epsilon-greedy, and their Q(lambda) targets; None
+        when a callback stopped training. The Q-values that choose each move also bootstrap the
+        move before it: one forward pass per move (and one for the games that just ended)."""
+        assert self.env is not None
+        self.policy.set_training_mode(False)
+        callback.on_rollout_start()
+        obs = torch.as_tensor(self._last_obs, device=self.device)
+        observations, actions, rewards, bootstraps, cuts = [], [], [], [], []
+        with torch.no_grad():
+            q_values = self.q_net(obs)
+            for _ in range(self.n_steps):
+                self.exploration_rate = self.epsilon(self.num_timesteps)
+                action = self.explore(obs, q_values)
+                step = self._step(self.env, action)
+                self.num_timesteps += self.env.num_envs
+                callback.update_locals({"actions": action, "new_obs": step.observations, **step._asdict()})
+                if not callback.on_step():
+                    self._last_obs = step.observations
+                    return None
+                self._update_info_buffer(step.infos, step.dones)
+                next_q_values = self.q_net(step.observations)
+                best = next_q_values.max(dim=1).values
+                boards = step.observations
+                if len(step.final_indices):
+                    final_best = self.q_net(step.final_observations).max(dim=1).values
+                    best = best.index_copy(0, step.final_indices, final_best)
+                    boards = boards.index_copy(0, step.final_indices, step.final_observations)
+                reward = step.rewards.float()
+                if self.food_shaping:
+                    reward = reward + shaping_rewards(self.food_shaping, self.gamma, obs, boards, step.terminated)
+                observations.append(obs)
+                actions.append(action)
+                rewards.append(reward)
+                bootstraps.append(best.masked_fill(step.terminated, 0.0))
+                cuts.append(step.terminated | step.truncated)
+                obs, q_values = step.observations, next_q_values
+        self._last_obs = obs
+        callback.on_rollout_end()
+        returns = lambda_returns(
+            torch.stack(rewards), torch.stack(bootstraps), torch.stack(cuts), self.gamma, self.q_lambda
+        )
+        return Rollout(torch.cat(observations), torch.cat(actions), returns.flatten())
+
+    def train(self, rollout: Rollout) -> None:
+        """``n_epochs`` passes of ``n_minibatches`` shuffled minibatches of squared TD error
+        against the rollout's targets, the gradients clipped to ``max_grad_norm``."""
+        self.policy.set_training_mode(True)
+        self._update_learning_rate(self.policy.optimizer)
+        losses = []
+        for _ in range(self.n_epochs):
+            order = torch.randperm(len(rollout.returns), device=self.device)
+            for batch in order.chunk(self.n_minibatches):
+                q_values = self.q_net(rollout.observations[batch])
+                chosen = q_values.gather(1, rollout.actions[batch, None]).squeeze(1)
+                loss = 0.5 * F.mse_loss(chosen, rollout.returns[batch])
+                self.policy.optimizer.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
+                self.policy.optimizer.step()
+                losses.append(loss.detach())
+        self._n_updates += self.n_epochs * self.n_minibatches
+        loss = torch.stack(losses).mean().item()  # the one host read of an iteration
+        if not math.isfinite(loss):
+            raise TrainingDiverged(
+                f"the TD loss became {loss} by update {self._n_updates} (learning rate {self.learning_rate})",
+                fix={"learning_rate": "lower"},
+            )
+        self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
+        self.logger.record("train/loss", loss)
+
+    # ------------------------------------------------------------------ acting
+
+    def epsilon(self, env_steps: int) -> float:
+        """Exploration's probability after ``env_steps``: linear from the initial to the final
+        epsilon over ``exploration_steps``, then the final one."""
+        if env_steps >= self.exploration_steps:
+            return self.exploration_final_eps
+        fraction = env_steps / self.exploration_steps
+        return self.exploration_initial_eps + fraction * (self.exploration_final_eps - self.exploration_initial_eps)
+
+    def explore(self, observations: torch.Tensor, q_values: torch.Tensor) -> torch.Tensor:
+        """Each game's move: with probability ``exploration_rate`` a random one (among the moves
+        that do not die at once, with ``safe_exploration``), else the greedy one."""
+        greedy = q_values.argmax(dim=1)
+        if self.safe_exploration:
+            random = random_safe_actions(action_masks(observations, egocentric=self.action_space.n == 3))
+        else:
+            random = torch.randint(int(self.action_space.n), greedy.shape, device=greedy.device)
+        explore = torch.rand(greedy.shape, device=greedy.device) < self.exploration_rate
+        return torch.where(explore, random.to(greedy.device), greedy)
+
+    def predict(
+        self,
+        observation: np.ndarray | dict[str, np.ndarray],
+        state: tuple[np.ndarray, ...] | None = None,
+        episode_start: np.ndarray | None = None,
+        deterministic: bool = False,
+    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
+        """As SB3's DQN: the greedy move, or, unless ``deterministic``, a random one with
+        probability ``exploration_rate`` (one draw for the whole batch, as SB3 draws)."""
+        if deterministic or np.random.rand() >= self.exploration_rate:
+            return self.policy.predict(observation, state, episode_start, deterministic)
+        if self.policy.is_vectorized_observation(observation):
+            count = observation.shape[0]  # type: ignore[union-attr]
+            return np.array([self.action_space.sample() for _ in range(count)]), state
+        return np.array(self.action_space.sample()), state
+
+    def _step(self, env: VecEnv, actions: torch.Tensor) -> Transition:
+        """One move of every game: on tensors for a ``BatchedSnakeVecEnv``, else through SB3's
+        ``VecEnv.step`` (its ``terminal_observation`` and ``TimeLimit.truncated``)."""
+        if isinstance(env, BatchedSnakeVecEnv):
+            step = env.step_tensors(actions.to(env.device))
+            dones, infos = finished_games(env, step)
+            on_device = (
+                step.observations,
+                step.rewards,
+                step.terminated,
+                step.truncated,
+                step.final_indices,
+                step.final_observations,
+            )
+            return Transition(*(tensor.to(self.device) for tensor in on_device), dones, infos)
+        new_obs, rewards, dones, infos = env.step(actions.cpu().numpy())
+        truncated = np.array(
+            [done and info.get("TimeLimit.truncated", False) for done, info in zip(dones, infos, strict=True)]
+        )
+        finals = np.flatnonzero(dones)
+        final_obs = np.stack([infos[i]["terminal_observation"] for i in finals]) if len(finals) else new_obs[:0]
+        as_tensor = lambda array: torch.as_tensor(array, device=self.device)  # noqa: E731
+        return Transition(
+            as_tensor(new_obs),
+            as_tensor(rewards),
+            as_tensor(dones & ~truncated),
+            as_tensor(truncated),
+            as_tensor(finals),
+            as_tensor(final_obs),
+            dones,
+            infos,
+        )
+
+    # ------------------------------------------------------------------ SB3's hooks
+
+    def dump_logs(self) -> None:
+        """SB3's rollout and time metrics, as its on-policy algorithms write them."""
+        elapsed = max((time.time_ns() - self.start_time) / 1e9, sys.float_info.epsilon)
+        fps = int((self.num_timesteps - self._num_timesteps_at_start) / elapsed)
+        if len(self.ep_info_buffer) > 0:
+            self.logger.record("rollout/ep_rew_mean", safe_mean([info["r"] for info in self.ep_info_buffer]))
+            self.logger.record("rollout/ep_len_mean", safe_mean([info["l"] for info in self.ep_info_buffer]))
+        self.logger.record("rollout/exploration_rate", self.exploration_rate)
+        self.logger.record("time/fps", fps)
+        self.logger.record("time/time_elapsed", int(elapsed), exclude="tensorboard")
+        self.logger.record("time/total_timesteps", self.num_timesteps, exclude="tensorboard")
+        self.logger.dump(step=self.num_timesteps)
+
+    def _excluded_save_params(self) -> list[str]:
+        return [*super()._excluded_save_params(), "q_net"]
+
+    def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
+        return ["policy", "policy.optimizer"], []
+
+
+def _whole(value: Any, low: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low

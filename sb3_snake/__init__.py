@@ -1,4 +1,4 @@
-"""sb3-snake: fast Snake environments and an attention DQN for Stable-Baselines3.
+"""sb3-snake: fast Snake environments, an attention DQN and PQN for Stable-Baselines3.
 
 Importing the package registers the Gymnasium ids ``sb3_snake/Snake-v0`` and
 ``sb3_snake/SnakeEgocentric-v0``, for ``gym.make`` and ``gym.make_vec``.
@@ -15,6 +15,7 @@ from sb3_snake.dqn.policies import AttentionPolicy
 from sb3_snake.dqn.snake_dqn import SnakeDQN
 from sb3_snake.envs import BatchedSnakeVecEnv, SnakeEnv
 from sb3_snake.persistence import load_model
+from sb3_snake.pqn import PQN
 from sb3_snake.training.config import TrainConfig
 from sb3_snake.training.run import build_model, train
 
@@ -27,6 +28,7 @@ __all__ = [
     "AttentionPolicy",
     "BatchedSnakeVecEnv",
     "OptimizationSettings",
+    "PQN",
     "SettingsError",
     "SnakeAttentionExtractor",
     "SnakeDQN",

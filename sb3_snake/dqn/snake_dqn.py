@@ -33,7 +33,7 @@ from sb3_snake.dqn import save_format
 from sb3_snake.dqn.policies import POLICY_ALIASES
 from sb3_snake.dqn.replay import DeviceReplayBuffer
 from sb3_snake.dqn.rollout import TensorRollouts
-from sb3_snake.dqn.save_format import HYPERPARAMETERS
+from sb3_snake.dqn.save_schema import HYPERPARAMETERS
 from sb3_snake.dqn.symmetry import SymmetryAugmentation
 from sb3_snake.dqn.update.compile import Compile
 from sb3_snake.dqn.update.steps import StepChoice
@@ -345,7 +345,7 @@ class SnakeDQN(TensorRollouts, DQN):
     def set_hyperparameters(self, **values: Any) -> None:
         """Change hyperparameters of a built (or loaded) model, as if it had been made with them.
 
-        Takes the names of :data:`~sb3_snake.dqn.save_format.HYPERPARAMETERS` (except ``n_steps``,
+        Takes the names of :data:`~sb3_snake.dqn.save_schema.HYPERPARAMETERS` (except ``n_steps``,
         which fixes the replay buffer's kind), ``train_freq`` and ``verbose``. The learning-rate and
         exploration schedules are rebuilt; a new ``buffer_size`` gives a new, empty replay buffer. A
         captured update (:class:`~sb3_snake.dqn.update.steps.CapturedSteps`) is dropped and captured again

@@ -82,13 +82,15 @@ class SymmetryAugmentation:
         index = self.cells.index_select(0, symmetries).unsqueeze(1).expand(-1, channels, -1)
         return flat.gather(2, index).view_as(observations)
 
+    def draw(self, count: int) -> torch.Tensor:
+        """``count`` symmetries drawn uniformly among this board's."""
+        draws = torch.randint(len(self.symmetries), (count,), device=self.symmetries.device, generator=self.generator)
+        return self.symmetries[draws]
+
     def __call__(self, samples: ReplayBufferSamples, symmetries: torch.Tensor | None = None) -> ReplayBufferSamples:
         """``samples`` with transition ``i`` under symmetry ``symmetries[i]`` (default: uniform draws)."""
         if symmetries is None:
-            draws = torch.randint(
-                len(self.symmetries), (len(samples.actions),), device=samples.actions.device, generator=self.generator
-            )
-            symmetries = self.symmetries[draws]
+            symmetries = self.draw(len(samples.actions))
         actions = self.actions[symmetries.unsqueeze(1), samples.actions.long()].to(samples.actions.dtype)
         return samples._replace(
             observations=self.transform(samples.observations, symmetries),

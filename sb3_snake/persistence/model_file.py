@@ -35,9 +35,13 @@ from sb3_snake.dqn.snake_dqn import SnakeDQN
 from sb3_snake.envs.rules import board_options, board_space
 from sb3_snake.persistence.migrations import saved_board_options
 from sb3_snake.persistence.replay_file import replay_buffer_path, save_replay_buffer, view_of
+from sb3_snake.pqn import PQN
+
+#: What a model file holds: either of the package's learners.
+Model = SnakeDQN | PQN
 
 
-def save_model(model: SnakeDQN, path: Path, replay_buffer: bool = False) -> None:
+def save_model(model: Model, path: Path, replay_buffer: bool = False) -> None:
     """Save ``model`` to ``path`` (a ``.zip``) atomically; with ``replay_buffer``, its buffer
     beside it as ``<stem>.replay.npz``, also atomically."""
     with atomic_write(path) as temporary:
@@ -69,8 +73,9 @@ def load_model(
     env: Any = None,
     device: torch.device | str = "auto",
     for_training: bool = False,
-) -> SnakeDQN:
-    """Load a saved SnakeDQN; every failure is one :class:`UsageError` that says what to do.
+) -> Model:
+    """Load a saved SnakeDQN or PQN (the file says which); every failure is one
+    :class:`UsageError` that says what to do.
 
     :param optimizations: applied to the loaded model (``None``: ``OptimizationSettings.unmeasured()``).
     :param trusted: use SB3's full loader, which unpickles parts of the file and so can run
@@ -126,14 +131,27 @@ def one_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {' '.join(str(error).split())}"
 
 
-def _load_trusted(path: Path, optimizations: OptimizationSettings | None, env: Any, device: Any) -> SnakeDQN:
+def _load_trusted(path: Path, optimizations: OptimizationSettings | None, env: Any, device: Any) -> Model:
     try:
+        if _described_algorithm(path) == "PQN":
+            return PQN.load(path, env=env, device=device)
         return SnakeDQN.load(path, env=env, device=device, optimizations=optimizations)
     except Exception as error:  # noqa: BLE001 - any failure to read the zip is a bad model file
         raise UsageError(f"model file {path} cannot be loaded ({one_line(error)})") from None
 
 
-def _check_snake_model(model: SnakeDQN, path: Path) -> None:
+def _described_algorithm(path: Path) -> str:
+    """The learner a file's description names; SnakeDQN where there is none (plain SB3's files,
+    and sb3-snake's before PQN) or it cannot be read (the full loader then says what is wrong)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            described = json.loads(archive.read(METADATA_ENTRY).decode("utf-8"))
+        return described.get("algorithm", "SnakeDQN") if isinstance(described, dict) else "SnakeDQN"
+    except (KeyError, zipfile.BadZipFile, OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return "SnakeDQN"
+
+
+def _check_snake_model(model: Model, path: Path) -> None:
     shape = getattr(model.observation_space, "shape", None)
     if (
         not isinstance(model.action_space, spaces.Discrete)
@@ -155,22 +173,33 @@ def _load_safely(
     env: Any,
     device: Any,
     for_training: bool,
-) -> SnakeDQN:
+) -> Model:
     hyperparameters = dict(metadata["hyperparameters"])
-    train_freq = (hyperparameters.pop("train_freq"), hyperparameters.pop("train_freq_unit"))
-    if not for_training:
-        hyperparameters["buffer_size"] = 1
+    policy_kwargs = decode_policy_kwargs(metadata["policy_kwargs"])
     try:
-        model = SnakeDQN(
-            metadata["policy"],
-            env=env,
-            device=device,
-            optimizations=optimizations,
-            policy_kwargs=decode_policy_kwargs(metadata["policy_kwargs"]),
-            train_freq=train_freq,
-            _init_setup_model=False,
-            **hyperparameters,
-        )
+        if metadata.get("algorithm") == "PQN":
+            model: Model = PQN(
+                metadata["policy"],
+                env,
+                device=device,
+                policy_kwargs=policy_kwargs,
+                _init_setup_model=False,
+                **hyperparameters,
+            )
+        else:
+            train_freq = (hyperparameters.pop("train_freq"), hyperparameters.pop("train_freq_unit"))
+            if not for_training:
+                hyperparameters["buffer_size"] = 1
+            model = SnakeDQN(
+                metadata["policy"],
+                env=env,
+                device=device,
+                optimizations=optimizations,
+                policy_kwargs=policy_kwargs,
+                train_freq=train_freq,
+                _init_setup_model=False,
+                **hyperparameters,
+            )
     except (TypeError, ValueError) as error:
         raise UsageError(f"model file {path} has a malformed {METADATA_ENTRY}: {error}") from None
     if env is None:

@@ -2,7 +2,7 @@
 (Gallici et al., 2024): ``PQN`` (``pqn``), its LayerNorm Q-network policies (``policies``) and
 the Q(lambda) returns it learns from (``returns``)."""
 
-from sb3_snake.pqn.policies import PQNAttentionPolicy, PQNPolicy
+from sb3_snake.pqn.policies import PQNAttentionPolicy, PQNCnnPolicy, PQNPolicy, SnakeCnnExtractor
 from sb3_snake.pqn.pqn import PQN
 
-__all__ = ["PQN", "PQNAttentionPolicy", "PQNPolicy"]
+__all__ = ["PQN", "PQNAttentionPolicy", "PQNCnnPolicy", "PQNPolicy", "SnakeCnnExtractor"]

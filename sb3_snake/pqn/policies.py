@@ -1,17 +1,20 @@
 """PQN's policies: SB3's DQN policy with one Q-network (no target network), whose hidden layers
 are each followed by LayerNorm.
 
-PQN keeps its Q-values stable without a target network by normalising every hidden layer
+PQN keeps its Q-values stable without a target network by normalising its hidden layers
 (Gallici et al., 2024, section 4); SB3's ``create_mlp`` places the LayerNorm between each
 hidden linear layer and its activation. ``"MlpPolicy"`` flattens the board into a MLP of
-``[256, 256]``; ``"AttentionPolicy"`` puts the attention extractor in front of one such layer.
+``[256, 256]``; ``"CnnPolicy"`` is :class:`SnakeCnnExtractor` (its last layer normalised);
+``"AttentionPolicy"`` puts the attention extractor in front of one LayerNorm layer.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from stable_baselines3.common.torch_layers import create_mlp
+import gymnasium as gym
+import torch
+from stable_baselines3.common.torch_layers import BaseFeaturesExtractor, create_mlp
 from stable_baselines3.common.type_aliases import Schedule
 from stable_baselines3.dqn.policies import DQNPolicy, QNetwork
 from torch import nn
@@ -20,6 +23,33 @@ from sb3_snake.dqn.extractor import SnakeAttentionExtractor
 
 #: Hidden layers of PQN's MLP when none are given: the network the paper's MinAtar runs used.
 DEFAULT_NET_ARCH = [256, 256]
+
+
+class SnakeCnnExtractor(BaseFeaturesExtractor):
+    """perfect_snake's network for 10x10 Snake: 3x3 convolutions of ``channels`` (the first of
+    stride 1, the others of stride 2), then ``features_dim`` features with LayerNorm. A channel
+    of ones marks the board first, so that the convolutions' zero padding reads as wall; each
+    input channel is scaled into [0, 1] by the observation space's upper bound."""
+
+    def __init__(
+        self, observation_space: gym.spaces.Box, features_dim: int = 256, channels: tuple[int, ...] = (32, 64, 64)
+    ):
+        super().__init__(observation_space, features_dim)
+        board_channels, *board = observation_space.shape
+        high = torch.as_tensor(observation_space.high[:, 0, 0], dtype=torch.float32).clamp(min=1)
+        self.register_buffer("scale", (1 / high).view(1, -1, 1, 1))
+        layers, width = [], board_channels + 1
+        for index, out in enumerate(channels):
+            layers += [nn.Conv2d(width, out, 3, stride=1 if index == 0 else 2, padding=1), nn.ReLU()]
+            width = out
+        self.cnn = nn.Sequential(*layers, nn.Flatten())
+        with torch.no_grad():
+            flat = self.cnn(torch.zeros(1, board_channels + 1, *board)).shape[1]
+        self.linear = nn.Sequential(nn.Linear(flat, features_dim), nn.LayerNorm(features_dim), nn.ReLU())
+
+    def forward(self, observations: torch.Tensor) -> torch.Tensor:
+        boards = observations * self.scale
+        return self.linear(self.cnn(torch.cat([boards, torch.ones_like(boards[:, :1])], dim=1)))
 
 
 class LayerNormQNetwork(QNetwork):
@@ -64,6 +94,17 @@ class PQNPolicy(DQNPolicy):
         return {**super()._get_constructor_parameters(), "layer_norm": self.layer_norm}
 
 
+class PQNCnnPolicy(PQNPolicy):
+    """:class:`PQNPolicy` on :class:`SnakeCnnExtractor`, whose last layer is the hidden layer
+    (``net_arch`` defaults to ``[]``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        kwargs.setdefault("features_extractor_class", SnakeCnnExtractor)
+        if kwargs.get("net_arch") is None:
+            kwargs["net_arch"] = []
+        super().__init__(*args, **kwargs)
+
+
 class PQNAttentionPolicy(PQNPolicy):
     """:class:`PQNPolicy` with :class:`~sb3_snake.dqn.extractor.SnakeAttentionExtractor` in front
     of one LayerNorm hidden layer of 256 (``net_arch`` defaults to ``[256]``)."""
@@ -73,3 +114,11 @@ class PQNAttentionPolicy(PQNPolicy):
         if kwargs.get("net_arch") is None:
             kwargs["net_arch"] = [256]
         super().__init__(*args, **kwargs)
+
+
+#: The policies ``PQN`` takes by name, and the names a saved PQN's description may give.
+PQN_POLICY_ALIASES: dict[str, type[PQNPolicy]] = {
+    "MlpPolicy": PQNPolicy,
+    "CnnPolicy": PQNCnnPolicy,
+    "AttentionPolicy": PQNAttentionPolicy,
+}

@@ -28,10 +28,13 @@ from stable_baselines3.common.vec_env import VecEnv
 from torch.nn import functional as F
 
 from sb3_snake.common.errors import TrainingDiverged, UsageError
+from sb3_snake.dqn import save_format
+from sb3_snake.dqn.save_schema import PQN_HYPERPARAMETERS
+from sb3_snake.dqn.symmetry import SymmetryAugmentation
 from sb3_snake.dqn.targets import shaping_rewards
 from sb3_snake.envs.action_masks import action_masks, is_snake_board, random_safe_actions
 from sb3_snake.envs.batched_vec_env import BatchedSnakeVecEnv, finished_games
-from sb3_snake.pqn.policies import PQNAttentionPolicy, PQNPolicy
+from sb3_snake.pqn.policies import PQN_POLICY_ALIASES, PQNPolicy
 from sb3_snake.pqn.returns import lambda_returns
 
 SelfPQN = TypeVar("SelfPQN", bound="PQN")
@@ -69,6 +72,7 @@ class PQN(BaseAlgorithm):
     samples per env step), lambda 0.65, a learning rate of 5e-4.
 
     :param policy: ``"MlpPolicy"`` (a LayerNorm MLP of ``[256, 256]`` on the flattened board),
+        ``"CnnPolicy"`` (three convolutions, then 256 features with LayerNorm),
         ``"AttentionPolicy"`` (the attention extractor, then one LayerNorm layer) or a class.
     :param env: the environment; a :class:`~sb3_snake.envs.BatchedSnakeVecEnv` of many games is
         what PQN is made for.
@@ -88,10 +92,13 @@ class PQN(BaseAlgorithm):
         targets (:mod:`sb3_snake.dqn.targets`; 0: off); needs Snake boards.
     :param safe_exploration: draw exploration's random moves among the moves that do not die at
         once (:mod:`sb3_snake.envs.action_masks`); needs Snake boards.
+    :param symmetry_augmentation: fit each sample under a random symmetry of the board
+        (:mod:`sb3_snake.dqn.symmetry`; egocentric: itself or its mirror image); needs square
+        Snake boards.
     Every other argument is SB3's ``BaseAlgorithm``'s.
     """
 
-    policy_aliases = {"MlpPolicy": PQNPolicy, "AttentionPolicy": PQNAttentionPolicy}  # noqa: RUF012 - SB3's
+    policy_aliases = PQN_POLICY_ALIASES
     policy: PQNPolicy
 
     def __init__(
@@ -110,6 +117,7 @@ class PQN(BaseAlgorithm):
         max_grad_norm: float = 10.0,
         food_shaping: float = 0.0,
         safe_exploration: bool = False,
+        symmetry_augmentation: bool = False,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
         policy_kwargs: dict[str, Any] | None = None,
@@ -137,6 +145,8 @@ class PQN(BaseAlgorithm):
         self.exploration_steps = exploration_steps
         self.exploration_rate = exploration_initial_eps
         self.food_shaping, self.safe_exploration = food_shaping, safe_exploration
+        self.symmetry_augmentation = symmetry_augmentation
+        self._augmentation: SymmetryAugmentation | None = None
         self._n_updates = 0
         if _init_setup_model:
             self._setup_model()
@@ -146,7 +156,7 @@ class PQN(BaseAlgorithm):
         if problem:
             raise UsageError(problem)
         snake_boards = is_snake_board(self.observation_space, self.action_space)
-        for name in ("food_shaping", "safe_exploration"):
+        for name in ("food_shaping", "safe_exploration", "symmetry_augmentation"):
             if getattr(self, name) and not snake_boards:
                 raise UsageError(f"{name} reads Snake boards, and this env's observations are not; turn {name} off")
         if self.food_shaping and self._vec_normalize_env is not None:
@@ -157,6 +167,13 @@ class PQN(BaseAlgorithm):
             self.observation_space, self.action_space, self.lr_schedule, **self.policy_kwargs
         ).to(self.device)
         self.q_net = self.policy.q_net
+        self._augmentation = None
+        if self.symmetry_augmentation:
+            *_, height, width = self.observation_space.shape
+            if height != width:
+                raise UsageError(f"symmetry_augmentation needs a square board, got {height}x{width}; turn it off")
+            egocentric = self.action_space.n == 3
+            self._augmentation = SymmetryAugmentation(width, self.device, egocentric=egocentric)
 
     def _first_problem(self) -> str:
         samples = self.n_steps * self.n_envs if isinstance(self.n_steps, int) and self.n_envs else None
@@ -263,8 +280,13 @@ class PQN(BaseAlgorithm):
         for _ in range(self.n_epochs):
             order = torch.randperm(len(rollout.returns), device=self.device)
             for batch in order.chunk(self.n_minibatches):
-                q_values = self.q_net(rollout.observations[batch])
-                chosen = q_values.gather(1, rollout.actions[batch, None]).squeeze(1)
+                observations, actions = rollout.observations[batch], rollout.actions[batch]
+                if self._augmentation is not None:  # the targets are the same under every symmetry
+                    symmetries = self._augmentation.draw(len(batch))
+                    observations = self._augmentation.transform(observations, symmetries)
+                    actions = self._augmentation.actions[symmetries, actions]
+                q_values = self.q_net(observations)
+                chosen = q_values.gather(1, actions[:, None]).squeeze(1)
                 loss = 0.5 * F.mse_loss(chosen, rollout.returns[batch])
                 self.policy.optimizer.zero_grad()
                 loss.backward()
@@ -366,8 +388,25 @@ class PQN(BaseAlgorithm):
         self.logger.record("time/total_timesteps", self.num_timesteps, exclude="tensorboard")
         self.logger.dump(step=self.num_timesteps)
 
+    def hyperparameters(self) -> dict[str, Any]:
+        """The hyperparameters this model trains with now, as plain JSON values."""
+        values = {name: getattr(self, name) for name in PQN_HYPERPARAMETERS}
+        if not isinstance(values["learning_rate"], (int, float)):
+            values["learning_rate"] = float(self.lr_schedule(self._current_progress_remaining))
+        return values
+
+    def metadata(self) -> dict[str, Any]:
+        """This model in plain JSON (:func:`sb3_snake.dqn.save_format.metadata`)."""
+        return save_format.metadata(self)
+
+    def save(self, path: Any, exclude: Any = None, include: Any = None) -> None:
+        """SB3's ``save``, plus the plain-JSON description that ``sb3_snake.load_model`` reads
+        without unpickling (:func:`~sb3_snake.dqn.save_format.write_metadata`)."""
+        super().save(path, exclude=exclude, include=include)
+        save_format.write_metadata(self, path)
+
     def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "q_net"]
+        return [*super()._excluded_save_params(), "q_net", "_augmentation"]
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
         return ["policy", "policy.optimizer"], []

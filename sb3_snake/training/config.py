@@ -17,11 +17,11 @@ from sb3_snake.common.errors import UsageError
 from sb3_snake.common.options import AUTO, Values, choice, declared, number, option, options_of
 from sb3_snake.common.system import check_device
 from sb3_snake.dqn.extractor import SnakeAttentionExtractor
-from sb3_snake.dqn.save_format import (
+from sb3_snake.dqn.save_format import MAX_BOARD_SIZE
+from sb3_snake.dqn.save_schema import (
     EXTRACTOR_SCHEMA,
     HYPERPARAMETER_SCHEMA,
     MAX_BATCH_SIZE,
-    MAX_BOARD_SIZE,
     MAX_ENVS,
     MAX_GRADIENT_STEPS,
     MAX_WIDTH,
@@ -51,11 +51,11 @@ RUN, ENVIRONMENT, DQN = "Run, checkpoints and logging", "Environment", "DQN hype
 MAX_REPLAY_RATIO = 4096
 #: The fewest: a thousandth of a sample per env step. Below it a run learns next to nothing from
 #: what it plays, and the largest batch would come less often than a model file records
-#: (``train_freq``: :data:`sb3_snake.dqn.save_format.MAX_TRAIN_FREQ` env steps).
+#: (``train_freq``: :data:`sb3_snake.dqn.save_schema.MAX_TRAIN_FREQ` env steps).
 MIN_REPLAY_RATIO = 1e-3
 # The widest layer a run may ask for (--embed-dim, --head-view-dim: a thousand times the defaults)
 # and the most gradient steps of one update (--gradient-steps) are what a model file may hold:
-# save_format's MAX_WIDTH and MAX_GRADIENT_STEPS, imported above.
+# save_schema's MAX_WIDTH and MAX_GRADIENT_STEPS, imported above.
 
 
 @dataclass(frozen=True)
@@ -385,7 +385,7 @@ OPTIONS = options_of(TrainConfig)
 def option_values(name: str) -> Values | None:
     """What TrainConfig option ``name`` takes: as declared, or, for a value a model file holds (a
     hyperparameter the model saves, an extractor size), the range the file may hold it in
-    (:mod:`sb3_snake.dqn.save_format`), so that a model a run saves can always be loaded."""
+    (:mod:`sb3_snake.dqn.save_schema`), so that a model a run saves can always be loaded."""
     declared = OPTIONS[name]
     if declared.values is not None:
         return declared.values

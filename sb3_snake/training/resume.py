@@ -33,6 +33,11 @@ def resume_config(path: Path, trusted: bool = False, **changes: Any) -> TrainCon
     differ from what its replay ratio gives).
     """
     metadata = saved_metadata(path, trusted)
+    if metadata.get("algorithm", "SnakeDQN") != "SnakeDQN":
+        raise UsageError(
+            f"model {path} is a {metadata['algorithm']} model, and runs resume SnakeDQN models only; "
+            f"continue it from Python ({metadata['algorithm']}.load(path, env).learn(...))"
+        )
     saved, policy_kwargs = metadata["hyperparameters"], metadata["policy_kwargs"] or {}
     extractor = trained_extractor(policy_kwargs)
     values = {name: saved[name] for name in MODEL_FIELDS if name in saved}

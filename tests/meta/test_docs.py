@@ -123,6 +123,7 @@ SMALLER_SIZES = {
         ".learn(10_000)": ".learn(512)",
         ".learn(20_000)": ".learn(512)",
         "episodes=100": "episodes=8",
+        ".learn(1_000_000)": ".learn(4096)",
     },
     "docs/environments.md": {
         "4096": "64",
@@ -131,7 +132,11 @@ SMALLER_SIZES = {
         ".learn(20_000)": ".learn(512)",
         ".learn(100_000)": ".learn(512)",
     },
-    "docs/training.md": {".learn(50_000)": ".learn(1_500)"},
+    "docs/training.md": {
+        ".learn(50_000)": ".learn(1_500)",
+        ".learn(2_000_000,": ".learn(4096,",
+        "episodes=100": "episodes=4",
+    },
 }
 
 

@@ -1,8 +1,8 @@
 """Imports point down, folder by folder, and no module imports itself back through others.
 
 The layers are the package's folders (and its few top-level modules), bottom to top: what every
-layer shares; the rules of the game; the speed switches and their decisions; the learner
-(``SnakeDQN``, its gradient step and the ways to run it); what saves, loads or measures a model
+layer shares; the rules of the game; the speed switches and their decisions; the learners
+(``SnakeDQN``, its gradient step and the ways to run it; ``PQN``); what saves, loads or measures a model
 (``persistence``, ``auto``'s measurement); what reports on the machine (the capability report) and
 the training run with all around it; RL Zoo's hyperparameter modules (the benchmarks' PPO peer
 trains with them); the benchmarks; the command line. A module may import from its own folder or

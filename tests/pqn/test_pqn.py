@@ -12,6 +12,7 @@ from torch import nn
 from sb3_snake import BatchedSnakeVecEnv
 from sb3_snake.common.errors import UsageError
 from sb3_snake.envs.action_masks import action_masks
+from sb3_snake.persistence import load_model, save_model
 from sb3_snake.pqn import PQN
 from sb3_snake.training.evaluation import evaluate
 
@@ -129,12 +130,33 @@ def test_reading_snake_boards_is_refused_on_other_envs():
         PQN("MlpPolicy", gym.make("CartPole-v1"), food_shaping=1.0, device="cpu")
 
 
-def test_the_attention_policy_trains():
+@pytest.mark.parametrize("policy", ["CnnPolicy", "AttentionPolicy"])
+def test_the_cnn_and_attention_policies_train(policy):
     env = BatchedSnakeVecEnv(8, seed=1, **GAME)
-    model = PQN("AttentionPolicy", env, n_steps=4, seed=1, device="cpu")
+    model = PQN(policy, env, n_steps=4, seed=1, device="cpu")
     before = [parameter.clone() for parameter in model.q_net.parameters()]
     model.learn(64)
     assert any(not torch.equal(a, b) for a, b in zip(before, model.q_net.parameters(), strict=True))
+
+
+def test_symmetry_augmentation_fits_the_mirrored_boards_with_left_and_right_swapped(monkeypatch):
+    """Every draw the mirror: training on a rollout is training, unaugmented, on its mirror image."""
+    models = [snake_pqn(seed=3, symmetry_augmentation=augmented) for augmented in (True, False)]
+    models[0]._setup_learn(10_000, None)
+    rollout = models[0].collect_rollout(models[0]._init_callback(None))
+    augmentation = models[0]._augmentation
+    monkeypatch.setattr(augmentation, "draw", lambda count: torch.full((count,), 4))
+    mirrored = rollout._replace(
+        observations=augmentation.transform(rollout.observations, torch.full((len(rollout.actions),), 4)),
+        actions=2 - rollout.actions,
+    )
+    models[1].q_net.load_state_dict(models[0].q_net.state_dict())
+    for model, fitted in zip(models, (rollout, mirrored), strict=True):
+        model.set_logger(models[0].logger)
+        torch.manual_seed(0)
+        model.train(fitted)
+    for augmented, plain in zip(models[0].q_net.parameters(), models[1].q_net.parameters(), strict=True):
+        torch.testing.assert_close(augmented, plain)
 
 
 @pytest.mark.slow
@@ -145,3 +167,45 @@ def test_pqn_learns_to_eat_on_a_small_board():
     model = PQN("MlpPolicy", env, food_shaping=1.0, seed=1, device="cpu")
     model.learn(200_000)
     assert evaluate(model, 100, seed=0)["mean_score"] > 4
+
+
+@pytest.mark.parametrize("policy", ["MlpPolicy", "CnnPolicy"])
+def test_the_safe_loader_rebuilds_a_pqn_that_plays_as_the_saved_one(tmp_path, policy):
+    from tests.test_persistence import craft
+
+    env = BatchedSnakeVecEnv(16, seed=6, **GAME)
+    model = PQN(policy, env, n_steps=8, q_lambda=0.3, symmetry_augmentation=True, seed=6, device="cpu")
+    model.learn(256)
+    save_model(model, tmp_path / "pqn.zip")
+    crafted, marker = tmp_path / "crafted.zip", tmp_path / "pwned"
+    craft(tmp_path / "pqn.zip", crafted, marker)
+    loaded = load_model(crafted)  # reads sb3_snake.json and the weights only
+    assert not marker.exists() and isinstance(loaded, PQN) and isinstance(loaded.policy, type(model.policy))
+    assert loaded.hyperparameters() == model.hyperparameters() and loaded.num_timesteps == 256
+    boards = torch.as_tensor(BatchedSnakeVecEnv(32, seed=9, **GAME).reset())
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.q_net(boards), model.q_net(boards))
+    assert evaluate(loaded, 4, seed=1) == evaluate(model, 4, seed=1)
+
+
+def test_a_pqn_file_is_refused_for_resuming_a_run_in_one_line(tmp_path):
+    from sb3_snake.training.resume import resume_config
+
+    model = snake_pqn()
+    save_model(model, tmp_path / "pqn.zip")
+    with pytest.raises(UsageError, match=r"is a PQN model, and runs resume SnakeDQN models only; continue it from"):
+        resume_config(tmp_path / "pqn.zip")
+
+
+def test_a_pqn_description_with_a_dqn_hyperparameter_is_refused(tmp_path):
+    from tests.conftest import rewrite_metadata
+
+    save_model(snake_pqn(), tmp_path / "pqn.zip")
+
+    def edit(described):
+        described["hyperparameters"]["buffer_size"] = 10
+        return described
+
+    rewrite_metadata(tmp_path / "pqn.zip", tmp_path / "edited.zip", edit)
+    with pytest.raises(UsageError, match=r"hyperparameters has unknown keys \['buffer_size'\]"):
+        load_model(tmp_path / "edited.zip")

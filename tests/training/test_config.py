@@ -269,7 +269,8 @@ def test_networks_within_range_that_do_not_fit_are_a_memory_error_up_front():
 def saved_ranges():
     """The save format's range of each TrainConfig field whose value a model file holds."""
     from sb3_snake.common.options import Values
-    from sb3_snake.dqn.save_format import EXTRACTOR_SCHEMA, HYPERPARAMETER_SCHEMA, MAX_BOARD_SIZE, MAX_ENVS
+    from sb3_snake.dqn.save_format import MAX_BOARD_SIZE
+    from sb3_snake.dqn.save_schema import EXTRACTOR_SCHEMA, HYPERPARAMETER_SCHEMA, MAX_ENVS
     from sb3_snake.envs.rules import MIN_BOARD_SIZE
 
     ranges = {"n_envs": (1, MAX_ENVS), "board_size": (MIN_BOARD_SIZE, MAX_BOARD_SIZE)}
@@ -310,7 +311,7 @@ def test_the_schedule_at_either_end_of_the_ratios_is_one_a_model_file_holds(
 ):
     """What the schedule computes is saved too: its train_freq, gradient_steps and early fraction
     at the ratios' ends, on one game or the most, at the smallest batch or the largest."""
-    from sb3_snake.dqn.save_format import hyperparameter_problem
+    from sb3_snake.dqn.save_schema import hyperparameter_problem
 
     config = TrainConfig(
         replay_ratio=replay_ratio,

@@ -17,17 +17,14 @@ def evaluate_checkpoints(run: dict[str, Any], episodes: int, settings: Any = Non
     from stable_baselines3 import DQN, PPO
 
     from sb3_snake.persistence import load_model
-    from sb3_snake.pqn import PQN
     from sb3_snake.training.evaluation import evaluate
 
     curve = []
     for checkpoint in run["checkpoints"]:
-        if run["system"] == "sb3_snake":
+        if run["system"] in ("sb3_snake", "pqn"):
             model = load_model(checkpoint["path"], settings)
         elif run["system"] == "sb3_ppo":
             model = PPO.load(checkpoint["path"], device="cpu")
-        elif run["system"] == "pqn":
-            model = PQN.load(checkpoint["path"], device="cpu")
         else:
             model = DQN.load(checkpoint["path"], device="cpu")
         result = evaluate(model, episodes, seed=0)

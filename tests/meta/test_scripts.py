@@ -132,6 +132,16 @@ def test_pqn_prototype_trains_and_evaluates(tmp_path):
     assert all(0 <= row["wins"] <= 1 and row["greedy"] >= 0 for row in log)
 
 
+def test_pqn_curve_checkpoints_the_package_s_pqn(tmp_path):
+    output = tmp_path / "arm.json"
+    arguments = ["--board", "4", "--env-steps", "512", "--envs", "16", "--eval-every", "256", "--eval-games", "4"]
+    done = run_script("pqn_curve.py", *arguments, "--kw", '{"n_steps": 8}', "--out", str(output))
+    assert done.returncode == 0, done.stderr
+    report = json.loads(output.read_text())
+    assert [row["env_steps"] for row in report["log"]] == [256, 512] and report["kwargs"]["n_steps"] == 8
+    assert all(0 <= row["wins"] <= 1 and row["greedy"] >= 0 for row in report["log"])
+
+
 def test_every_script_has_a_smoke_test_here():
     source = Path(__file__).read_text()
     run = re.compile(r'run_script\(\s*"([^"]+)"')

@@ -1,0 +1,72 @@
+"""PQN's learning curve per env step: ``sb3_snake.PQN`` on ``sb3-snake train``'s game (egocentric,
+stall growth 4, long starts 0.2, food shaping 1.0), one thread, 200 greedy games from standard
+starts (``evaluate(model, 200, seed=0)``) every ``--eval-every`` env steps, off the clock. The
+arms of docs/benchmarks.md, "PQN's levers per env step".
+
+python scripts/pqn_curve.py --seed 1 --env-steps 5000000 --kw '{"n_minibatches": 32}' --out arm.json
+"""
+
+import argparse
+import json
+import platform
+import time
+from pathlib import Path
+
+import torch
+from stable_baselines3.common.callbacks import BaseCallback
+
+from sb3_snake import PQN, BatchedSnakeVecEnv
+from sb3_snake.training.evaluation import evaluate
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--board", type=int, default=10)
+parser.add_argument("--env-steps", type=int, default=5_000_000)
+parser.add_argument("--eval-every", type=int, default=1_000_000)
+parser.add_argument("--eval-games", type=int, default=200)
+parser.add_argument("--seed", type=int, default=1)
+parser.add_argument("--policy", default="MlpPolicy")
+parser.add_argument("--envs", type=int, default=128)
+parser.add_argument("--kw", default="{}", help="other PQN arguments, as JSON")
+parser.add_argument("--out", required=True)
+args = parser.parse_args()
+
+torch.set_num_threads(1)
+env = BatchedSnakeVecEnv(
+    args.envs, board_size=args.board, seed=args.seed, stall_growth=4, egocentric=True, long_starts=0.2
+)
+kwargs = {"food_shaping": 1.0, **json.loads(args.kw)}
+model = PQN(args.policy, env, seed=args.seed, device="cpu", **kwargs)
+log = []
+
+
+class Curve(BaseCallback):
+    """Plays the greedy games at each checkpoint, off the clock, and stops at the budget."""
+
+    def __init__(self):
+        super().__init__()
+        self.due, self.seconds, self.since = args.eval_every, 0.0, time.perf_counter()
+
+    def _on_step(self) -> bool:
+        if self.num_timesteps >= self.due:
+            self.seconds += time.perf_counter() - self.since
+            result = evaluate(self.model, args.eval_games, seed=0)
+            returns = [info["r"] for info in self.model.ep_info_buffer]
+            row = {
+                "env_steps": self.num_timesteps,
+                "seconds": round(self.seconds, 1),
+                "greedy": result["mean_score"],
+                "wins": result["win_rate"],
+                "max": result["max_score"],
+                "exploring_return": sum(returns) / max(1, len(returns)),
+            }
+            log.append(row)
+            print(json.dumps(row), flush=True)
+            system = {"cpu": platform.processor() or platform.machine(), "torch": torch.__version__}
+            report = {"args": vars(args), "kwargs": kwargs, "system": system, "log": log}
+            Path(args.out).write_text(json.dumps(report, indent=1))
+            self.due += args.eval_every
+            self.since = time.perf_counter()
+        return self.num_timesteps < args.env_steps
+
+
+model.learn(10**12, callback=Curve())

@@ -10,6 +10,7 @@ catch ``ValueError`` for bad arguments keep working.
 from __future__ import annotations
 
 import difflib
+import math
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -38,6 +39,15 @@ class UsageError(FixableError, ValueError):
 
 class TrainingDiverged(FixableError, RuntimeError):
     """A learner's loss became NaN or infinite: the networks' weights can no longer be trusted."""
+
+    @classmethod
+    def check(cls, loss: float, updates: int, learning_rate: object) -> None:
+        """Raise unless ``loss``, the mean loss up to update ``updates``, is finite."""
+        if not math.isfinite(loss):
+            raise cls(
+                f"the TD loss became {loss} by update {updates} (learning rate {learning_rate})",
+                fix={"learning_rate": "lower"},
+            )
 
 
 #: The ways a fix may name an argument rather than give its value: move a number, or choose

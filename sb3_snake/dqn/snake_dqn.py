@@ -14,7 +14,6 @@ schedules, and the update loop.
 from __future__ import annotations
 
 import logging
-import math
 import warnings
 from collections.abc import Callable
 from dataclasses import replace
@@ -308,11 +307,7 @@ class SnakeDQN(TensorRollouts, DQN):
             mean_loss = total / done
         self._n_updates += done
         loss = mean_loss.item()
-        if not math.isfinite(loss):
-            raise TrainingDiverged(
-                f"the TD loss became {loss} by update {self._n_updates} (learning rate {self.learning_rate})",
-                fix={"learning_rate": "lower"},
-            )
+        TrainingDiverged.check(loss, self._n_updates, self.learning_rate)
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
         self.logger.record("train/loss", loss)
 

@@ -12,7 +12,6 @@ Design notes: docs/design-notes.md, "sb3_snake/pqn/pqn.py".
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 from typing import Any, NamedTuple, TypeVar
@@ -295,11 +294,7 @@ class PQN(BaseAlgorithm):
                 losses.append(loss.detach())
         self._n_updates += self.n_epochs * self.n_minibatches
         loss = torch.stack(losses).mean().item()  # the one host read of an iteration
-        if not math.isfinite(loss):
-            raise TrainingDiverged(
-                f"the TD loss became {loss} by update {self._n_updates} (learning rate {self.learning_rate})",
-                fix={"learning_rate": "lower"},
-            )
+        TrainingDiverged.check(loss, self._n_updates, self.learning_rate)
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
         self.logger.record("train/loss", loss)
 

@@ -178,8 +178,21 @@ def build_model(
     settings = settings if settings is not None else OptimizationSettings.load()
     device = resolve_device(config.device)
     config, settings = resolve_settings(config, settings)
-    env = BatchedSnakeVecEnv(
-        config.n_envs,
+    env = build_env(config)
+    if resume is None:
+        kwargs = config.dqn_kwargs()
+        return SnakeDQN("AttentionPolicy", env, optimizations=settings, device=device, **kwargs)
+    model = load_model(resume, settings, trusted=trusted, env=env, device=device, for_training=True)
+    apply_config(model, config)
+    _load_saved_replay_buffer(model, Path(resume), trusted)
+    return model
+
+
+def build_env(config: TrainConfig, n_envs: int | None = None) -> BatchedSnakeVecEnv:
+    """The games ``sb3-snake train`` plays for ``config`` (``n_envs`` of them: default, the config's),
+    on the CPU: its board, channels, view, stall growth, long starts and seed."""
+    return BatchedSnakeVecEnv(
+        n_envs or config.n_envs,
         board_size=config.board_size,
         device="cpu",
         seed=config.seed,
@@ -189,13 +202,6 @@ def build_model(
         egocentric=config.egocentric,
         reachable=config.reachable,
     )
-    if resume is None:
-        kwargs = config.dqn_kwargs()
-        return SnakeDQN("AttentionPolicy", env, optimizations=settings, device=device, **kwargs)
-    model = load_model(resume, settings, trusted=trusted, env=env, device=device, for_training=True)
-    apply_config(model, config)
-    _load_saved_replay_buffer(model, Path(resume), trusted)
-    return model
 
 
 def _load_saved_replay_buffer(model: SnakeDQN, model_path: Path, trusted: bool) -> None:

@@ -118,10 +118,12 @@ def test_a_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, m
         real_train(self, gradient_steps, batch_size)
 
     monkeypatch.setattr(SnakeDQN, "train", poisoned_after_a_while)
+    # Nothing left auto: a cold cache would measure the attention kernel with the poisoned train.
+    settings = OptimizationSettings(use_torch_compile=False, use_bf16=False, use_flash_attention=False, num_threads=1)
     with pytest.raises(
         TrainingDiverged, match=r"the TD loss became nan .* the last good checkpoint is .*checkpoint.zip"
     ):
-        train(tiny_config(episodes=10_000, checkpoint_every=2), FAST, tmp_path)
+        train(tiny_config(episodes=10_000, checkpoint_every=2), settings, tmp_path)
     assert not (tmp_path / "model.zip").exists()
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["stopped_by"] == "diverged" and "nan" in summary["error"]

@@ -297,21 +297,12 @@ def _train_pqn(spec: RunSpec, stopwatch: Stopwatch, checkpoints_dir: Path, log: 
     the CPU with torch's threads (unless the plan gives them)."""
     import torch
 
-    from sb3_snake.envs import BatchedSnakeVecEnv
     from sb3_snake.pqn import PQN
     from sb3_snake.training.config import TrainConfig
+    from sb3_snake.training.run import build_env
 
-    game = TrainConfig(board_size=spec.board_size)
-    env = BatchedSnakeVecEnv(
-        PQN_GAMES,
-        board_size=spec.board_size,
-        seed=spec.seed,
-        stall_growth=game.stall_growth,
-        long_starts=game.long_starts,
-        egocentric=game.egocentric,
-        countdown=game.countdown,
-        reachable=game.reachable,
-    )
+    game = TrainConfig(board_size=spec.board_size, seed=spec.seed)
+    env = build_env(game, PQN_GAMES)
     model = PQN("MlpPolicy", env, food_shaping=game.food_shaping, seed=spec.seed, device="cpu")
     checkpoints = spec.checkpoints(stopwatch, checkpoints_dir, lambda model, path: model.save(path))
     with _torch_threads(spec.threads):

@@ -1,5 +1,5 @@
-"""PQN's learning curve per env step: ``sb3_snake.PQN`` on ``sb3-snake train``'s game (egocentric,
-stall growth 4, long starts 0.2, food shaping 1.0), one thread, 200 greedy games from standard
+"""PQN's learning curve per env step: ``sb3_snake.PQN`` on ``sb3-snake train``'s game (its default
+board options, long starts and food shaping, as ``build_env`` makes them), one thread, 200 greedy games from standard
 starts (``evaluate(model, 200, seed=0)``) every ``--eval-every`` env steps, off the clock. The
 arms of docs/benchmarks.md, "PQN's levers per env step".
 
@@ -15,8 +15,9 @@ from pathlib import Path
 import torch
 from stable_baselines3.common.callbacks import BaseCallback
 
-from sb3_snake import PQN, BatchedSnakeVecEnv
+from sb3_snake import PQN, TrainConfig
 from sb3_snake.training.evaluation import evaluate
+from sb3_snake.training.run import build_env
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--board", type=int, default=10)
@@ -31,10 +32,9 @@ parser.add_argument("--out", required=True)
 args = parser.parse_args()
 
 torch.set_num_threads(1)
-env = BatchedSnakeVecEnv(
-    args.envs, board_size=args.board, seed=args.seed, stall_growth=4, egocentric=True, long_starts=0.2
-)
-kwargs = {"food_shaping": 1.0, **json.loads(args.kw)}
+game = TrainConfig(board_size=args.board, seed=args.seed)
+env = build_env(game, args.envs)
+kwargs = {"food_shaping": game.food_shaping, **json.loads(args.kw)}
 model = PQN(args.policy, env, seed=args.seed, device="cpu", **kwargs)
 log = []
 

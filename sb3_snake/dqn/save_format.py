@@ -173,7 +173,9 @@ def _memory_problem(described: dict[str, Any]) -> str:
                 extractor = SnakeAttentionExtractor(space, **kwargs.get("features_extractor_kwargs", {}))
                 features = extractor.features_dim
                 parameters = sum(p.numel() for p in extractor.parameters())
-            elif extractor_class is SnakeCnnExtractor or described["policy"] == "CnnPolicy":
+            elif extractor_class is SnakeCnnExtractor or (
+                described.get("algorithm") == "PQN" and described["policy"] == "CnnPolicy"
+            ):
                 extractor = SnakeCnnExtractor(space, **kwargs.get("features_extractor_kwargs", {}))
                 features = extractor.features_dim
                 parameters = sum(p.numel() for p in extractor.parameters())

@@ -192,7 +192,7 @@ def build_env(config: TrainConfig, n_envs: int | None = None) -> BatchedSnakeVec
     """The games ``sb3-snake train`` plays for ``config`` (``n_envs`` of them: default, the config's),
     on the CPU: its board, channels, view, stall growth, long starts and seed."""
     return BatchedSnakeVecEnv(
-        n_envs or config.n_envs,
+        config.n_envs if n_envs is None else n_envs,
         board_size=config.board_size,
         device="cpu",
         seed=config.seed,

@@ -17,7 +17,7 @@ import contextlib
 import logging
 import warnings
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -302,6 +302,26 @@ class ActiveOptimizations:
             device_buffer = use_device_replay_buffer(device.type)[0]
         graph = decide_cuda_graph(settings.use_cuda_graph, device.type, device_buffer)
         return cls(settings, str(device), bf16, flash, compile_decision, threads, why, sdpa, graph, adaptive)
+
+    @classmethod
+    def decide_eager(
+        cls, settings: OptimizationSettings, device: torch.device | str, learner: str
+    ) -> ActiveOptimizations:
+        """What a learner whose gradient step is eager float32 (PQN) runs of ``settings``: the
+        thread count as :meth:`decide` chooses it; bf16, the attention kernel, the compile and
+        CUDA graphs not applied, so each one that :meth:`decide` would make active is reported
+        requested but not active, with the reason (one that is off anyway keeps its own).
+        ``auto`` takes its unmeasured value: nothing it chooses between is applied."""
+        active = cls.decide(settings.without_auto() if settings.auto_fields else settings, device, False)
+        reasons = {
+            "bf16": f"{learner} trains in float32 (bf16 autocast is SnakeDQN's)",
+            "flash": f"{learner} does not choose the attention kernel (SnakeDQN does)",
+            "sdpa": f"{learner} does not choose the attention kernel (SnakeDQN does)",
+            "compile": f"{learner} trains eagerly (the compile is SnakeDQN's)",
+            "cuda_graph": f"{learner}'s gradient step is not captured (CUDA graphs are SnakeDQN's)",
+        }
+        off = {name: Decision.off(reason) for name, reason in reasons.items() if getattr(active, name).active}
+        return replace(active, **off)
 
     @property
     def sdpa_backends(self) -> list[SDPBackend]:

@@ -22,7 +22,8 @@ from sb3_snake.cli.options import (
     with_parameters,
 )
 from sb3_snake.common.paths import check_writable_file
-from sb3_snake.training.config import RUN, TrainConfig
+from sb3_snake.training.config import TrainConfig
+from sb3_snake.training.roles import RUN
 from sb3_snake.training.tracking import resolve_mode
 
 # ---------------------------------------------------------------------- train
@@ -59,7 +60,7 @@ def train(
     ] = None,
     **options: Any,
 ) -> None:
-    """Train SnakeDQN with the attention policy until the first of --episodes, --timesteps, --time-limit."""
+    """Train SnakeDQN (attention) or PQN (--algo pqn) until the first of --episodes, --timesteps, --time-limit."""
     from sb3_snake.acceleration.optimizations import threads_for, torch_threads
     from sb3_snake.common.errors import TrainingDiverged
     from sb3_snake.training.callbacks import RunCancelled, StopRequest

@@ -34,7 +34,7 @@ from sb3_snake.dqn.save_schema import (
     MAX_METADATA_BYTES,
     PQN_COUNTERS,
     PQN_HYPERPARAMETER_SCHEMA,
-    PQN_HYPERPARAMETERS,
+    PQN_REQUIRED_HYPERPARAMETERS,
     REQUIRED_HYPERPARAMETERS,
     policy_kwargs_problem,
     section_problem,
@@ -224,7 +224,7 @@ def metadata_problem(described: Any) -> str:
     if type(described.get("n_envs")) is not int or not 1 <= described["n_envs"] <= MAX_ENVS:
         return f"n_envs is not an integer from 1 to {MAX_ENVS}"
     schema, required = (
-        (PQN_HYPERPARAMETER_SCHEMA, PQN_HYPERPARAMETERS[1:])
+        (PQN_HYPERPARAMETER_SCHEMA, PQN_REQUIRED_HYPERPARAMETERS)
         if algorithm == "PQN"
         else (HYPERPARAMETER_SCHEMA, REQUIRED_HYPERPARAMETERS)
     )

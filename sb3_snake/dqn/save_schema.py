@@ -54,7 +54,10 @@ PQN_HYPERPARAMETERS = (
     "food_shaping",
     "safe_exploration",
     "symmetry_augmentation",
+    "learning_rate_half_life",
 )
+#: What every PQN file has held (the learning rate's half-life came later: 0 when absent).
+PQN_REQUIRED_HYPERPARAMETERS = PQN_HYPERPARAMETERS[1:-1]
 PQN_COUNTERS = ("num_timesteps", "_n_updates", "_episode_num", "exploration_rate")
 
 #: Bytes the JSON description may take unpacked (a few kilobytes in practice).
@@ -133,6 +136,7 @@ PQN_HYPERPARAMETER_SCHEMA: dict[str, Any] = {
     "food_shaping": HYPERPARAMETER_SCHEMA["food_shaping"],
     "safe_exploration": _choice(False, True),
     "symmetry_augmentation": _choice(False, True),
+    "learning_rate_half_life": HYPERPARAMETER_SCHEMA["learning_rate_half_life"],
 }
 #: What every sb3-snake model file has held (the rest came later and have defaults).
 REQUIRED_HYPERPARAMETERS = (

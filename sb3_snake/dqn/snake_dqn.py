@@ -28,6 +28,7 @@ from stable_baselines3.dqn.policies import DQNPolicy
 from sb3_snake.acceleration.optimizations import ActiveOptimizations, use_device_replay_buffer
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.common.errors import TrainingDiverged, UsageError, did_you_mean
+from sb3_snake.common.schedules import half_life_factor
 from sb3_snake.dqn import save_format
 from sb3_snake.dqn.policies import POLICY_ALIASES
 from sb3_snake.dqn.replay import DeviceReplayBuffer
@@ -45,20 +46,6 @@ logger = logging.getLogger(__name__)
 #: ratio a smaller batch makes more updates in about the same time; on score-against-minutes
 #: curves 128 reached each score sooner than 512 (docs/history.md, "Time to skill").
 DEFAULT_BATCH_SIZE = 128
-#: A halving learning rate changes in this many steps per half-life, not continuously: a
-#: captured CUDA graph bakes the rate in and is captured again whenever it changes.
-HALF_LIFE_STEPS = 8
-
-
-def half_life_factor(env_steps: int, half_life: int) -> float:
-    """The learning rate's multiplier after ``env_steps`` of decay with the given ``half_life``
-    (both in env steps; a half-life of 0 never decays), in :data:`HALF_LIFE_STEPS` steps per
-    half-life: 1 until the first eighth has passed, 0.5 from one half-life on."""
-    if half_life <= 0 or env_steps <= 0:
-        return 1.0
-    return 0.5 ** ((env_steps * HALF_LIFE_STEPS // half_life) / HALF_LIFE_STEPS)
-
-
 #: Gradient steps one update runs before asking ``update_interrupt`` whether to go on: far above
 #: the few steps of a usual update (which never asks), small enough that a stop is honoured
 #: within a second or so of a long one.
@@ -112,7 +99,7 @@ class SnakeDQN(TensorRollouts, DQN):
         and so episode returns, scores and the replay buffer, are unchanged.
     :param learning_rate_half_life: after ``early_steps``, the learning rate (SB3's, from its
         schedule) halves every this many env steps (all envs together; 0: it does not), in
-        eighths of a half-life (:func:`half_life_factor`). SB3's own schedules follow the
+        eighths of a half-life (:func:`~sb3_snake.common.schedules.half_life_factor`). SB3's own schedules follow the
         progress towards ``total_timesteps``, which a run that stops by episodes or by the clock
         does not know; this follows the env steps taken.
     :param safe_exploration: draw exploration's random moves among the moves that do not die at
@@ -265,8 +252,8 @@ class SnakeDQN(TensorRollouts, DQN):
             self.logger.record("rollout/exploration_rate", self.exploration_rate)
 
     def _update_learning_rate(self, optimizers: list[torch.optim.Optimizer] | torch.optim.Optimizer) -> None:
-        """SB3's rate from its schedule, times :func:`half_life_factor` of the env steps since
-        ``early_steps``."""
+        """SB3's rate from its schedule, times :func:`~sb3_snake.common.schedules.half_life_factor`
+        of the env steps since ``early_steps``."""
         super()._update_learning_rate(optimizers)
         factor = half_life_factor(self.num_timesteps - self.early_steps, self.learning_rate_half_life)
         if factor == 1.0:

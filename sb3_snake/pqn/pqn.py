@@ -26,7 +26,10 @@ from stable_baselines3.common.utils import safe_mean
 from stable_baselines3.common.vec_env import VecEnv
 from torch.nn import functional as F
 
+from sb3_snake.acceleration.optimizations import ActiveOptimizations
+from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.common.errors import TrainingDiverged, UsageError
+from sb3_snake.common.schedules import half_life_factor
 from sb3_snake.dqn import save_format
 from sb3_snake.dqn.save_schema import PQN_HYPERPARAMETERS
 from sb3_snake.dqn.symmetry import SymmetryAugmentation
@@ -94,6 +97,14 @@ class PQN(BaseAlgorithm):
     :param symmetry_augmentation: fit each sample under a random symmetry of the board
         (:mod:`sb3_snake.dqn.symmetry`; egocentric: itself or its mirror image); needs square
         Snake boards.
+    :param learning_rate_half_life: the learning rate (SB3's, from its schedule) halves every
+        this many env steps (0: it does not), in eighths of a half-life, as SnakeDQN's does
+        (:func:`~sb3_snake.common.schedules.half_life_factor`, without an early phase).
+    :param optimizations: the run's settings (``.env``, flags). PQN reads their thread count;
+        it trains in float32, eagerly, so bf16, the attention kernel, the compile and CUDA
+        graphs are reported requested but not active, with the reason
+        (``model.active_optimizations``: :meth:`ActiveOptimizations.decide_eager`), as a run's
+        summary and W&B record them.
     Every other argument is SB3's ``BaseAlgorithm``'s.
     """
 
@@ -117,6 +128,8 @@ class PQN(BaseAlgorithm):
         food_shaping: float = 0.0,
         safe_exploration: bool = False,
         symmetry_augmentation: bool = False,
+        learning_rate_half_life: int = 0,
+        optimizations: OptimizationSettings | None = None,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
         policy_kwargs: dict[str, Any] | None = None,
@@ -145,6 +158,9 @@ class PQN(BaseAlgorithm):
         self.exploration_rate = exploration_initial_eps
         self.food_shaping, self.safe_exploration = food_shaping, safe_exploration
         self.symmetry_augmentation = symmetry_augmentation
+        self.learning_rate_half_life = learning_rate_half_life
+        self.optimizations = optimizations if optimizations is not None else OptimizationSettings()
+        self.active_optimizations: ActiveOptimizations | None = None
         self._augmentation: SymmetryAugmentation | None = None
         self._n_updates = 0
         if _init_setup_model:
@@ -166,6 +182,7 @@ class PQN(BaseAlgorithm):
             self.observation_space, self.action_space, self.lr_schedule, **self.policy_kwargs
         ).to(self.device)
         self.q_net = self.policy.q_net
+        self.active_optimizations = ActiveOptimizations.decide_eager(self.optimizations, self.device, "PQN")
         self._augmentation = None
         if self.symmetry_augmentation:
             *_, height, width = self.observation_space.shape
@@ -193,6 +210,10 @@ class PQN(BaseAlgorithm):
             ),
             (_whole(self.exploration_steps, 0), f"exploration_steps must be 0 or more, got {self.exploration_steps!r}"),
             (self.max_grad_norm > 0, f"max_grad_norm must be positive, got {self.max_grad_norm}"),
+            (
+                _whole(self.learning_rate_half_life, 0),
+                f"learning_rate_half_life must be 0 or more env steps, got {self.learning_rate_half_life!r}",
+            ),
         ]
         return next((message for ok, message in checks if not ok), "")
 
@@ -275,6 +296,12 @@ class PQN(BaseAlgorithm):
         against the rollout's targets, the gradients clipped to ``max_grad_norm``."""
         self.policy.set_training_mode(True)
         self._update_learning_rate(self.policy.optimizer)
+        if self.learning_rate_half_life:
+            factor = half_life_factor(self.num_timesteps, self.learning_rate_half_life)
+            rate = self.lr_schedule(self._current_progress_remaining) * factor
+            for group in self.policy.optimizer.param_groups:
+                group["lr"] = rate
+            self.logger.record("train/learning_rate", rate)
         losses = []
         for _ in range(self.n_epochs):
             order = torch.randperm(len(rollout.returns), device=self.device)
@@ -383,6 +410,16 @@ class PQN(BaseAlgorithm):
         self.logger.record("time/total_timesteps", self.num_timesteps, exclude="tensorboard")
         self.logger.dump(step=self.num_timesteps)
 
+    @property
+    def batch_size(self) -> int:
+        """Samples per gradient step: a rollout (``n_steps * n_envs``) over ``n_minibatches``
+        (the last minibatch of a pass may be smaller by the remainder)."""
+        return -(-self.n_steps * self.n_envs // self.n_minibatches)
+
+    def optimizations_in_effect(self) -> ActiveOptimizations:
+        """What is in effect now: ``active_optimizations`` (nothing PQN runs changes during training)."""
+        return self.active_optimizations
+
     def hyperparameters(self) -> dict[str, Any]:
         """The hyperparameters this model trains with now, as plain JSON values."""
         values = {name: getattr(self, name) for name in PQN_HYPERPARAMETERS}
@@ -401,7 +438,8 @@ class PQN(BaseAlgorithm):
         save_format.write_metadata(self, path)
 
     def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "q_net", "_augmentation"]
+        excluded = ["q_net", "_augmentation", "optimizations", "active_optimizations"]
+        return [*super()._excluded_save_params(), *excluded]
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
         return ["policy", "policy.optimizer"], []

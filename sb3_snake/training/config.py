@@ -1,12 +1,12 @@
 """``TrainConfig``: everything a training run is asked to do, each option declared once with
-:func:`~sb3_snake.common.options.option` (value, one-line help, :class:`Role`, the values it takes,
+:func:`~sb3_snake.common.options.option` (value, one-line help, :class:`~sb3_snake.training.roles.Role`
+(:mod:`sb3_snake.training.roles`), the values it takes,
 and for the batch size its ``.env`` key), from which the CLI builds its options and the library
 sorts the fields. An option whose value a model file holds takes the file's range
 (:func:`option_values`). The memory a run will need is estimated in :mod:`sb3_snake.training.memory`."""
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -14,9 +14,8 @@ from typing import Any
 
 from sb3_snake.autotune.search import batch_candidates
 from sb3_snake.common.errors import UsageError
-from sb3_snake.common.options import AUTO, Values, choice, declared, number, option, options_of
+from sb3_snake.common.options import AUTO, Values, choice, declared, defaults_of, number, option, options_of
 from sb3_snake.common.system import check_device
-from sb3_snake.dqn.extractor import SnakeAttentionExtractor
 from sb3_snake.dqn.save_format import MAX_BOARD_SIZE
 from sb3_snake.dqn.save_schema import (
     EXTRACTOR_SCHEMA,
@@ -30,20 +29,31 @@ from sb3_snake.dqn.save_schema import (
 from sb3_snake.dqn.snake_dqn import DEFAULT_BATCH_SIZE
 from sb3_snake.envs.rules import MAX_STALL_GROWTH, MIN_BOARD_SIZE, SnakeRules
 from sb3_snake.training.evaluation import MAX_SEED
+from sb3_snake.training.roles import (
+    ALGORITHM,
+    ALGORITHMS,
+    BOARD,
+    DQN_RUN_OPTION,
+    EXTRACTOR,
+    GAMES,
+    LEARNER_DEFAULTS,
+    LEARNING,
+    MACHINE,
+    NETWORK,
+    POLICY_ALIASES_BY_OPTION,
+    PQN_DEFAULTS,
+    PQN_LEARNING,
+    REPLAY_LEARNING,
+    REPLAY_SHAPE,
+    RUN_OPTION,
+    SCHEDULE,
+    Role,
+)
 
 #: Upper bound on env steps of a run that stops by episodes, so ``learn`` always has a total.
 MAX_TIMESTEPS = 10**12
 #: Episodes of a run given no limit at all.
 DEFAULT_EPISODES = 1000
-#: What the extractor builds for a keyword that a saved model's ``policy_kwargs`` leave out.
-EXTRACTOR_DEFAULTS = {
-    name: parameter.default
-    for name, parameter in inspect.signature(SnakeAttentionExtractor).parameters.items()
-    if parameter.default is not parameter.empty
-}
-
-RUN, ENVIRONMENT, DQN = "Run, checkpoints and logging", "Environment", "DQN hyperparameters"
-
 
 #: The most gradient samples per env step a run may ask for. Published DQN variants replay at most
 #: a few hundred; beyond this, each env step waits on an update so long that the run learns
@@ -56,52 +66,6 @@ MIN_REPLAY_RATIO = 1e-3
 # The widest layer a run may ask for (--embed-dim, --head-view-dim: a thousand times the defaults)
 # and the most gradient steps of one update (--gradient-steps) are what a model file may hold:
 # save_schema's MAX_WIDTH and MAX_GRADIENT_STEPS, imported above.
-
-
-@dataclass(frozen=True)
-class Role:
-    """What a :class:`TrainConfig` field is to a run. Each field declares its role once, and
-    everything that sorts the fields (the ``--help`` panels, what a hyperparameter file may
-    set, what :class:`~sb3_snake.dqn.snake_dqn.SnakeDQN` takes by name, what a resumed model
-    keeps, the extractor's sizes) is read from it.
-
-    :param group: the ``--help`` panel of the field's option.
-    :param hyperparameter: a value of what is learned, which a hyperparameter file (and
-        ``tune``) may set; run limits, outputs and the device are not.
-    :param model_argument: a :class:`~sb3_snake.dqn.snake_dqn.SnakeDQN` argument of the same
-        name that the model saves among its hyperparameters, so a resumed run reads it back (and
-        whose range is the one a model file may hold it in: :func:`option_values`).
-    :param fixed: shapes the network or the replay buffer, so it cannot change on resume.
-    :param extractor: a size the features extractor is built with (a keyword of
-        :class:`SnakeAttentionExtractor`).
-    """
-
-    group: str
-    hyperparameter: bool = False
-    model_argument: bool = False
-    fixed: bool = False
-    extractor: bool = False
-
-
-#: How long a run goes and what it leaves behind: limits, checkpoints, logs.
-RUN_OPTION = Role(RUN)
-#: Where a run computes.
-MACHINE = Role(ENVIRONMENT)
-#: The games a run plays: how many at once, and their seed.
-GAMES = Role(ENVIRONMENT, hyperparameter=True)
-#: The board, which the network's input is made for.
-BOARD = Role(ENVIRONMENT, hyperparameter=True, fixed=True)
-#: A DQN value the model takes by name and may change on resume.
-LEARNING = Role(DQN, hyperparameter=True, model_argument=True)
-#: A DQN value the model takes by name that shapes its replay buffer.
-REPLAY_SHAPE = Role(DQN, hyperparameter=True, model_argument=True, fixed=True)
-#: How often the model updates; turned into SnakeDQN's ``train_freq`` and ``gradient_steps``.
-SCHEDULE = Role(DQN, hyperparameter=True)
-#: The Q-network's head and inputs.
-NETWORK = Role(DQN, hyperparameter=True, fixed=True)
-#: A size of the features extractor.
-EXTRACTOR = Role(DQN, hyperparameter=True, fixed=True, extractor=True)
-
 
 #: The batch size: a size a model file may hold, or ``auto`` (measured on the machine).
 BATCH_SIZE = number(1, MAX_BATCH_SIZE, integer=True, auto=True)
@@ -122,7 +86,9 @@ class TrainConfig:
     time_limit_minutes: float | None = option(
         None, "Stop after this many minutes of training.", RUN_OPTION, flag="--time-limit"
     )
-    n_envs: int = option(16, "Games stepped together.", GAMES, values=number(1, MAX_ENVS))
+    n_envs: int | None = option(
+        None, "Games stepped together (default: 16 for dqn, 128 for pqn).", GAMES, values=number(1, MAX_ENVS)
+    )
     board_size: int = option(
         10, f"Side of the board (4 to {MAX_BOARD_SIZE}).", BOARD, values=number(MIN_BOARD_SIZE, MAX_BOARD_SIZE)
     )
@@ -154,16 +120,31 @@ class TrainConfig:
         GAMES,
         values=number(0, 1),
     )
-    learning_rate: float = option(5e-4, "Adam step size.", LEARNING)
-    learning_rate_half_life: int = option(
-        800_000, "Env steps after --early-steps in which the learning rate halves (0: constant).", LEARNING
+    algo: str = option(
+        "dqn",
+        "The learner: dqn (SnakeDQN: replay, attention) or pqn (PQN: many games, Q(lambda), no replay).",
+        ALGORITHM,
+        values=choice(ALGORITHMS),
     )
-    buffer_size: int = option(100_000, "Replay capacity (transitions).", LEARNING)
-    learning_starts: int = option(1_000, "Env steps of random play before learning.", LEARNING)
+    policy: str | None = option(
+        None,
+        "PQN's network: mlp, cnn or attention (default: mlp; dqn learns with attention).",
+        ALGORITHM,
+        values=choice(tuple(POLICY_ALIASES_BY_OPTION)),
+    )
+    learning_rate: float = option(5e-4, "Adam step size.", LEARNING)
+    learning_rate_half_life: int | None = option(
+        None,
+        "Env steps in which the learning rate halves, dqn's after --early-steps (0: constant; "
+        "default: 800000 for dqn, 0 for pqn).",
+        LEARNING,
+    )
+    buffer_size: int = option(100_000, "Replay capacity (transitions).", REPLAY_LEARNING)
+    learning_starts: int = option(1_000, "Env steps of random play before learning.", REPLAY_LEARNING)
     batch_size: int | str = option(
         DEFAULT_BATCH_SIZE,
         "Replay samples per gradient step; auto: measured, the smallest batch close to the fastest.",
-        LEARNING,
+        REPLAY_LEARNING,
         key="OPTIMAL_BATCH_SIZE",
         values=BATCH_SIZE,
     )
@@ -188,14 +169,16 @@ class TrainConfig:
         values=number(1, MAX_GRADIENT_STEPS),
     )
     gamma: float = option(0.99, "Discount.", LEARNING)
-    target_update_interval: int = option(1_000, "Env steps between target network copies.", LEARNING)
+    target_update_interval: int = option(1_000, "Env steps between target network copies.", REPLAY_LEARNING)
     exploration_initial_eps: float = option(1.0, "Epsilon at the start.", LEARNING)
     exploration_final_eps: float = option(0.02, "Epsilon after the decay.", LEARNING)
-    exploration_steps: int = option(10_000, "Env steps of linear epsilon decay.", LEARNING)
+    exploration_steps: int | None = option(
+        None, "Env steps of linear epsilon decay (default: 10000 for dqn, 200000 for pqn).", LEARNING
+    )
     safe_exploration: bool = option(
         False, "Draw exploration's random moves among the moves that do not die at once.", LEARNING
     )
-    double_dqn: bool = option(False, "Double DQN targets (online net picks, target net values).", LEARNING)
+    double_dqn: bool = option(False, "Double DQN targets (online net picks, target net values).", REPLAY_LEARNING)
     dueling: bool = option(False, "Dueling head: Q = V + A - mean(A).", NETWORK)
     head_view: bool = option(True, "The extractor also sees the board re-centred on the snake's head.", NETWORK)
     head_view_dim: int = option(
@@ -209,13 +192,24 @@ class TrainConfig:
         0, "Channels of a 3x3 convolutional stem that makes the extractor's tokens (0: none).", EXTRACTOR
     )
     n_steps: int = option(1, "n-step returns (SB3's NStepReplayBuffer).", REPLAY_SHAPE)
-    symmetry_augmentation: bool = option(
-        True,
-        "Replay each transition under a random symmetry of the game (egocentric: its mirror image; off: as stored).",
+    symmetry_augmentation: bool | None = option(
+        None,
+        "Learn from each move under a random symmetry of the game (egocentric: its mirror image; "
+        "default: on for dqn, off for pqn).",
         LEARNING,
     )
     food_shaping: float = option(
-        1.0, "Potential-based reward shaping towards the food, its scale (0: off; scores are unchanged).", LEARNING
+        1.0, "Potential-based reward shaping towards the food, its scale (0: off; scores unchanged).", LEARNING
+    )
+    rollout_steps: int = option(
+        PQN_DEFAULTS["n_steps"], "Moves of every game per PQN rollout (PQN's n_steps).", PQN_LEARNING
+    )
+    n_epochs: int = option(PQN_DEFAULTS["n_epochs"], "Passes over each rollout.", PQN_LEARNING)
+    n_minibatches: int = option(PQN_DEFAULTS["n_minibatches"], "Minibatches per pass over a rollout.", PQN_LEARNING)
+    q_lambda: float = option(
+        PQN_DEFAULTS["q_lambda"],
+        "Lambda of the Q(lambda) targets (0: one-step; 1: to the rollout's end).",
+        PQN_LEARNING,
     )
     checkpoint_every: int | None = option(
         None, "Episodes between atomic checkpoints (checkpoint.zip).", RUN_OPTION, values=number(1)
@@ -224,10 +218,7 @@ class TrainConfig:
         None, "Env steps between greedy evaluations that keep best_model.zip.", RUN_OPTION, values=number(1)
     )
     select_episodes: int = option(
-        32,
-        "Greedy games per evaluation during training (--eval-every, --select-every).",
-        RUN_OPTION,
-        values=number(1),
+        32, "Greedy games per evaluation during training (--eval-every, --select-every).", RUN_OPTION, values=number(1)
     )
     eval_every_minutes: float = option(
         2.0,
@@ -236,7 +227,7 @@ class TrainConfig:
         flag="--eval-every",
         values=number(0),
     )
-    save_replay_buffer: bool = option(False, "Save the replay buffer beside checkpoints and the model.", RUN_OPTION)
+    save_replay_buffer: bool = option(False, "Save the replay buffer beside checkpoints and the model.", DQN_RUN_OPTION)
     tensorboard_log: str | None = option(
         None, "Folder for SB3's TensorBoard logs (needs the tensorboard extra).", RUN_OPTION
     )
@@ -248,9 +239,36 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.episodes is None and self.timesteps is None and self.time_limit_minutes is None:
             object.__setattr__(self, "episodes", DEFAULT_EPISODES)
-        problem = self._first_problem()
+        problem = self._learner_problem()
+        # The learner's defaults, once: a config built by ``replace`` keeps the values resolved here.
+        for name, value in ({} if problem else LEARNER_DEFAULTS[self.algo]).items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, value)
+        problem = problem or self._first_problem()
         if problem:
             raise UsageError(problem)
+
+    def _learner_problem(self) -> str:
+        """The learner and its network, and any option set away from its default that only the
+        other learner reads (a batch size from the environment or ``.env`` is not the run's own
+        choice, so PQN leaves it be)."""
+        for name in ("algo", "policy"):
+            value = getattr(self, name)
+            if value is not None and option_values(name).check(value):
+                return f"{name} must be one of {option_values(name).words}, got {value!r}"
+        if self.algo == "dqn" and self.policy not in (None, "attention"):
+            return f"policy {self.policy} is for the pqn learner (dqn's is attention): leave it out, or set algo to pqn"
+        for name, field_option in OPTIONS.items():
+            other = field_option.role.learner
+            if other in (None, self.algo) or getattr(self, name) == DEFAULTS[name]:
+                continue
+            if name == "batch_size" and self.source(name) in ("environment", ".env"):
+                continue
+            return (
+                f"{name} is for the {other} learner, and this run's algo is {self.algo}: "
+                f"leave {name} out, or set algo to {other}"
+            )
+        return ""
 
     def _first_problem(self) -> str:
         def finite(value: float) -> bool:
@@ -366,6 +384,15 @@ class TrainConfig:
         extractor = {name: network[name] for name in EXTRACTOR_SIZES}
         return {"dueling": self.dueling, "features_extractor_kwargs": extractor}
 
+    def pqn_kwargs(self) -> dict[str, Any]:
+        """The arguments of :class:`~sb3_snake.pqn.pqn.PQN` this config sets (:data:`PQN_ARGUMENTS`)."""
+        return {
+            **{name: getattr(self, name) for name in SHARED_MODEL_FIELDS},
+            **{argument: getattr(self, name) for name, argument in PQN_ARGUMENTS.items()},
+            "seed": self.seed,
+            "verbose": self.verbose,
+        }
+
     def dqn_kwargs(self) -> dict[str, Any]:
         """The arguments of :class:`~sb3_snake.dqn.snake_dqn.SnakeDQN` this config sets (its batch size resolved)."""
         return {
@@ -380,6 +407,8 @@ class TrainConfig:
 
 #: TrainConfig's options, by field name, in field order.
 OPTIONS = options_of(TrainConfig)
+#: Each option's declared default (``None`` for a learner's default: :data:`LEARNER_DEFAULTS`).
+DEFAULTS = defaults_of(TrainConfig)
 
 
 def option_values(name: str) -> Values | None:
@@ -399,7 +428,13 @@ def fields_of(role: Callable[[Role], bool]) -> tuple[str, ...]:
 
 
 #: TrainConfig fields that are SnakeDQN arguments of the same name, saved with the model.
-MODEL_FIELDS = fields_of(lambda role: role.model_argument)
+MODEL_FIELDS = fields_of(lambda role: role.model_argument and role.learner in (None, "dqn"))
+#: The fields both learners take by name.
+SHARED_MODEL_FIELDS = fields_of(lambda role: role.model_argument and role.learner is None)
+#: The PQN group's fields and the :class:`~sb3_snake.pqn.pqn.PQN` argument each one sets.
+PQN_ARGUMENTS = {
+    name: "n_steps" if name == "rollout_steps" else name for name in fields_of(lambda role: role.learner == "pqn")
+}
 #: TrainConfig fields a hyperparameter file may set; the others are run limits, outputs, the device.
 HYPERPARAMETER_FIELDS = fields_of(lambda role: role.hyperparameter)
 #: TrainConfig fields that shape the network or the replay buffer: a resumed model keeps them.

@@ -3,22 +3,29 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Any
 
 from sb3_snake.common.errors import UsageError
 from sb3_snake.common.options import flag_of, short_flag
+from sb3_snake.dqn.extractor import SnakeAttentionExtractor
 from sb3_snake.dqn.snake_dqn import SnakeDQN
 from sb3_snake.envs.rules import board_options
 from sb3_snake.persistence import saved_board_options, saved_metadata
 from sb3_snake.training.config import (
-    EXTRACTOR_DEFAULTS,
     EXTRACTOR_SIZES,
     MODEL_FIELDS,
     TrainConfig,
     fields_of,
 )
 
+#: What the extractor builds for a keyword that a saved model's ``policy_kwargs`` leave out.
+EXTRACTOR_DEFAULTS = {
+    name: parameter.default
+    for name, parameter in inspect.signature(SnakeAttentionExtractor).parameters.items()
+    if parameter.default is not parameter.empty
+}
 #: What a loaded model takes from a resumed run's config: its SnakeDQN arguments that do not shape it.
 CHANGEABLE_ON_RESUME = fields_of(lambda role: role.model_argument and not role.fixed)
 
@@ -37,6 +44,11 @@ def resume_config(path: Path, trusted: bool = False, **changes: Any) -> TrainCon
         raise UsageError(
             f"model {path} is a {metadata['algorithm']} model, and runs resume SnakeDQN models only; "
             f"continue it from Python ({metadata['algorithm']}.load(path, env).learn(...))"
+        )
+    if changes.get("algo", "dqn") != "dqn":
+        raise UsageError(
+            f"model {path} is a SnakeDQN model, and the learner cannot change on resume: "
+            "leave algo out, or start a new run"
         )
     saved, policy_kwargs = metadata["hyperparameters"], metadata["policy_kwargs"] or {}
     extractor = trained_extractor(policy_kwargs)

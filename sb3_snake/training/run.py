@@ -37,14 +37,18 @@ from sb3_snake.persistence import (
     replay_buffer_path,
     write_json,
 )
+from sb3_snake.pqn import PQN
 from sb3_snake.training.callbacks import EpisodeRecord, RunCallbacks, RunCancelled, StopRequest
-from sb3_snake.training.config import MAX_TIMESTEPS, TrainConfig, WandbOptions
+from sb3_snake.training.config import MAX_TIMESTEPS, POLICY_ALIASES_BY_OPTION, TrainConfig, WandbOptions
 from sb3_snake.training.memory import check_memory
 from sb3_snake.training.resume import apply_config
 from sb3_snake.training.run_directory import claim_run_directory
 from sb3_snake.training.run_files import PROGRESS_NAME, ProgressCSV
-from sb3_snake.training.summary import Outcome, build_summary, save_run, trained_hyperparameters
+from sb3_snake.training.summary import Outcome, batch_size_source, build_summary, save_run, trained_hyperparameters
 from sb3_snake.training.tracking import WandbOutput, WandbRun, resolve_mode
+
+#: PQN rollouts between SB3's log lines (PQN's own default: 40,960 env steps with its 128 games).
+PQN_LOG_INTERVAL = 10
 
 
 def train(
@@ -130,7 +134,8 @@ def _last_good(run_dir: Path) -> str:
 def check_before_measuring(config: TrainConfig) -> None:
     """Refuse a batch the buffer cannot hold, or a run that cannot fit in memory (with the largest
     batch ``auto`` could choose), before anything is measured."""
-    config.check_batch_size()
+    if config.algo == "dqn":
+        config.check_batch_size()
     check_memory(config)
 
 
@@ -139,7 +144,10 @@ def resolve_settings(
 ) -> tuple[TrainConfig, OptimizationSettings]:
     """``config``'s batch size and ``settings`` with each ``auto`` measured on this machine for
     this run's policy (or read from the cache of an earlier measurement):
-    :func:`sb3_snake.autotune.resolve_auto`; the batch size's source says how."""
+    :func:`sb3_snake.autotune.resolve_auto`; the batch size's source says how. A PQN run measures
+    nothing: it applies none of what ``auto`` chooses between (``ActiveOptimizations.decide_eager``)."""
+    if config.algo == "pqn":
+        return config, settings
     notify = (lambda line: console.print(line, highlight=False, soft_wrap=True)) if console else (lambda line: None)
     device = resolve_device(config.device)
     settings, batch_size, batch_source = resolve_auto(
@@ -165,7 +173,7 @@ def build_model(
     settings: OptimizationSettings | None = None,
     resume: Path | None = None,
     trusted: bool = False,
-) -> SnakeDQN:
+) -> SnakeDQN | PQN:
     """The env and model ``sb3-snake train`` trains for ``config`` (``None``: its defaults), with
     ``auto`` settings resolved (measured on this machine, or read from the cache): a new one, or
     one resumed from a checkpoint (with its saved replay buffer, and the config applied).
@@ -173,12 +181,20 @@ def build_model(
     ``settings`` ``None`` reads them as the CLI does without flags
     (:meth:`OptimizationSettings.load`: environment, then ``.env``, then the defaults). What
     ``train`` adds around the model is the run: its limits, folder, logging, callbacks and files.
+    ``config.algo`` chooses the learner: :class:`SnakeDQN` with the attention policy, or
+    :class:`~sb3_snake.pqn.pqn.PQN` with ``config.policy`` (runs resume SnakeDQN models only).
     """
     config = config if config is not None else TrainConfig()
     settings = settings if settings is not None else OptimizationSettings.load()
     device = resolve_device(config.device)
     config, settings = resolve_settings(config, settings)
     env = build_env(config)
+    if config.algo == "pqn":
+        if resume is not None:
+            raise UsageError("runs resume SnakeDQN models only, and this run's algo is pqn; start a new run")
+        return PQN(
+            POLICY_ALIASES_BY_OPTION[config.policy], env, optimizations=settings, device=device, **config.pqn_kwargs()
+        )
     if resume is None:
         kwargs = config.dqn_kwargs()
         return SnakeDQN("AttentionPolicy", env, optimizations=settings, device=device, **kwargs)
@@ -224,10 +240,11 @@ def _load_saved_replay_buffer(model: SnakeDQN, model_path: Path, trusted: bool) 
 # ---------------------------------------------------------------------- what the run shows and logs
 
 
-def print_configuration(model: SnakeDQN, config: TrainConfig, run_dir: Path, console: Console) -> None:
+def print_configuration(model: SnakeDQN | PQN, config: TrainConfig, run_dir: Path, console: Console) -> None:
     """The configuration summary: each optimization as requested and as active, and the run."""
     extra = {
-        "batch size": f"{model.batch_size} (from {config.source('batch_size')})",
+        "learner": f"{type(model).__name__} ({POLICY_ALIASES_BY_OPTION[config.policy]})",
+        "batch size": f"{model.batch_size} (from {batch_size_source(model, config)})",
         "envs": config.n_envs,
         "board size": f"{config.board_size}x{config.board_size}",
         "run folder": run_dir,
@@ -236,7 +253,7 @@ def print_configuration(model: SnakeDQN, config: TrainConfig, run_dir: Path, con
         console.print(line, highlight=False, soft_wrap=True)
 
 
-def run_config(model: SnakeDQN, config: TrainConfig) -> dict[str, Any]:
+def run_config(model: SnakeDQN | PQN, config: TrainConfig) -> dict[str, Any]:
     """What W&B records as the run's config: hyperparameters, optimizations, the machine."""
     return {
         "hyperparameters": trained_hyperparameters(model, config),
@@ -271,7 +288,7 @@ def build_logger(
     return Logger(folder=str(run_dir), output_formats=outputs)
 
 
-def record_optimizations(model: SnakeDQN) -> None:
+def record_optimizations(model: SnakeDQN | PQN) -> None:
     """Which optimizations are in effect as training starts, once, in SB3's logger: each
     ``optimizations/<name>`` 1 or 0 (a compile deferred to a later gradient step is 0 here;
     ``summary.json`` has what was in effect at the end), and the device and attention kernel as
@@ -287,25 +304,30 @@ def record_optimizations(model: SnakeDQN) -> None:
 # ---------------------------------------------------------------------- callbacks and learning
 
 
-def learn(model: SnakeDQN, config: TrainConfig, callbacks: RunCallbacks, stop: StopRequest, resumed: bool) -> Outcome:
+def learn(
+    model: SnakeDQN | PQN, config: TrainConfig, callbacks: RunCallbacks, stop: StopRequest, resumed: bool
+) -> Outcome:
     """``model.learn`` until a callback stops it; wall time and env steps of this run only."""
     if stop.requested:
         raise RunCancelled(f"{stop.reason} before training started; nothing was trained or saved")
     stop.phase, diverged = "training", None
     start = callbacks.budget.start_time = time.perf_counter()
     steps_before = model.num_timesteps
-    model.update_interrupt = callbacks.budget.interrupts_updates
+    if isinstance(model, SnakeDQN):  # PQN's updates are a few minibatches: they end by themselves
+        model.update_interrupt = callbacks.budget.interrupts_updates
     try:
         model.learn(
             MAX_TIMESTEPS,
             callback=CallbackList(callbacks.all),
             reset_num_timesteps=not resumed,
-            log_interval=max(1, config.n_envs),
+            # SB3's count: episodes for DQN (one line per round of games), rollouts for PQN.
+            log_interval=max(1, config.n_envs) if config.algo == "dqn" else PQN_LOG_INTERVAL,
         )
     except TrainingDiverged as error:
         diverged = error
     finally:
-        model.update_interrupt = None
+        if isinstance(model, SnakeDQN):
+            model.update_interrupt = None
         callbacks.progress.close()
         callbacks.monitor.close()
         model.logger.close()  # progress.csv, and TensorBoard's events flushed

@@ -10,8 +10,9 @@ from typing import Any
 from sb3_snake.common.errors import TrainingDiverged
 from sb3_snake.dqn.snake_dqn import SnakeDQN
 from sb3_snake.persistence import save_model, write_json
+from sb3_snake.pqn import PQN
 from sb3_snake.training.callbacks import EpisodeRecord, RunCallbacks
-from sb3_snake.training.config import MODEL_FIELDS, TrainConfig
+from sb3_snake.training.config import MODEL_FIELDS, POLICY_ALIASES_BY_OPTION, PQN_ARGUMENTS, TrainConfig, fields_of
 from sb3_snake.training.evaluation import latest_evaluation
 
 
@@ -25,11 +26,31 @@ class Outcome:
     diverged: TrainingDiverged | None
 
 
-def trained_hyperparameters(model: SnakeDQN, config: TrainConfig) -> dict[str, Any]:
-    """What the model really trains with (read from it), beside the run's own options."""
+def batch_size_source(model: SnakeDQN | PQN, config: TrainConfig) -> str:
+    """Where the batch size came from: the config's source for SnakeDQN; PQN's is its rollout split."""
+    if isinstance(model, PQN):
+        return f"{model.n_steps} moves x {model.n_envs} games / {model.n_minibatches} minibatches"
+    return config.source("batch_size")
+
+
+def trained_hyperparameters(model: SnakeDQN | PQN, config: TrainConfig) -> dict[str, Any]:
+    """What the model really trains with (read from it), beside the run's own options (those of
+    the other learner left out: they were not used)."""
+    if isinstance(model, PQN):
+        unused = (*MODEL_FIELDS, *PQN_ARGUMENTS, *fields_of(lambda role: role.learner == "dqn"), "sources")
+        run_options = {name: value for name, value in asdict(config).items() if name not in unused}
+        return {
+            **run_options,
+            **model.hyperparameters(),
+            "policy": POLICY_ALIASES_BY_OPTION[config.policy],
+            "n_envs": model.n_envs,
+            "batch_size": model.batch_size,
+            "gradient_samples_per_env_step": model.n_epochs,
+        }
     values = model.hyperparameters()
     actual_ratio = values["batch_size"] * values["gradient_steps"] / (values["train_freq"] * model.n_envs)
-    run_options = {name: value for name, value in asdict(config).items() if name not in (*MODEL_FIELDS, "sources")}
+    unused = (*MODEL_FIELDS, *fields_of(lambda role: role.learner == "pqn"), "sources")
+    run_options = {name: value for name, value in asdict(config).items() if name not in unused}
     return {
         **run_options,
         **values,
@@ -42,7 +63,9 @@ def trained_hyperparameters(model: SnakeDQN, config: TrainConfig) -> dict[str, A
     }
 
 
-def build_summary(model: SnakeDQN, config: TrainConfig, callbacks: RunCallbacks, outcome: Outcome) -> dict[str, Any]:
+def build_summary(
+    model: SnakeDQN | PQN, config: TrainConfig, callbacks: RunCallbacks, outcome: Outcome
+) -> dict[str, Any]:
     """The run's ``summary.json``: limits, speed, scores, what trained, what was active.
 
     ``last_evaluation`` is the latest greedy evaluation during training (``--eval-every`` or
@@ -67,7 +90,7 @@ def build_summary(model: SnakeDQN, config: TrainConfig, callbacks: RunCallbacks,
         "best_score": record.best_score,
         "mean_episode_steps_last_100": sum(record.lengths[-100:]) / max(1, len(record.lengths[-100:])),
         "hyperparameters": trained_hyperparameters(model, config),
-        "batch_size": {"value": model.batch_size, "source": config.source("batch_size")},
+        "batch_size": {"value": model.batch_size, "source": batch_size_source(model, config)},
         "optimizations": {
             name: {"value": value, "source": settings.source(name)} for name, value in settings.as_dict().items()
         },
@@ -80,7 +103,7 @@ def build_summary(model: SnakeDQN, config: TrainConfig, callbacks: RunCallbacks,
 
 
 def save_run(
-    model: SnakeDQN,
+    model: SnakeDQN | PQN,
     run_dir: Path,
     summary: dict[str, Any],
     record: EpisodeRecord,

@@ -520,7 +520,9 @@ def test_train_help_shows_every_option_with_its_help_in_its_panel():
     assert "--no-overwrite" not in result.output and "--no-trust-model" not in result.output
     environment = result.output.split("Environment")[1].split("╰")[0]
     assert "--device" in environment and "auto, cpu or cuda." in environment
-    assert "Adam step size." in result.output.split("DQN hyperparameters")[1]
+    assert "Adam step size." in result.output.split("Learner (both)")[1].split("╰")[0]
+    assert "Replay capacity" in result.output.split("DQN hyperparameters (--algo dqn)")[1].split("╰")[0]
+    assert "Passes over each rollout." in result.output.split("PQN hyperparameters (--algo pqn)")[1].split("╰")[0]
 
 
 # ---------------------------------------------------------------- a full disk

@@ -12,7 +12,7 @@ from stable_baselines3 import DQN
 from sb3_snake import SnakeDQN
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.common.errors import TrainingDiverged, UsageError
-from sb3_snake.dqn.snake_dqn import half_life_factor
+from sb3_snake.common.schedules import half_life_factor
 from tests.conftest import fixed_batch, small_dqn
 
 PLAIN = OptimizationSettings(use_bf16=False, use_flash_attention=False, use_torch_compile=False, num_threads=1)

@@ -77,6 +77,15 @@ def test_save_and_load_keep_the_network_the_hyperparameters_and_the_counters(tmp
     assert loaded.policy.optimizer.state_dict()["state"].keys() == model.policy.optimizer.state_dict()["state"].keys()
 
 
+def test_the_learning_rate_halves_every_half_life_of_env_steps_and_is_saved(tmp_path):
+    model = snake_pqn(n_envs=16, learning_rate_half_life=256)  # a rollout: 8 moves of 16 games, 128 env steps
+    model.learn(384)
+    # the last update follows the third rollout, at 384 env steps: one and a half half-lives
+    assert model.policy.optimizer.param_groups[0]["lr"] == pytest.approx(5e-4 * 0.5**1.5)
+    save_model(model, tmp_path / "model.zip")
+    assert load_model(tmp_path / "model.zip").learning_rate_half_life == 256
+
+
 def test_exploration_falls_linearly_to_its_final_epsilon():
     model = snake_pqn(exploration_initial_eps=1.0, exploration_final_eps=0.1, exploration_steps=1000)
     assert [model.epsilon(steps) for steps in (0, 500, 1000, 5000)] == pytest.approx([1.0, 0.55, 0.1, 0.1])

@@ -11,9 +11,6 @@ from sb3_snake.common.options import number, option, options_of
 from sb3_snake.dqn.snake_dqn import HYPERPARAMETERS
 from sb3_snake.training.config import (
     DEFAULT_EPISODES,
-    DQN,
-    ENVIRONMENT,
-    EXTRACTOR_DEFAULTS,
     EXTRACTOR_SIZES,
     HYPERPARAMETER_FIELDS,
     MAX_REPLAY_RATIO,
@@ -21,12 +18,14 @@ from sb3_snake.training.config import (
     MODEL_FIELDS,
     NETWORK_FIELDS,
     OPTIONS,
-    RUN,
-    Role,
+    PQN_ARGUMENTS,
+    SHARED_MODEL_FIELDS,
     TrainConfig,
     option_values,
 )
 from sb3_snake.training.memory import check_memory, memory_estimate
+from sb3_snake.training.resume import EXTRACTOR_DEFAULTS
+from sb3_snake.training.roles import DQN, ENVIRONMENT, LEARNER, PQN_DEFAULTS, PQN_GROUP, RUN, Role
 from tests.conftest import FAST, tiny_config
 
 
@@ -140,7 +139,9 @@ def test_every_field_declares_its_role_and_the_sorts_follow_from_it():
     roles = {name: declared.role for name, declared in OPTIONS.items()}
     assert [f.name for f in fields(TrainConfig)] == [*roles, "sources"]
     assert all(isinstance(role, Role) for role in roles.values())
-    panels = {group: [name for name, role in roles.items() if role.group == group] for group in (RUN, ENVIRONMENT, DQN)}
+    groups = (RUN, ENVIRONMENT, LEARNER, DQN, PQN_GROUP)
+    panels = {group: [name for name, role in roles.items() if role.group == group] for group in groups}
+    assert sum(map(len, panels.values())) == len(roles)
     assert panels[ENVIRONMENT] == [
         "n_envs",
         "board_size",
@@ -190,6 +191,10 @@ def test_every_field_declares_its_role_and_the_sorts_follow_from_it():
         *EXTRACTOR_SIZES,
         "n_steps",
     }
+    # Both learners take the learner panel's values by name; the PQN panel's are PQN's arguments.
+    assert set(SHARED_MODEL_FIELDS) == set(panels[LEARNER]) - {"algo", "policy"}
+    assert set(PQN_ARGUMENTS) == set(panels[PQN_GROUP]) and set(PQN_ARGUMENTS.values()) <= set(PQN_DEFAULTS)
+    assert {roles[name].learner for name in panels[DQN]} == {"dqn"} and roles["save_replay_buffer"].learner == "dqn"
 
 
 def test_model_fields_are_saved_snake_dqn_arguments_and_extractor_sizes_its_keywords():

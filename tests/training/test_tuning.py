@@ -223,7 +223,7 @@ def test_report_files_and_the_hyperparameter_round_trip(tmp_path):
         ('{"compile_after": 5}', "unknown key 'compile_after'"),
         ("[1, 2]", "must hold one mapping"),
         ('{"early_steps": "abc"}', "early_steps must be a whole number, got 'abc'"),
-        ('{"learning_rate_half_life": 1.5}', "learning_rate_half_life must be a whole number, got 1.5"),
+        ('{"learning_rate_half_life": 1.5}', "learning_rate_half_life must be a whole number or null, got 1.5"),
         ('{"dueling": 1}', "dueling must be true or false, got 1"),
         ('{"learning_rate": true}', "learning_rate must be a number, got True"),
         ("{not json", "is not valid json"),

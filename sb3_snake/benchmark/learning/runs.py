@@ -15,7 +15,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
@@ -287,29 +287,14 @@ def _train_sb3_ppo(spec: RunSpec, stopwatch: Stopwatch, checkpoints_dir: Path, l
     return {"checkpoints": checkpoints.saved, "env_steps": int(model.num_timesteps), "threads": threads}
 
 
-#: Games PQN steps at once: it learns from many games' fresh moves instead of a replay buffer.
-PQN_GAMES = 128
+#: What the ``pqn`` system trains: ``sb3-snake train --algo pqn`` with PQN's defaults.
+PQN_HYPERPARAMETERS = {"algo": "pqn"}
 
 
 def _train_pqn(spec: RunSpec, stopwatch: Stopwatch, checkpoints_dir: Path, log: Any) -> dict[str, Any]:
-    """The package's PQN (:mod:`sb3_snake.pqn`) with its defaults, on ``sb3-snake train``'s game:
-    its board options, stall growth, long starts and food shaping, :data:`PQN_GAMES` games, on
-    the CPU with torch's threads (unless the plan gives them)."""
-    import torch
-
-    from sb3_snake.pqn import PQN
-    from sb3_snake.training.config import TrainConfig
-    from sb3_snake.training.run import build_env
-
-    game = TrainConfig(board_size=spec.board_size, seed=spec.seed)
-    env = build_env(game, PQN_GAMES)
-    model = PQN("MlpPolicy", env, food_shaping=game.food_shaping, seed=spec.seed, device="cpu")
-    checkpoints = spec.checkpoints(stopwatch, checkpoints_dir, lambda model, path: model.save(path))
-    with _torch_threads(spec.threads):
-        model.learn(10**12, callback=checkpoints)
-        threads = torch.get_num_threads()
-    log.write(f"PQN: {model.num_timesteps} env steps\n")
-    return {"checkpoints": checkpoints.saved, "env_steps": int(model.num_timesteps), "threads": threads}
+    """``sb3-snake train --algo pqn``: the sb3_snake run (its game, settings, threads and files)
+    with PQN as the learner and its defaults (:data:`PQN_HYPERPARAMETERS`)."""
+    return _train_sb3_snake(replace(spec, hyperparameters=PQN_HYPERPARAMETERS), stopwatch, checkpoints_dir, log)
 
 
 def _torch_threads(count: int | None) -> contextlib.AbstractContextManager[None]:

@@ -1,0 +1,18 @@
+"""The learning rate's half-life, which both learners follow in env steps: SB3's own schedules
+follow the progress towards ``total_timesteps``, which a run that stops by episodes or by the
+clock does not know."""
+
+from __future__ import annotations
+
+#: A halving learning rate changes in this many steps per half-life, not continuously: a
+#: captured CUDA graph bakes the rate in and is captured again whenever it changes.
+HALF_LIFE_STEPS = 8
+
+
+def half_life_factor(env_steps: int, half_life: int) -> float:
+    """The learning rate's multiplier after ``env_steps`` of decay with the given ``half_life``
+    (both in env steps; a half-life of 0 never decays), in :data:`HALF_LIFE_STEPS` steps per
+    half-life: 1 until the first eighth has passed, 0.5 from one half-life on."""
+    if half_life <= 0 or env_steps <= 0:
+        return 1.0
+    return 0.5 ** ((env_steps * HALF_LIFE_STEPS // half_life) / HALF_LIFE_STEPS)

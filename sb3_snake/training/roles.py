@@ -1,0 +1,101 @@
+"""What each option of :class:`~sb3_snake.training.config.TrainConfig` is to a run: its
+:class:`Role` (the ``--help`` panel, whether a hyperparameter file may set it, whether a model
+takes it by name, whether it is fixed once a model is built, which learner reads it), and the
+learners themselves with the defaults that depend on which one trains."""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+
+from sb3_snake.pqn.pqn import PQN
+
+RUN, ENVIRONMENT = "Run, checkpoints and logging", "Environment"
+LEARNER, DQN, PQN_GROUP = "Learner (both)", "DQN hyperparameters (--algo dqn)", "PQN hyperparameters (--algo pqn)"
+#: The learners ``sb3-snake train`` trains: SnakeDQN (replay, target network, the attention
+#: extractor, the optimization layer) and PQN (many games, Q(lambda), no replay buffer).
+ALGORITHMS = ("dqn", "pqn")
+#: The policy alias of each ``--policy`` (SnakeDQN learns with the attention policy; PQN with any).
+POLICY_ALIASES_BY_OPTION = {"mlp": "MlpPolicy", "cnn": "CnnPolicy", "attention": "AttentionPolicy"}
+#: PQN's own defaults (its signature), which the options of the PQN group take.
+PQN_DEFAULTS = {
+    name: parameter.default
+    for name, parameter in inspect.signature(PQN).parameters.items()
+    if parameter.default is not parameter.empty
+}
+#: Options whose default depends on the learner: ``None`` in a config means "the learner's".
+#: SnakeDQN's were measured for a replay learner of a few games (docs/benchmarks.md); PQN's are
+#: its signature's (many games, a long epsilon decay, no mirror images: they slowed it per env step).
+LEARNER_DEFAULTS = {
+    "dqn": {
+        "policy": "attention",
+        "n_envs": 16,
+        "exploration_steps": 10_000,
+        "symmetry_augmentation": True,
+        "learning_rate_half_life": 800_000,
+    },
+    "pqn": {
+        "policy": "mlp",
+        "n_envs": 128,
+        "exploration_steps": PQN_DEFAULTS["exploration_steps"],
+        "symmetry_augmentation": PQN_DEFAULTS["symmetry_augmentation"],
+        "learning_rate_half_life": PQN_DEFAULTS["learning_rate_half_life"],
+    },
+}
+
+
+@dataclass(frozen=True)
+class Role:
+    """What a :class:`~sb3_snake.training.config.TrainConfig` field is to a run. Each field declares its role once, and
+    everything that sorts the fields (the ``--help`` panels, what a hyperparameter file may
+    set, what :class:`~sb3_snake.dqn.snake_dqn.SnakeDQN` takes by name, what a resumed model
+    keeps, the extractor's sizes) is read from it.
+
+    :param group: the ``--help`` panel of the field's option.
+    :param hyperparameter: a value of what is learned, which a hyperparameter file (and
+        ``tune``) may set; run limits, outputs and the device are not.
+    :param model_argument: a :class:`~sb3_snake.dqn.snake_dqn.SnakeDQN` argument of the same
+        name that the model saves among its hyperparameters, so a resumed run reads it back (and
+        whose range is the one a model file may hold it in: :func:`~sb3_snake.training.config.option_values`).
+    :param fixed: shapes the network or the replay buffer, so it cannot change on resume.
+    :param extractor: a size the features extractor is built with (a keyword of
+        :class:`~sb3_snake.dqn.extractor.SnakeAttentionExtractor`).
+    :param learner: the one learner the field applies to (``"dqn"``, ``"pqn"``; ``None``:
+        both). A run of the other learner refuses it when it is not at its default. A
+        ``model_argument`` of a learner is an argument of that learner's class of the same name.
+    """
+
+    group: str
+    hyperparameter: bool = False
+    model_argument: bool = False
+    fixed: bool = False
+    extractor: bool = False
+    learner: str | None = None
+
+
+#: How long a run goes and what it leaves behind: limits, checkpoints, logs.
+RUN_OPTION = Role(RUN)
+#: What SnakeDQN alone leaves behind (its replay buffer).
+DQN_RUN_OPTION = Role(RUN, learner="dqn")
+#: Which learner, and its network (a resumed run keeps SnakeDQN and its attention policy: resume_config).
+ALGORITHM = Role(LEARNER, hyperparameter=True)
+#: Where a run computes.
+MACHINE = Role(ENVIRONMENT)
+#: The games a run plays: how many at once, and their seed.
+GAMES = Role(ENVIRONMENT, hyperparameter=True)
+#: The board, which the network's input is made for.
+BOARD = Role(ENVIRONMENT, hyperparameter=True, fixed=True)
+#: A value both learners take by name (SnakeDQN and PQN alike) and may change on resume.
+LEARNING = Role(LEARNER, hyperparameter=True, model_argument=True)
+#: A SnakeDQN value it takes by name and may change on resume.
+REPLAY_LEARNING = Role(DQN, hyperparameter=True, model_argument=True, learner="dqn")
+#: A DQN value the model takes by name that shapes its replay buffer.
+REPLAY_SHAPE = Role(DQN, hyperparameter=True, model_argument=True, fixed=True, learner="dqn")
+#: How often the model updates; turned into SnakeDQN's ``train_freq`` and ``gradient_steps``.
+SCHEDULE = Role(DQN, hyperparameter=True, learner="dqn")
+#: The Q-network's head and inputs.
+NETWORK = Role(DQN, hyperparameter=True, fixed=True, learner="dqn")
+#: A size of the features extractor.
+EXTRACTOR = Role(DQN, hyperparameter=True, fixed=True, extractor=True, learner="dqn")
+#: A PQN value (:class:`~sb3_snake.pqn.pqn.PQN`'s argument, named in :data:`~sb3_snake.training.config.PQN_ARGUMENTS`).
+PQN_LEARNING = Role(PQN_GROUP, hyperparameter=True, learner="pqn")

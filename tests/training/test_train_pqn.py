@@ -1,0 +1,142 @@
+"""``sb3-snake train --algo pqn``: the learner chosen by the config, its defaults, the options
+each learner refuses, what the run reports, and that seeded runs repeat."""
+
+import json
+from dataclasses import replace
+
+import pytest
+from typer.testing import CliRunner
+
+from sb3_snake.acceleration.optimizations import ActiveOptimizations
+from sb3_snake.acceleration.settings import OptimizationSettings
+from sb3_snake.cli import app
+from sb3_snake.common.errors import UsageError
+from sb3_snake.persistence import load_model
+from sb3_snake.pqn import PQN
+from sb3_snake.training.config import TrainConfig
+from sb3_snake.training.evaluation import evaluate
+from sb3_snake.training.memory import check_memory, memory_estimate
+from sb3_snake.training.roles import LEARNER_DEFAULTS
+from sb3_snake.training.run import build_model, train
+from tests.conftest import FAST
+
+runner = CliRunner()
+
+
+def tiny_pqn(**changes):
+    """A PQN run of seconds: 8 games on a 5x5 board, rollouts of 8 moves, 3,000 env steps."""
+    values = {"algo": "pqn", "timesteps": 3_000, "n_envs": 8, "board_size": 5, "seed": 1, "device": "cpu"}
+    return TrainConfig(**{**values, "rollout_steps": 8, "exploration_steps": 1_000, **changes})
+
+
+def test_each_learner_takes_its_own_defaults_and_a_given_value_wins():
+    for algo, defaults in LEARNER_DEFAULTS.items():
+        config = TrainConfig(algo=algo)
+        assert {name: getattr(config, name) for name in defaults} == defaults
+    assert TrainConfig(algo="pqn").n_envs == 128 and TrainConfig(algo="pqn", n_envs=32).n_envs == 32
+    assert TrainConfig(algo="pqn", symmetry_augmentation=True).symmetry_augmentation is True
+    # Resolved once: a config made from another by replace keeps the values it had.
+    assert replace(TrainConfig(algo="pqn"), seed=3).n_envs == 128
+
+
+@pytest.mark.parametrize(
+    ("values", "words"),
+    [
+        ({"algo": "pqn", "buffer_size": 5_000}, "buffer_size is for the dqn learner, and this run's algo is pqn"),
+        ({"algo": "pqn", "dueling": True}, "dueling is for the dqn learner"),
+        ({"algo": "pqn", "save_replay_buffer": True}, "save_replay_buffer is for the dqn learner"),
+        ({"algo": "pqn", "batch_size": 256}, "batch_size is for the dqn learner"),
+        ({"q_lambda": 0.9}, "q_lambda is for the pqn learner, and this run's algo is dqn"),
+        ({"n_minibatches": 32}, "n_minibatches is for the pqn learner"),
+        ({"policy": "cnn"}, "policy cnn is for the pqn learner (dqn's is attention)"),
+        ({"algo": "ppo"}, "algo must be one of dqn, pqn, got 'ppo'"),
+        ({"algo": "pqn", "policy": "lstm"}, "policy must be one of mlp, cnn, attention, got 'lstm'"),
+    ],
+)
+def test_an_option_of_the_other_learner_is_refused_in_one_line(values, words):
+    with pytest.raises(UsageError, match=words.replace("(", r"\(").replace(")", r"\)")) as error:
+        TrainConfig(**values)
+    assert "\n" not in str(error.value)
+
+
+def test_a_batch_size_from_the_environment_or_env_file_is_left_to_dqn():
+    config = TrainConfig(algo="pqn", batch_size=8192, sources={"batch_size": ".env"})
+    assert config.algo == "pqn"  # OPTIMAL_BATCH_SIZE in .env is SnakeDQN's; PQN's minibatch is its own
+
+
+def test_a_pqn_run_trains_saves_and_reports_pqn(tmp_path):
+    summary = train(tiny_pqn(checkpoint_every=50), FAST, tmp_path)
+    assert isinstance(load_model(tmp_path / "checkpoint.zip"), PQN)  # saved while training
+    assert summary["stopped_by"] == "timesteps" and summary["env_steps"] >= 3_000
+    trained = summary["hyperparameters"]
+    assert trained["algo"] == "pqn" and trained["policy"] == "MlpPolicy" and trained["n_envs"] == 8
+    assert trained["n_steps"] == 8 and trained["q_lambda"] == 0.65 and trained["exploration_steps"] == 1_000
+    assert not {"buffer_size", "replay_ratio", "dueling", "embed_dim"} & set(trained)  # SnakeDQN's, unused
+    assert summary["batch_size"] == {"value": 16, "source": "8 moves x 8 games / 4 minibatches"}
+    model = load_model(tmp_path / "model.zip")
+    assert isinstance(model, PQN) and model.num_timesteps == summary["total_env_steps"]
+    assert evaluate(model, 4, seed=0)["episodes"] == 4
+    assert (tmp_path / "progress.csv").is_file() and (tmp_path / "monitor.csv").is_file()
+
+
+def test_seeded_pqn_runs_repeat_exactly(tmp_path):
+    for name in ("a", "b"):
+        train(tiny_pqn(), FAST, tmp_path / name)
+    episodes = [json.loads((tmp_path / name / "episodes.json").read_text()) for name in ("a", "b")]
+    for record in episodes:
+        record.pop("wall_seconds")
+    assert episodes[0] == episodes[1] and len(episodes[0]["scores"]) > 0
+
+
+@pytest.mark.parametrize("policy", ["cnn", "attention"])
+def test_the_policy_option_builds_pqns_network(policy):
+    model = build_model(tiny_pqn(policy=policy, board_size=8), FAST)
+    assert isinstance(model, PQN) and type(model.policy).__name__ == f"PQN{policy.capitalize()}Policy"
+
+
+def test_what_pqn_does_not_apply_is_reported_requested_and_not_active_with_its_reason():
+    settings = OptimizationSettings(use_torch_compile=True, use_bf16=True, use_flash_attention=True, num_threads=1)
+    decided, eager = (
+        ActiveOptimizations.decide(settings, "cpu"),
+        ActiveOptimizations.decide_eager(settings, "cpu", "PQN"),
+    )
+    for name in ("bf16", "flash", "compile", "cuda_graph", "sdpa"):
+        before, after = getattr(decided, name), getattr(eager, name)
+        assert after.requested == before.requested and not after.active
+        assert after.reason.startswith("PQN") if before.active else after.reason == before.reason
+    assert eager.compile.reason == "PQN trains eagerly (the compile is SnakeDQN's)"  # asked for and available
+    assert eager.num_threads == decided.num_threads
+
+
+def test_a_pqn_run_records_the_compile_it_was_asked_for_as_not_active(tmp_path):
+    summary = train(tiny_pqn(), replace(FAST, use_torch_compile=True), tmp_path)
+    active = summary["active"]
+    assert active["torch_compile_requested"] is True and active["torch_compile_active"] is False
+    assert active["torch_compile_reason"].startswith("PQN trains eagerly")
+
+
+def test_pqns_memory_is_its_rollout_and_a_run_that_cannot_fit_is_refused():
+    parts = memory_estimate(TrainConfig(algo="pqn"))
+    assert set(parts) == {"rollout", "games", "network", "one minibatch"}
+    assert parts["rollout"] == 128 * 32 * (5 * 100 + 24)
+    with pytest.raises(UsageError, match="rollout_steps"):
+        check_memory(TrainConfig(algo="pqn", board_size=256, n_envs=1 << 16), available=2**34)
+
+
+def test_the_cli_trains_pqn_and_refuses_a_dqn_option_in_one_line(tmp_path):
+    common = ["train", "--algo", "pqn", "--n-envs", "8", "--board-size", "5", "--device", "cpu", "--no-compile"]
+    result = runner.invoke(app, [*common, "--timesteps", "1500", "--output", str(tmp_path / "run")])
+    assert result.exit_code == 0, result.output
+    assert "learner:          PQN (MlpPolicy)" in result.output
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["hyperparameters"]["algo"] == "pqn"
+    refused = runner.invoke(app, [*common, "--buffer-size", "5000", "--output", str(tmp_path / "refused")])
+    assert refused.exit_code == 2 and refused.output.count("\n") == 1
+    assert "buffer_size is for the dqn learner" in refused.output and not (tmp_path / "refused").exists()
+
+
+def test_resuming_a_dqn_model_as_pqn_is_refused_in_one_line(tmp_path):
+    from tests.conftest import tiny_config
+
+    train(tiny_config(episodes=4), FAST, tmp_path / "dqn")
+    result = runner.invoke(app, ["train", "--resume", str(tmp_path / "dqn" / "model.zip"), "--algo", "pqn"])
+    assert result.exit_code == 2 and "the learner cannot change on resume" in result.output

@@ -1,7 +1,7 @@
-"""PQN's learning curve per env step: ``sb3_snake.PQN`` on ``sb3-snake train``'s game (its default
-board options, long starts and food shaping, as ``build_env`` makes them), one thread, 200 greedy games from standard
-starts (``evaluate(model, 200, seed=0)``) every ``--eval-every`` env steps, off the clock. The
-arms of docs/benchmarks.md, "PQN's levers per env step".
+"""PQN's learning curve per env step: ``sb3-snake train --algo pqn``'s game and PQN (its defaults,
+as ``build_env`` and ``TrainConfig.pqn_kwargs`` make them, changed by ``--kw``), one thread, 200
+greedy games from standard starts (``evaluate(model, 200, seed=0)``) every ``--eval-every`` env
+steps, off the clock. The arms of docs/benchmarks.md, "PQN's levers per env step".
 
 python scripts/pqn_curve.py --seed 1 --env-steps 5000000 --kw '{"n_minibatches": 32}' --out arm.json
 """
@@ -26,16 +26,16 @@ parser.add_argument("--eval-every", type=int, default=1_000_000)
 parser.add_argument("--eval-games", type=int, default=200)
 parser.add_argument("--seed", type=int, default=1)
 parser.add_argument("--policy", default="MlpPolicy")
-parser.add_argument("--envs", type=int, default=128)
+parser.add_argument("--envs", type=int, default=TrainConfig(algo="pqn").n_envs)
 parser.add_argument("--kw", default="{}", help="other PQN arguments, as JSON")
 parser.add_argument("--out", required=True)
 args = parser.parse_args()
 
 torch.set_num_threads(1)
-game = TrainConfig(board_size=args.board, seed=args.seed)
-env = build_env(game, args.envs)
-kwargs = {"food_shaping": game.food_shaping, **json.loads(args.kw)}
-model = PQN(args.policy, env, seed=args.seed, device="cpu", **kwargs)
+game = TrainConfig(algo="pqn", board_size=args.board, seed=args.seed, n_envs=args.envs)
+env = build_env(game)
+kwargs = {**game.pqn_kwargs(), **json.loads(args.kw)}
+model = PQN(args.policy, env, device="cpu", **kwargs)
 log = []
 
 

@@ -175,8 +175,8 @@ class TrainConfig:
     exploration_steps: int | None = option(
         None, "Env steps of linear epsilon decay (default: 10000 for dqn, 200000 for pqn).", LEARNING
     )
-    safe_exploration: bool = option(
-        False, "Draw exploration's random moves among the moves that do not die at once.", LEARNING
+    safe_exploration: bool | None = option(
+        None, "Random moves only among those that do not die at once (default: off for dqn, on for pqn).", LEARNING
     )
     double_dqn: bool = option(False, "Double DQN targets (online net picks, target net values).", REPLAY_LEARNING)
     dueling: bool = option(False, "Dueling head: Q = V + A - mean(A).", NETWORK)

@@ -25,7 +25,9 @@ PQN_DEFAULTS = {
 }
 #: Options whose default depends on the learner: ``None`` in a config means "the learner's".
 #: SnakeDQN's were measured for a replay learner of a few games (docs/benchmarks.md); PQN's are
-#: its signature's (many games, a long epsilon decay, no mirror images: they slowed it per env step).
+#: its signature's (many games, a long epsilon decay, no mirror images: they slowed it per env
+#: step), but for safe exploration, which PQN's class leaves off as it reads Snake boards only:
+#: on Snake it won far more games per env step (docs/benchmarks.md, "PQN's levers").
 LEARNER_DEFAULTS = {
     "dqn": {
         "policy": "attention",
@@ -33,6 +35,7 @@ LEARNER_DEFAULTS = {
         "exploration_steps": 10_000,
         "symmetry_augmentation": True,
         "learning_rate_half_life": 800_000,
+        "safe_exploration": False,
     },
     "pqn": {
         "policy": "mlp",
@@ -40,6 +43,7 @@ LEARNER_DEFAULTS = {
         "exploration_steps": PQN_DEFAULTS["exploration_steps"],
         "symmetry_augmentation": PQN_DEFAULTS["symmetry_augmentation"],
         "learning_rate_half_life": PQN_DEFAULTS["learning_rate_half_life"],
+        "safe_exploration": True,
     },
 }
 

@@ -1,9 +1,9 @@
 """``TrainConfig``: everything a training run is asked to do, each option declared once with
-:func:`~sb3_snake.common.options.option` (value, one-line help, :class:`~sb3_snake.training.roles.Role`
-(:mod:`sb3_snake.training.roles`), the values it takes,
-and for the batch size its ``.env`` key), from which the CLI builds its options and the library
-sorts the fields. An option whose value a model file holds takes the file's range
-(:func:`option_values`). The memory a run will need is estimated in :mod:`sb3_snake.training.memory`."""
+:func:`~sb3_snake.common.options.option` (value, one-line help, its
+:class:`~sb3_snake.training.roles.Role`, the values it takes, and for the batch size its ``.env``
+key), from which the CLI builds its options and the library sorts the fields. An option whose
+value a model file holds takes the file's range (:func:`option_values`). The memory a run will
+need is estimated in :mod:`sb3_snake.training.memory`."""
 
 from __future__ import annotations
 

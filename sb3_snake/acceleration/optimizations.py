@@ -309,19 +309,27 @@ class ActiveOptimizations:
     ) -> ActiveOptimizations:
         """What a learner whose gradient step is eager float32 (PQN) runs of ``settings``: the
         thread count as :meth:`decide` chooses it; bf16, the attention kernel, the compile and
-        CUDA graphs not applied, so each one that :meth:`decide` would make active is reported
-        requested but not active, with the reason (one that is off anyway keeps its own).
+        CUDA graphs not applied, so each one asked for is reported requested but not active, with
+        that reason. Nothing is probed (no kernel is tried, the compiler is not imported), and
         ``auto`` takes its unmeasured value: nothing it chooses between is applied."""
-        active = cls.decide(settings.without_auto() if settings.auto_fields else settings, device, False)
-        reasons = {
-            "bf16": f"{learner} trains in float32 (bf16 autocast is SnakeDQN's)",
-            "flash": f"{learner} does not choose the attention kernel (SnakeDQN does)",
-            "sdpa": f"{learner} does not choose the attention kernel (SnakeDQN does)",
-            "compile": f"{learner} trains eagerly (the compile is SnakeDQN's)",
-            "cuda_graph": f"{learner}'s gradient step is not captured (CUDA graphs are SnakeDQN's)",
-        }
-        off = {name: Decision.off(reason) for name, reason in reasons.items() if getattr(active, name).active}
-        return replace(active, **off)
+        settings = settings.without_auto() if settings.auto_fields else settings
+        nothing = replace(
+            settings, use_bf16=False, use_flash_attention=False, sdpa_backend="auto", use_torch_compile=False
+        )
+        active = cls.decide(nothing, device, device_buffer=False)
+
+        def off(requested: bool, reason: str) -> Decision:
+            return Decision.off(f"{learner} {reason}") if requested else Decision.not_requested()
+
+        return replace(
+            active,
+            settings=settings,
+            bf16=off(settings.use_bf16, "trains in float32 (bf16 autocast is SnakeDQN's)"),
+            flash=off(settings.use_flash_attention, "does not choose the attention kernel (SnakeDQN does)"),
+            sdpa=off(settings.sdpa_backend not in ("auto", "flash"), "does not choose the attention kernel"),
+            compile=off(settings.use_torch_compile, "trains eagerly (the compile is SnakeDQN's)"),
+            cuda_graph=off(settings.use_cuda_graph, "does not capture its gradient step (CUDA graphs are SnakeDQN's)"),
+        )
 
     @property
     def sdpa_backends(self) -> list[SDPBackend]:

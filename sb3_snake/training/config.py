@@ -24,6 +24,7 @@ from sb3_snake.dqn.save_schema import (
     MAX_ENVS,
     MAX_GRADIENT_STEPS,
     MAX_WIDTH,
+    PQN_HYPERPARAMETER_SCHEMA,
     hyperparameter_problem,
 )
 from sb3_snake.dqn.snake_dqn import DEFAULT_BATCH_SIZE
@@ -36,6 +37,7 @@ from sb3_snake.training.roles import (
     DQN_RUN_OPTION,
     EXTRACTOR,
     GAMES,
+    LEARNER_DEFAULT_SOURCES,
     LEARNER_DEFAULTS,
     LEARNING,
     MACHINE,
@@ -48,6 +50,7 @@ from sb3_snake.training.roles import (
     RUN_OPTION,
     SCHEDULE,
     Role,
+    learner_problem,
 )
 
 #: Upper bound on env steps of a run that stops by episodes, so ``learn`` always has a total.
@@ -240,35 +243,17 @@ class TrainConfig:
         if self.episodes is None and self.timesteps is None and self.time_limit_minutes is None:
             object.__setattr__(self, "episodes", DEFAULT_EPISODES)
         problem = self._learner_problem()
-        # The learner's defaults, once: a config built by ``replace`` keeps the values resolved here.
+        # The learner's defaults, recorded as such: ``replace(config, algo=...)`` resolves them again.
         for name, value in ({} if problem else LEARNER_DEFAULTS[self.algo]).items():
-            if getattr(self, name) is None:
+            if getattr(self, name) is None or self.source(name) in LEARNER_DEFAULT_SOURCES.values():
                 object.__setattr__(self, name, value)
+                object.__setattr__(self, "sources", {**self.sources, name: LEARNER_DEFAULT_SOURCES[self.algo]})
         problem = problem or self._first_problem()
         if problem:
             raise UsageError(problem)
 
     def _learner_problem(self) -> str:
-        """The learner and its network, and any option set away from its default that only the
-        other learner reads (a batch size from the environment or ``.env`` is not the run's own
-        choice, so PQN leaves it be)."""
-        for name in ("algo", "policy"):
-            value = getattr(self, name)
-            if value is not None and option_values(name).check(value):
-                return f"{name} must be one of {option_values(name).words}, got {value!r}"
-        if self.algo == "dqn" and self.policy not in (None, "attention"):
-            return f"policy {self.policy} is for the pqn learner (dqn's is attention): leave it out, or set algo to pqn"
-        for name, field_option in OPTIONS.items():
-            other = field_option.role.learner
-            if other in (None, self.algo) or getattr(self, name) == DEFAULTS[name]:
-                continue
-            if name == "batch_size" and self.source(name) in ("environment", ".env"):
-                continue
-            return (
-                f"{name} is for the {other} learner, and this run's algo is {self.algo}: "
-                f"leave {name} out, or set algo to {other}"
-            )
-        return ""
+        return learner_problem(self, OPTIONS, DEFAULTS, option_values)
 
     def _first_problem(self) -> str:
         def finite(value: float) -> bool:
@@ -291,6 +276,11 @@ class TrainConfig:
             (
                 self.embed_dim % 2 == 0,
                 f"embed_dim must be an even number (2 attention heads) from 2 to {MAX_WIDTH}, got {self.embed_dim}",
+            ),
+            (
+                self.algo == "dqn" or self.n_minibatches <= self.n_envs * self.rollout_steps,
+                f"n_minibatches must be at most a rollout's {self.n_envs * self.rollout_steps} samples "
+                f"(n_envs x rollout_steps), got {self.n_minibatches}",
             ),
         ]
         problem = next((message for ok, message in checks if not ok), "")
@@ -418,7 +408,10 @@ def option_values(name: str) -> Values | None:
     declared = OPTIONS[name]
     if declared.values is not None:
         return declared.values
-    saved = (EXTRACTOR_SCHEMA if declared.role.extractor else HYPERPARAMETER_SCHEMA).get(name)
+    if declared.role.learner == "pqn":  # held in a PQN file under PQN's own argument name
+        saved = PQN_HYPERPARAMETER_SCHEMA.get(PQN_ARGUMENTS[name])
+    else:
+        saved = (EXTRACTOR_SCHEMA if declared.role.extractor else HYPERPARAMETER_SCHEMA).get(name)
     return saved if isinstance(saved, Values) else None
 
 

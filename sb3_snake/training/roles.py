@@ -6,8 +6,11 @@ learners themselves with the defaults that depend on which one trains."""
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
+from sb3_snake.common.options import Option, Values
 from sb3_snake.pqn.pqn import PQN
 
 RUN, ENVIRONMENT = "Run, checkpoints and logging", "Environment"
@@ -46,6 +49,9 @@ LEARNER_DEFAULTS = {
         "safe_exploration": True,
     },
 }
+
+#: Where a value the learner's default gave says it came from (a config's ``sources``).
+LEARNER_DEFAULT_SOURCES = {algo: f"{algo}'s default" for algo in LEARNER_DEFAULTS}
 
 
 @dataclass(frozen=True)
@@ -103,3 +109,29 @@ NETWORK = Role(DQN, hyperparameter=True, fixed=True, learner="dqn")
 EXTRACTOR = Role(DQN, hyperparameter=True, fixed=True, extractor=True, learner="dqn")
 #: A PQN value (:class:`~sb3_snake.pqn.pqn.PQN`'s argument, named in :data:`~sb3_snake.training.config.PQN_ARGUMENTS`).
 PQN_LEARNING = Role(PQN_GROUP, hyperparameter=True, learner="pqn")
+
+
+def learner_problem(
+    config: Any, options: Mapping[str, Option], defaults: Mapping[str, Any], values: Callable[[str], Values]
+) -> str:
+    """What is wrong with ``config``'s learner (a ``TrainConfig``): its ``algo`` and ``policy``, and
+    any option set away from its default (``defaults``) that only the other learner reads. A batch
+    size from the environment or ``.env`` is not the run's own choice, so PQN leaves it be."""
+    for name in ("algo", "policy"):
+        value = getattr(config, name)
+        if (value is not None or name == "algo") and values(name).check(value):
+            return f"{name} must be one of {values(name).words}, got {value!r}"
+    chosen = config.source("policy") not in LEARNER_DEFAULT_SOURCES.values()  # not the other learner's default
+    if config.algo == "dqn" and config.policy not in (None, "attention") and chosen:
+        return f"policy {config.policy} is for the pqn learner (dqn's is attention): leave it out, or set algo to pqn"
+    for name, declared in options.items():
+        other = declared.role.learner
+        if other in (None, config.algo) or getattr(config, name) == defaults[name]:
+            continue
+        if name == "batch_size" and config.source(name) in ("environment", ".env"):
+            continue
+        return (
+            f"{name} is for the {other} learner, and this run's algo is {config.algo}: "
+            f"leave {name} out, or set algo to {other}"
+        )
+    return ""

@@ -15,6 +15,9 @@ from sb3_snake.training.callbacks import EpisodeRecord, RunCallbacks
 from sb3_snake.training.config import MODEL_FIELDS, POLICY_ALIASES_BY_OPTION, PQN_ARGUMENTS, TrainConfig, fields_of
 from sb3_snake.training.evaluation import latest_evaluation
 
+#: The option of each PQN argument that an option names otherwise (its rollout: ``rollout_steps``).
+PQN_OPTIONS = {argument: name for name, argument in PQN_ARGUMENTS.items() if argument != name}
+
 
 @dataclass(frozen=True)
 class Outcome:
@@ -39,9 +42,10 @@ def trained_hyperparameters(model: SnakeDQN | PQN, config: TrainConfig) -> dict[
     if isinstance(model, PQN):
         unused = (*MODEL_FIELDS, *PQN_ARGUMENTS, *fields_of(lambda role: role.learner == "dqn"), "sources")
         run_options = {name: value for name, value in asdict(config).items() if name not in unused}
+        trained = model.hyperparameters()
         return {
             **run_options,
-            **model.hyperparameters(),
+            **{PQN_OPTIONS.get(name, name): value for name, value in trained.items()},  # as the options name them
             "policy": POLICY_ALIASES_BY_OPTION[config.policy],
             "n_envs": model.n_envs,
             "batch_size": model.batch_size,

@@ -301,11 +301,16 @@ def test_every_value_a_model_file_holds_is_taken_within_the_files_range():
             continue
         below = bounds[0] - (1 if isinstance(bounds[0], int) else abs(bounds[0]) / 2 or 1)
         with pytest.raises(UsageError, match=f"{name} must be"):
-            TrainConfig(**{name: below})
+            TrainConfig(**{name: below, **learner_of(name)})
         if bounds[1] != math.inf:
             above = bounds[1] + 1 if isinstance(bounds[1], int) else bounds[1] * 2
             with pytest.raises(UsageError, match=f"{name} must be"):
-                TrainConfig(**{name: above})
+                TrainConfig(**{name: above, **learner_of(name)})
+
+
+def learner_of(name):
+    """The learner an option needs to be given at all: PQN's options are refused in a DQN run."""
+    return {"algo": "pqn"} if OPTIONS[name].role.learner == "pqn" else {}
 
 
 @pytest.mark.parametrize("replay_ratio", [MIN_REPLAY_RATIO, 8.0, MAX_REPLAY_RATIO])
@@ -389,6 +394,9 @@ def test_a_model_trained_at_either_end_of_an_options_range_saves_and_loads(tmp_p
     from sb3_snake.persistence import load_model
     from sb3_snake.training.run import train
 
+    if learner_of(name):
+        pqn_option_end_saves_and_loads(tmp_path, name, value)
+        return
     config = TrainConfig(**{**PROPERTY_RUN, name: value, **COMPANIONS.get((name, value), {})})
     if sum(memory_estimate(config).values()) > TRAINABLE_BYTES:
         from sb3_snake.dqn.save_format import metadata_problem
@@ -400,6 +408,23 @@ def test_a_model_trained_at_either_end_of_an_options_range_saves_and_loads(tmp_p
     saved = loaded.hyperparameters()
     if name in saved:
         assert saved[name] == pytest.approx(value)
+
+
+def pqn_option_end_saves_and_loads(tmp_path, name, value):
+    """A PQN option's end: at the low end a run saves a model the safe loader loads with it; the
+    high ends (rollouts of 2**31 moves, 100,000 passes) are checked against the file's range."""
+    from sb3_snake.dqn.save_schema import PQN_HYPERPARAMETER_SCHEMA
+    from sb3_snake.persistence import load_model
+    from sb3_snake.training.config import PQN_ARGUMENTS
+    from sb3_snake.training.run import train
+
+    argument = PQN_ARGUMENTS[name]
+    if value != option_bounds(name)[0]:
+        assert PQN_HYPERPARAMETER_SCHEMA[argument].check(value) == ""
+        return
+    run = {"algo": "pqn", "timesteps": 8, "n_envs": 2, "board_size": 4, "rollout_steps": 2, "n_minibatches": 1}
+    train(TrainConfig(**{**run, "device": "cpu", "episodes": None, name: value}), FAST, tmp_path / "run")
+    assert load_model(tmp_path / "run" / "model.zip").hyperparameters()[argument] == pytest.approx(value)
 
 
 def described_without_building(config):

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 from typer.testing import CliRunner
 
-from sb3_snake.acceleration.optimizations import ActiveOptimizations
+from sb3_snake.acceleration.optimizations import ActiveOptimizations, Decision
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.cli import app
 from sb3_snake.common.errors import UsageError
@@ -27,6 +27,22 @@ def tiny_pqn(**changes):
     """A PQN run of seconds: 8 games on a 5x5 board, rollouts of 8 moves, 3,000 env steps."""
     values = {"algo": "pqn", "timesteps": 3_000, "n_envs": 8, "board_size": 5, "seed": 1, "device": "cpu"}
     return TrainConfig(**{**values, "rollout_steps": 8, "exploration_steps": 1_000, **changes})
+
+
+def test_a_change_of_learner_resolves_its_defaults_again_and_keeps_what_was_given():
+    assert replace(TrainConfig(), algo="pqn").n_envs == 128 and replace(TrainConfig(), algo="pqn").policy == "mlp"
+    assert replace(TrainConfig(algo="pqn"), algo="dqn").safe_exploration is False
+    assert replace(TrainConfig(n_envs=32), algo="pqn").n_envs == 32
+
+
+def test_pqns_options_take_the_range_a_pqn_file_holds():
+    for values, words in [
+        ({"n_minibatches": 0}, "n_minibatches must be from 1"),
+        ({"q_lambda": 1.5}, "q_lambda must be from 0 to 1"),
+        ({"n_envs": 2, "rollout_steps": 2, "n_minibatches": 5}, "n_minibatches must be at most a rollout's 4"),
+    ]:
+        with pytest.raises(UsageError, match=words):
+            TrainConfig(algo="pqn", **values)
 
 
 def test_each_learner_takes_its_own_defaults_and_a_given_value_wins():
@@ -70,7 +86,12 @@ def test_a_pqn_run_trains_saves_and_reports_pqn(tmp_path):
     assert summary["stopped_by"] == "timesteps" and summary["env_steps"] >= 3_000
     trained = summary["hyperparameters"]
     assert trained["algo"] == "pqn" and trained["policy"] == "MlpPolicy" and trained["n_envs"] == 8
-    assert trained["n_steps"] == 8 and trained["q_lambda"] == 0.65 and trained["exploration_steps"] == 1_000
+    assert (
+        trained["rollout_steps"] == 8
+        and "n_steps" not in trained
+        and trained["q_lambda"] == 0.65
+        and trained["exploration_steps"] == 1_000
+    )
     assert not {"buffer_size", "replay_ratio", "dueling", "embed_dim"} & set(trained)  # SnakeDQN's, unused
     assert summary["batch_size"] == {"value": 16, "source": "8 moves x 8 games / 4 minibatches"}
     model = load_model(tmp_path / "model.zip")
@@ -96,16 +117,16 @@ def test_the_policy_option_builds_pqns_network(policy):
 
 def test_what_pqn_does_not_apply_is_reported_requested_and_not_active_with_its_reason():
     settings = OptimizationSettings(use_torch_compile=True, use_bf16=True, use_flash_attention=True, num_threads=1)
-    decided, eager = (
-        ActiveOptimizations.decide(settings, "cpu"),
-        ActiveOptimizations.decide_eager(settings, "cpu", "PQN"),
-    )
-    for name in ("bf16", "flash", "compile", "cuda_graph", "sdpa"):
-        before, after = getattr(decided, name), getattr(eager, name)
-        assert after.requested == before.requested and not after.active
-        assert after.reason.startswith("PQN") if before.active else after.reason == before.reason
-    assert eager.compile.reason == "PQN trains eagerly (the compile is SnakeDQN's)"  # asked for and available
-    assert eager.num_threads == decided.num_threads
+    decided = ActiveOptimizations.decide(settings, "cpu")
+    eager = ActiveOptimizations.decide_eager(settings, "cpu", "PQN")
+    for name in ("bf16", "flash", "compile", "cuda_graph"):
+        decision = getattr(eager, name)
+        assert decision.requested and not decision.active and decision.reason.startswith("PQN")
+    assert eager.compile.reason == "PQN trains eagerly (the compile is SnakeDQN's)"
+    assert not eager.sdpa.requested  # the attention kernel is left to PyTorch
+    assert eager.num_threads == decided.num_threads and eager.settings == settings
+    off = ActiveOptimizations.decide_eager(replace(settings, use_torch_compile=False), "cpu", "PQN")
+    assert off.compile == Decision.not_requested()
 
 
 def test_a_pqn_run_records_the_compile_it_was_asked_for_as_not_active(tmp_path):

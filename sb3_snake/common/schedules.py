@@ -4,6 +4,8 @@ clock does not know."""
 
 from __future__ import annotations
 
+from typing import Any
+
 #: A halving learning rate changes in this many steps per half-life, not continuously: a
 #: captured CUDA graph bakes the rate in and is captured again whenever it changes.
 HALF_LIFE_STEPS = 8
@@ -16,3 +18,16 @@ def half_life_factor(env_steps: int, half_life: int) -> float:
     if half_life <= 0 or env_steps <= 0:
         return 1.0
     return 0.5 ** ((env_steps * HALF_LIFE_STEPS // half_life) / HALF_LIFE_STEPS)
+
+
+def scale_learning_rate(optimizers: Any, factor: float) -> float | None:
+    """Multiply the rate of every param group of ``optimizers`` (one optimizer or a list) by
+    ``factor``, after SB3's ``_update_learning_rate`` has set it from its schedule; the first
+    group's new rate, or None when ``factor`` is 1 and nothing changed."""
+    if factor == 1.0:
+        return None
+    optimizers = optimizers if isinstance(optimizers, list) else [optimizers]
+    for optimizer in optimizers:
+        for group in optimizer.param_groups:
+            group["lr"] *= factor
+    return optimizers[0].param_groups[0]["lr"]

@@ -28,7 +28,7 @@ from stable_baselines3.dqn.policies import DQNPolicy
 from sb3_snake.acceleration.optimizations import ActiveOptimizations, use_device_replay_buffer
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.common.errors import TrainingDiverged, UsageError, did_you_mean
-from sb3_snake.common.schedules import half_life_factor
+from sb3_snake.common.schedules import half_life_factor, scale_learning_rate
 from sb3_snake.dqn import save_format
 from sb3_snake.dqn.policies import POLICY_ALIASES
 from sb3_snake.dqn.replay import DeviceReplayBuffer
@@ -256,13 +256,9 @@ class SnakeDQN(TensorRollouts, DQN):
         of the env steps since ``early_steps``."""
         super()._update_learning_rate(optimizers)
         factor = half_life_factor(self.num_timesteps - self.early_steps, self.learning_rate_half_life)
-        if factor == 1.0:
-            return
-        optimizers = optimizers if isinstance(optimizers, list) else [optimizers]
-        for optimizer in optimizers:
-            for group in optimizer.param_groups:
-                group["lr"] *= factor
-        self.logger.record("train/learning_rate", optimizers[0].param_groups[0]["lr"])
+        rate = scale_learning_rate(optimizers, factor)
+        if rate is not None:
+            self.logger.record("train/learning_rate", rate)
 
     def train(self, gradient_steps: int, batch_size: int = 100) -> None:
         """SB3's DQN update loop around one update object (``self.step_choice``: eager, compiled or

@@ -29,7 +29,7 @@ from torch.nn import functional as F
 from sb3_snake.acceleration.optimizations import ActiveOptimizations
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.common.errors import TrainingDiverged, UsageError
-from sb3_snake.common.schedules import half_life_factor
+from sb3_snake.common.schedules import half_life_factor, scale_learning_rate
 from sb3_snake.dqn import save_format
 from sb3_snake.dqn.save_schema import PQN_HYPERPARAMETERS
 from sb3_snake.dqn.symmetry import SymmetryAugmentation
@@ -296,12 +296,6 @@ class PQN(BaseAlgorithm):
         against the rollout's targets, the gradients clipped to ``max_grad_norm``."""
         self.policy.set_training_mode(True)
         self._update_learning_rate(self.policy.optimizer)
-        if self.learning_rate_half_life:
-            factor = half_life_factor(self.num_timesteps, self.learning_rate_half_life)
-            rate = self.lr_schedule(self._current_progress_remaining) * factor
-            for group in self.policy.optimizer.param_groups:
-                group["lr"] = rate
-            self.logger.record("train/learning_rate", rate)
         losses = []
         for _ in range(self.n_epochs):
             order = torch.randperm(len(rollout.returns), device=self.device)
@@ -409,6 +403,13 @@ class PQN(BaseAlgorithm):
         self.logger.record("time/time_elapsed", int(elapsed), exclude="tensorboard")
         self.logger.record("time/total_timesteps", self.num_timesteps, exclude="tensorboard")
         self.logger.dump(step=self.num_timesteps)
+
+    def _update_learning_rate(self, optimizers: list[torch.optim.Optimizer] | torch.optim.Optimizer) -> None:
+        """SB3's rate, times ``half_life_factor`` of the env steps (SnakeDQN's rule, no early phase)."""
+        super()._update_learning_rate(optimizers)
+        rate = scale_learning_rate(optimizers, half_life_factor(self.num_timesteps, self.learning_rate_half_life))
+        if rate is not None:
+            self.logger.record("train/learning_rate", rate)
 
     @property
     def batch_size(self) -> int:

@@ -39,9 +39,14 @@ def batch_size_source(model: SnakeDQN | PQN, config: TrainConfig) -> str:
 def trained_hyperparameters(model: SnakeDQN | PQN, config: TrainConfig) -> dict[str, Any]:
     """What the model really trains with (read from it), beside the run's own options (those of
     the other learner left out: they were not used)."""
+    unused = (
+        *MODEL_FIELDS,
+        *PQN_ARGUMENTS,
+        *fields_of(lambda role: role.learner not in (None, config.algo)),
+        "sources",
+    )
+    run_options = {name: value for name, value in asdict(config).items() if name not in unused}
     if isinstance(model, PQN):
-        unused = (*MODEL_FIELDS, *PQN_ARGUMENTS, *fields_of(lambda role: role.learner == "dqn"), "sources")
-        run_options = {name: value for name, value in asdict(config).items() if name not in unused}
         trained = model.hyperparameters()
         return {
             **run_options,
@@ -53,8 +58,6 @@ def trained_hyperparameters(model: SnakeDQN | PQN, config: TrainConfig) -> dict[
         }
     values = model.hyperparameters()
     actual_ratio = values["batch_size"] * values["gradient_steps"] / (values["train_freq"] * model.n_envs)
-    unused = (*MODEL_FIELDS, *fields_of(lambda role: role.learner == "pqn"), "sources")
-    run_options = {name: value for name, value in asdict(config).items() if name not in unused}
     return {
         **run_options,
         **values,

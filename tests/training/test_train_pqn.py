@@ -66,6 +66,7 @@ def test_each_learner_takes_its_own_defaults_and_a_given_value_wins():
         ({"n_minibatches": 32}, "n_minibatches is for the pqn learner"),
         ({"policy": "cnn"}, "policy cnn is for the pqn learner (dqn's is attention)"),
         ({"algo": "ppo"}, "algo must be one of dqn, pqn, got 'ppo'"),
+        ({"algo": None}, "algo must be one of dqn, pqn, got None"),
         ({"algo": "pqn", "policy": "lstm"}, "policy must be one of mlp, cnn, attention, got 'lstm'"),
     ],
 )

@@ -1,7 +1,8 @@
 """PQN's learning curve per env step: ``sb3-snake train --algo pqn``'s game and PQN (its defaults,
 as ``build_env`` and ``TrainConfig.pqn_kwargs`` make them, changed by ``--kw``), one thread, 200
 greedy games from standard starts (``evaluate(model, 200, seed=0)``) every ``--eval-every`` env
-steps, off the clock. The arms of docs/benchmarks.md, "PQN's levers per env step".
+steps, off the clock, beside the mean score of the last 100 exploring games from standard starts.
+The arms of docs/benchmarks.md, "PQN's levers per env step".
 
 python scripts/pqn_curve.py --seed 1 --env-steps 5000000 --kw '{"n_minibatches": 32}' --out arm.json
 """
@@ -10,6 +11,7 @@ import argparse
 import json
 import platform
 import time
+from collections import deque
 from pathlib import Path
 
 import torch
@@ -28,11 +30,12 @@ parser.add_argument("--seed", type=int, default=1)
 parser.add_argument("--policy", default="MlpPolicy")
 parser.add_argument("--envs", type=int, default=TrainConfig(algo="pqn").n_envs)
 parser.add_argument("--kw", default="{}", help="other PQN arguments, as JSON")
+parser.add_argument("--game", default="{}", help="other TrainConfig options (reachable, long_starts...), as JSON")
 parser.add_argument("--out", required=True)
 args = parser.parse_args()
 
 torch.set_num_threads(1)
-game = TrainConfig(algo="pqn", board_size=args.board, seed=args.seed, n_envs=args.envs)
+game = TrainConfig(algo="pqn", board_size=args.board, seed=args.seed, n_envs=args.envs, **json.loads(args.game))
 env = build_env(game)
 kwargs = {**game.pqn_kwargs(), **json.loads(args.kw)}
 model = PQN(args.policy, env, device="cpu", **kwargs)
@@ -45,8 +48,12 @@ class Curve(BaseCallback):
     def __init__(self):
         super().__init__()
         self.due, self.seconds, self.since = args.eval_every, 0.0, time.perf_counter()
+        self.exploring = deque(maxlen=100)  # scores of the last exploring games from standard starts
 
     def _on_step(self) -> bool:
+        for info in self.locals["infos"]:
+            if "episode" in info and not info.get("long_start", False):
+                self.exploring.append(info["score"])
         if self.num_timesteps >= self.due:
             self.seconds += time.perf_counter() - self.since
             result = evaluate(self.model, args.eval_games, seed=0)
@@ -58,6 +65,7 @@ class Curve(BaseCallback):
                 "wins": result["win_rate"],
                 "max": result["max_score"],
                 "exploring_return": sum(returns) / max(1, len(returns)),
+                "exploring_score": sum(self.exploring) / max(1, len(self.exploring)),
             }
             log.append(row)
             print(json.dumps(row), flush=True)

@@ -55,21 +55,26 @@ class SnakeQNetwork(QNetwork):
         return {**super()._get_constructor_parameters(), "dueling": self.dueling}
 
 
-class _OptimizedQNetworks:
-    """Mixin for DQN policies: build :class:`SnakeQNetwork` (optionally dueling) instead of ``QNetwork``,
-    and use the fused Adam kernel.
+def with_fused_adam(policy_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A policy's keyword arguments with ``fused=True`` added to its ``optimizer_kwargs`` when its
+    optimizer is Adam or AdamW (SB3's default: Adam), unless they already say.
 
     ``torch.optim.Adam`` defaults to a loop over parameters on CPU, a few small kernels per
-    parameter; ``fused=True`` does the whole step in one kernel, which for this policy's many
-    small tensors removes most of the optimizer's time. Given ``optimizer_kwargs`` win.
-    """
+    parameter; ``fused=True`` does the whole step in one kernel, which for these policies' many
+    small tensors removes most of the optimizer's time. Both learners' policies call this."""
+    optimizer_kwargs = dict(policy_kwargs.get("optimizer_kwargs") or {})
+    if policy_kwargs.get("optimizer_class", torch.optim.Adam) in (torch.optim.Adam, torch.optim.AdamW):
+        optimizer_kwargs.setdefault("fused", True)
+    return {**policy_kwargs, "optimizer_kwargs": optimizer_kwargs}
+
+
+class _OptimizedQNetworks:
+    """Mixin for DQN policies: build :class:`SnakeQNetwork` (optionally dueling) instead of ``QNetwork``,
+    and use the fused Adam kernel (:func:`with_fused_adam`)."""
 
     def __init__(self, *args: Any, dueling: bool = False, **kwargs: Any):
         self.dueling = dueling
-        optimizer_kwargs = dict(kwargs.pop("optimizer_kwargs", None) or {})
-        if kwargs.get("optimizer_class", torch.optim.Adam) in (torch.optim.Adam, torch.optim.AdamW):
-            optimizer_kwargs.setdefault("fused", True)
-        super().__init__(*args, optimizer_kwargs=optimizer_kwargs, **kwargs)
+        super().__init__(*args, **with_fused_adam(kwargs))
 
     def make_q_net(self) -> SnakeQNetwork:
         net_args = self._update_features_extractor(self.net_args, features_extractor=None)

@@ -20,6 +20,7 @@ from stable_baselines3.dqn.policies import DQNPolicy, QNetwork
 from torch import nn
 
 from sb3_snake.dqn.extractor import SnakeAttentionExtractor
+from sb3_snake.dqn.policies import with_fused_adam
 
 #: Hidden layers of PQN's MLP when none are given: the network the paper's MinAtar runs used.
 DEFAULT_NET_ARCH = [256, 256]
@@ -73,14 +74,15 @@ class PQNPolicy(DQNPolicy):
     """SB3's DQN policy with one :class:`LayerNormQNetwork` and no target network.
 
     :param layer_norm: LayerNorm after each hidden layer (PQN's; off only to measure it).
-    Every other argument is ``DQNPolicy``'s; ``net_arch`` defaults to :data:`DEFAULT_NET_ARCH`.
+    Every other argument is ``DQNPolicy``'s; ``net_arch`` defaults to :data:`DEFAULT_NET_ARCH`, and
+    Adam is fused (:func:`~sb3_snake.dqn.policies.with_fused_adam`), as SnakeDQN's.
     """
 
     def __init__(self, *args: Any, layer_norm: bool = True, **kwargs: Any):
         self.layer_norm = layer_norm
         if kwargs.get("net_arch") is None:
             kwargs["net_arch"] = list(DEFAULT_NET_ARCH)
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, **with_fused_adam(kwargs))
 
     def _build(self, lr_schedule: Schedule) -> None:
         self.q_net = self.make_q_net()

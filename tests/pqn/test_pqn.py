@@ -42,6 +42,17 @@ def test_the_network_has_layer_norm_and_there_is_no_target_network():
     assert list(model.policy.optimizer.param_groups[0]["params"]) == list(model.q_net.parameters())
 
 
+@pytest.mark.parametrize(
+    ("policy_kwargs", "fused"),
+    [({}, True), ({"optimizer_kwargs": {"fused": False}}, False), ({"optimizer_class": torch.optim.SGD}, None)],
+)
+def test_adam_is_fused_unless_the_optimizer_arguments_say_otherwise(policy_kwargs, fused, tmp_path):
+    model = snake_pqn(policy_kwargs=policy_kwargs)
+    assert model.policy.optimizer.defaults.get("fused") is fused
+    model.save(tmp_path / "model.zip")
+    assert PQN.load(tmp_path / "model.zip", device="cpu").policy.optimizer.defaults.get("fused") is fused
+
+
 def test_sb3_s_vec_env_step_gives_the_same_rollout_as_the_tensors():
     """Long games, truncations and deaths in 64 moves of 8 games: the terminal observations and
     TimeLimit.truncated of SB3's step give the same targets as the tensors' own."""

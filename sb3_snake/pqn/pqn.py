@@ -69,9 +69,9 @@ class PQN(BaseAlgorithm):
     """Parallelised Q-Network: epsilon-greedy rollouts of many games, Q(lambda) targets, no
     replay buffer, no target network.
 
-    The defaults are those measured on 10x10 Snake (docs/benchmarks.md, "PQN"): 32 moves of each
-    game per rollout (128 games: 4,096 samples), two passes of four minibatches (two gradient
-    samples per env step), lambda 0.65, a learning rate of 5e-4.
+    The defaults, measured on 10x10 Snake (docs/benchmarks.md, "PQN"), are the paper's MinAtar
+    ones: 32 moves of each game per rollout (128 games: 4,096 samples), two passes of 32
+    minibatches of 128 (two gradient samples per env step, in 64 steps), lambda 0.65, lr 5e-4.
 
     :param policy: ``"MlpPolicy"`` (a LayerNorm MLP of ``[256, 256]`` on the flattened board),
         ``"CnnPolicy"`` (three convolutions, then 256 features with LayerNorm),
@@ -118,7 +118,7 @@ class PQN(BaseAlgorithm):
         learning_rate: float | Any = 5e-4,
         n_steps: int = 32,
         n_epochs: int = 2,
-        n_minibatches: int = 4,
+        n_minibatches: int = 32,
         gamma: float = 0.99,
         q_lambda: float = 0.65,
         exploration_initial_eps: float = 1.0,

@@ -174,7 +174,7 @@ class TrainConfig:
     gamma: float = option(0.99, "Discount.", LEARNING)
     target_update_interval: int = option(1_000, "Env steps between target network copies.", REPLAY_LEARNING)
     exploration_initial_eps: float = option(1.0, "Epsilon at the start.", LEARNING)
-    exploration_final_eps: float = option(0.02, "Epsilon after the decay.", LEARNING)
+    exploration_final_eps: float | None = option(None, "Final epsilon (default 0.02 for dqn, 0.005 for pqn).", LEARNING)
     exploration_steps: int | None = option(
         None, "Env steps of linear epsilon decay (default: 10000 for dqn, 200000 for pqn).", LEARNING
     )

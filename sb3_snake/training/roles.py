@@ -29,13 +29,16 @@ PQN_DEFAULTS = {
 #: Options whose default depends on the learner: ``None`` in a config means "the learner's".
 #: SnakeDQN's were measured for a replay learner of a few games (docs/benchmarks.md); PQN's are
 #: its signature's (many games, a long epsilon decay, no mirror images: they slowed it per env
-#: step), but for safe exploration, which PQN's class leaves off as it reads Snake boards only:
-#: on Snake it won far more games per env step (docs/benchmarks.md, "PQN's levers").
+#: step), but for two that make its exploring games Snake's: safe exploration, which PQN's class
+#: leaves off as it reads Snake boards only (on Snake it won far more games per env step), and a
+#: final epsilon of 0.005, under which the exploring games score within a few food of the greedy
+#: ones (docs/benchmarks.md, "PQN's levers").
 LEARNER_DEFAULTS = {
     "dqn": {
         "policy": "attention",
         "n_envs": 16,
         "exploration_steps": 10_000,
+        "exploration_final_eps": 0.02,
         "symmetry_augmentation": True,
         "learning_rate_half_life": 800_000,
         "safe_exploration": False,
@@ -44,6 +47,7 @@ LEARNER_DEFAULTS = {
         "policy": "mlp",
         "n_envs": 128,
         "exploration_steps": PQN_DEFAULTS["exploration_steps"],
+        "exploration_final_eps": 0.005,
         "symmetry_augmentation": PQN_DEFAULTS["symmetry_augmentation"],
         "learning_rate_half_life": PQN_DEFAULTS["learning_rate_half_life"],
         "safe_exploration": True,

@@ -127,7 +127,7 @@ def test_predict_is_greedy_when_deterministic_and_random_at_epsilon_one():
 
 
 def test_any_discrete_gymnasium_env_trains():
-    model = PQN("MlpPolicy", gym.make("CartPole-v1"), n_steps=16, seed=0, device="cpu")
+    model = PQN("MlpPolicy", gym.make("CartPole-v1"), n_steps=16, n_minibatches=4, seed=0, device="cpu")
     model.learn(64)
     assert model.num_timesteps == 64 and model._n_updates == 4 * 2 * 4  # 4 rollouts of 2 passes of 4
 

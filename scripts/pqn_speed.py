@@ -28,9 +28,9 @@ torch.set_num_threads(1)
 game = TrainConfig(algo="pqn", board_size=args.board, seed=1)
 model = PQN(args.policy, build_env(game), device="cpu", **{**game.pqn_kwargs(), **json.loads(args.kw)})
 model.learn(args.warm_up)
-start = time.perf_counter()
+warmed_up, start = model.num_timesteps, time.perf_counter()  # whole rollouts: past --warm-up
 model.learn(args.env_steps, reset_num_timesteps=False)
 seconds = time.perf_counter() - start
-row = {"kw": json.loads(args.kw), "policy": args.policy, "env_steps": model.num_timesteps - args.warm_up}
+row = {"kw": json.loads(args.kw), "policy": args.policy, "env_steps": model.num_timesteps - warmed_up}
 row |= {"seconds": round(seconds, 2), "env_steps_per_s": round(row["env_steps"] / seconds)}
 print(json.dumps(row | {"cpu": platform.processor() or platform.machine(), "torch": torch.__version__}))

@@ -140,6 +140,15 @@ def test_pqn_curve_checkpoints_the_package_s_pqn(tmp_path):
     report = json.loads(output.read_text())
     assert [row["env_steps"] for row in report["log"]] == [256, 512] and report["kwargs"]["n_steps"] == 8
     assert all(0 <= row["wins"] <= 1 and row["greedy"] >= 0 for row in report["log"])
+    assert all(0 <= row["exploring_score"] <= 13 for row in report["log"])  # a 4x4 game's scores
+
+
+def test_pqn_speed_times_the_env_steps_after_its_warm_up():
+    done = run_script("pqn_speed.py", "--board", "4", "--warm-up", "1", "--env-steps", "1", "--kw", '{"n_steps": 2}')
+    assert done.returncode == 0, done.stderr
+    row = json.loads(done.stdout.splitlines()[-1])
+    # One rollout of the 128 games of 2 moves each for the warm-up, and one for the timed steps.
+    assert row["kw"] == {"n_steps": 2} and row["env_steps"] == 256 and row["env_steps_per_s"] > 0
 
 
 def test_every_script_has_a_smoke_test_here():

@@ -94,7 +94,7 @@ def test_a_pqn_run_trains_saves_and_reports_pqn(tmp_path):
         and trained["exploration_steps"] == 1_000
     )
     assert not {"buffer_size", "replay_ratio", "dueling", "embed_dim"} & set(trained)  # SnakeDQN's, unused
-    assert summary["batch_size"] == {"value": 16, "source": "8 moves x 8 games / 4 minibatches"}
+    assert summary["batch_size"] == {"value": 2, "source": "8 moves x 8 games / 32 minibatches"}
     model = load_model(tmp_path / "model.zip")
     assert isinstance(model, PQN) and model.num_timesteps == summary["total_env_steps"]
     assert evaluate(model, 4, seed=0)["episodes"] == 4

@@ -11,13 +11,13 @@ import argparse
 import json
 import platform
 import time
-from collections import deque
 from pathlib import Path
 
 import torch
-from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 
 from sb3_snake import PQN, TrainConfig
+from sb3_snake.training.callbacks import EpisodeBudget, EpisodeRecord
 from sb3_snake.training.evaluation import evaluate
 from sb3_snake.training.run import build_env
 
@@ -48,12 +48,8 @@ class Curve(BaseCallback):
     def __init__(self):
         super().__init__()
         self.due, self.seconds, self.since = args.eval_every, 0.0, time.perf_counter()
-        self.exploring = deque(maxlen=100)  # scores of the last exploring games from standard starts
 
     def _on_step(self) -> bool:
-        for info in self.locals["infos"]:
-            if "episode" in info and not info.get("long_start", False):
-                self.exploring.append(info["score"])
         if self.num_timesteps >= self.due:
             self.seconds += time.perf_counter() - self.since
             result = evaluate(self.model, args.eval_games, seed=0)
@@ -65,7 +61,7 @@ class Curve(BaseCallback):
                 "wins": result["win_rate"],
                 "max": result["max_score"],
                 "exploring_return": sum(returns) / max(1, len(returns)),
-                "exploring_score": sum(self.exploring) / max(1, len(self.exploring)),
+                "exploring_score": record.mean_score_last(100),  # train's exploring mean
             }
             log.append(row)
             print(json.dumps(row), flush=True)
@@ -77,4 +73,5 @@ class Curve(BaseCallback):
         return self.num_timesteps < args.env_steps
 
 
-model.learn(10**12, callback=Curve())
+record = EpisodeRecord()  # the exploring games, recorded as sb3-snake train records them
+model.learn(10**12, callback=CallbackList([EpisodeBudget(None, record, time.perf_counter()), Curve()]))

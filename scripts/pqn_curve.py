@@ -60,6 +60,7 @@ class Curve(BaseCallback):
                 "greedy": result["mean_score"],
                 "wins": result["win_rate"],
                 "max": result["max_score"],
+                "ends": result["ends"],  # won, truncated, walled in, died with a way out
                 "exploring_return": sum(returns) / max(1, len(returns)),
                 "exploring_score": record.mean_score_last(100),  # train's exploring mean
             }

@@ -76,8 +76,7 @@ class PQN(BaseAlgorithm):
     :param policy: ``"MlpPolicy"`` (a LayerNorm MLP of ``[256, 256]`` on the flattened board),
         ``"CnnPolicy"`` (three convolutions, then 256 features with LayerNorm),
         ``"AttentionPolicy"`` (the attention extractor, then one LayerNorm layer) or a class.
-    :param env: the environment; a :class:`~sb3_snake.envs.BatchedSnakeVecEnv` of many games is
-        what PQN is made for.
+    :param env: the environment; PQN is made for a :class:`~sb3_snake.envs.BatchedSnakeVecEnv` of many games.
     :param learning_rate: Adam's step size, or an SB3 schedule of the progress.
     :param n_steps: moves of every game per rollout.
     :param n_epochs: passes over each rollout.
@@ -87,8 +86,9 @@ class PQN(BaseAlgorithm):
         rollout's end).
     :param exploration_initial_eps: epsilon at the start.
     :param exploration_final_eps: epsilon after ``exploration_steps``.
-    :param exploration_steps: env steps (all games together) over which epsilon falls linearly.
-        Each game draws its own exploration every move.
+    :param exploration_steps: env steps (all games together) over which epsilon falls linearly
+        (each game draws its own exploration every move); short, as PQN learns only from the
+        games it plays (docs/benchmarks.md, "PQN's exploration").
     :param max_grad_norm: the gradients' norm is clipped to this.
     :param food_shaping: scale of potential-based reward shaping towards the food in the
         targets (:mod:`sb3_snake.dqn.targets`; 0: off); needs Snake boards.
@@ -123,7 +123,7 @@ class PQN(BaseAlgorithm):
         q_lambda: float = 0.65,
         exploration_initial_eps: float = 1.0,
         exploration_final_eps: float = 0.02,
-        exploration_steps: int = 200_000,
+        exploration_steps: int = 100_000,
         max_grad_norm: float = 10.0,
         food_shaping: float = 0.0,
         safe_exploration: bool = False,

@@ -176,7 +176,7 @@ class TrainConfig:
     exploration_initial_eps: float = option(1.0, "Epsilon at the start.", LEARNING)
     exploration_final_eps: float | None = option(None, "Final epsilon (default 0.02 for dqn, 0.005 for pqn).", LEARNING)
     exploration_steps: int | None = option(
-        None, "Env steps of linear epsilon decay (default: 10000 for dqn, 200000 for pqn).", LEARNING
+        None, "Env steps of linear epsilon decay (default: 10000 for dqn, 100000 for pqn).", LEARNING
     )
     safe_exploration: bool | None = option(
         None, "Random moves only among those that do not die at once (default: off for dqn, on for pqn).", LEARNING

@@ -141,6 +141,7 @@ def test_pqn_curve_checkpoints_the_package_s_pqn(tmp_path):
     assert [row["env_steps"] for row in report["log"]] == [256, 512] and report["kwargs"]["n_steps"] == 8
     assert all(0 <= row["wins"] <= 1 and row["greedy"] >= 0 for row in report["log"])
     assert all(0 <= row["exploring_score"] <= 13 for row in report["log"])  # a 4x4 game's scores
+    assert all(sum(row["ends"].values()) == 4 and row["ends"]["won"] / 4 == row["wins"] for row in report["log"])
 
 
 def test_pqn_speed_times_the_env_steps_after_its_warm_up():

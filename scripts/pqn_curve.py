@@ -2,6 +2,8 @@
 as ``build_env`` and ``TrainConfig.pqn_kwargs`` make them, changed by ``--kw``), one thread, 200
 greedy games from standard starts (``evaluate(model, 200, seed=0)``) every ``--eval-every`` env
 steps, off the clock, beside the mean score of the last 100 exploring games from standard starts.
+The greedy games are the averaged network's, as PQN plays; ``--trained`` plays them again with the
+trained network's weights, for a comparison within one run.
 The arms of docs/benchmarks.md, "PQN's levers per env step".
 
 python scripts/pqn_curve.py --seed 1 --env-steps 5000000 --kw '{"n_minibatches": 32}' --out arm.json
@@ -31,6 +33,7 @@ parser.add_argument("--policy", default="MlpPolicy")
 parser.add_argument("--envs", type=int, default=TrainConfig(algo="pqn").n_envs)
 parser.add_argument("--kw", default="{}", help="other PQN arguments, as JSON")
 parser.add_argument("--game", default="{}", help="other TrainConfig options (reachable, long_starts...), as JSON")
+parser.add_argument("--trained", action="store_true", help="also play the greedy games with the trained weights")
 parser.add_argument("--out", required=True)
 args = parser.parse_args()
 
@@ -64,6 +67,8 @@ class Curve(BaseCallback):
                 "exploring_return": sum(returns) / max(1, len(returns)),
                 "exploring_score": record.mean_score_last(100),  # train's exploring mean
             }
+            if args.trained:
+                row["trained"] = greedy_games_of_the_trained_network(self.model)
             log.append(row)
             print(json.dumps(row), flush=True)
             system = {"cpu": platform.processor() or platform.machine(), "torch": torch.__version__}
@@ -72,6 +77,15 @@ class Curve(BaseCallback):
             self.due += args.eval_every
             self.since = time.perf_counter()
         return self.num_timesteps < args.env_steps
+
+
+def greedy_games_of_the_trained_network(model: PQN) -> dict:
+    """The checkpoint's greedy games played with the trained weights in the averaged network's place."""
+    averaged = {name: tensor.clone() for name, tensor in model.policy.q_net_average.state_dict().items()}
+    model.policy.q_net_average.load_state_dict(model.q_net.state_dict())
+    result = evaluate(model, args.eval_games, seed=0)
+    model.policy.q_net_average.load_state_dict(averaged)
+    return {key: result[key] for key in ("mean_score", "win_rate", "max_score", "ends")}
 
 
 record = EpisodeRecord()  # the exploring games, recorded as sb3-snake train records them

@@ -1,6 +1,6 @@
-"""The learning rate's half-life, which both learners follow in env steps: SB3's own schedules
+"""Half-lives in env steps: the learning rate's, which both learners follow (SB3's own schedules
 follow the progress towards ``total_timesteps``, which a run that stops by episodes or by the
-clock does not know."""
+clock does not know), and that of PQN's averaged weights."""
 
 from __future__ import annotations
 
@@ -31,3 +31,10 @@ def scale_learning_rate(optimizers: Any, factor: float) -> float | None:
         for group in optimizer.param_groups:
             group["lr"] *= factor
     return optimizers[0].param_groups[0]["lr"]
+
+
+def averaging_rate(env_steps: int, half_life: int) -> float:
+    """The share of the way an exponential moving average moves towards the current value after
+    ``env_steps``, for the past's weight to halve every ``half_life`` env steps (SB3's ``tau``;
+    a half-life of 0 keeps no past: 1)."""
+    return 1.0 - 0.5 ** (env_steps / half_life) if half_life > 0 else 1.0

@@ -54,6 +54,7 @@ PQN_HYPERPARAMETERS = (
     "food_shaping",
     "safe_exploration",
     "symmetry_augmentation",
+    "averaging_half_life",
     "learning_rate_half_life",
 )
 #: What every PQN file has held (the learning rate's half-life came later: 0 when absent).
@@ -136,6 +137,7 @@ PQN_HYPERPARAMETER_SCHEMA: dict[str, Any] = {
     "food_shaping": HYPERPARAMETER_SCHEMA["food_shaping"],
     "safe_exploration": _choice(False, True),
     "symmetry_augmentation": _choice(False, True),
+    "averaging_half_life": _COUNT,
     "learning_rate_half_life": HYPERPARAMETER_SCHEMA["learning_rate_half_life"],
 }
 #: What every sb3-snake model file has held (the rest came later and have defaults).

@@ -1,11 +1,17 @@
-"""PQN's policies: SB3's DQN policy with one Q-network (no target network), whose hidden layers
-are each followed by LayerNorm.
+"""PQN's policies: SB3's DQN policy with one trained Q-network (no target network), whose hidden
+layers are each followed by LayerNorm, and an average of its weights that plays.
 
 PQN keeps its Q-values stable without a target network by normalising its hidden layers
 (Gallici et al., 2024, section 4); SB3's ``create_mlp`` places the LayerNorm between each
 hidden linear layer and its activation. ``"MlpPolicy"`` flattens the board into a MLP of
 ``[256, 256]``; ``"CnnPolicy"`` is :class:`SnakeCnnExtractor` (its last layer normalised);
 ``"AttentionPolicy"`` puts the attention extractor in front of one LayerNorm layer.
+
+Without a target network PQN's greedy policy swings from one rollout to the next (on 10x10, from
+90% of games won to none within a minute of training). The policy therefore plays, and saves, an
+exponential moving average of the trained network's weights (``q_net_average``, moved by SB3's
+``polyak_update`` after each rollout's gradient steps), as the weights of a supervised model are
+averaged for its evaluation; the rollouts act, and the targets bootstrap, with the trained one.
 """
 
 from __future__ import annotations
@@ -15,7 +21,8 @@ from typing import Any
 import gymnasium as gym
 import torch
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor, create_mlp
-from stable_baselines3.common.type_aliases import Schedule
+from stable_baselines3.common.type_aliases import PyTorchObs, Schedule
+from stable_baselines3.common.utils import polyak_update
 from stable_baselines3.dqn.policies import DQNPolicy, QNetwork
 from torch import nn
 
@@ -71,7 +78,8 @@ class LayerNormQNetwork(QNetwork):
 
 
 class PQNPolicy(DQNPolicy):
-    """SB3's DQN policy with one :class:`LayerNormQNetwork` and no target network.
+    """SB3's DQN policy with one trained :class:`LayerNormQNetwork` (``q_net``), no target network,
+    and the average of its weights that plays (``q_net_average``: :meth:`update_average`).
 
     :param layer_norm: LayerNorm after each hidden layer (PQN's; off only to measure it).
     Every other argument is ``DQNPolicy``'s; ``net_arch`` defaults to :data:`DEFAULT_NET_ARCH`, and
@@ -86,7 +94,17 @@ class PQNPolicy(DQNPolicy):
 
     def _build(self, lr_schedule: Schedule) -> None:
         self.q_net = self.make_q_net()
+        self.q_net_average = self.make_q_net().requires_grad_(False)
+        self.q_net_average.load_state_dict(self.q_net.state_dict())
         self.optimizer = self.optimizer_class(self.q_net.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)
+
+    def _predict(self, observation: PyTorchObs, deterministic: bool = True) -> torch.Tensor:
+        """The greedy move of the averaged network."""
+        return self.q_net_average._predict(observation, deterministic=deterministic)
+
+    def update_average(self, tau: float) -> None:
+        """Move the averaged network ``tau`` of the way to the trained one (1: a copy of it)."""
+        polyak_update(self.q_net.parameters(), self.q_net_average.parameters(), tau)
 
     def make_q_net(self) -> LayerNormQNetwork:
         net_args = self._update_features_extractor(self.net_args, features_extractor=None)

@@ -4,7 +4,8 @@
 Each iteration plays ``n_steps`` moves of every game epsilon-greedily, turns them into Q(lambda)
 targets (:mod:`sb3_snake.pqn.returns`) with the rollout's own Q-values, fits them for ``n_epochs``
 passes of ``n_minibatches`` minibatches, and throws the samples away; LayerNorm
-(:mod:`sb3_snake.pqn.policies`) stands in for the target network. ``PQN("MlpPolicy", env)`` takes
+(:mod:`sb3_snake.pqn.policies`) stands in for the target network, and the greedy policy plays an
+average of the trained weights. ``PQN("MlpPolicy", env)`` takes
 any ``VecEnv`` with discrete actions (on a :class:`~sb3_snake.envs.BatchedSnakeVecEnv` the rollout
 stays on tensors); ``learn``, ``predict``, ``save``, ``load`` and callbacks are SB3's.
 Design notes: docs/design-notes.md, "sb3_snake/pqn/pqn.py".
@@ -23,38 +24,22 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback
 from stable_baselines3.common.utils import safe_mean
-from stable_baselines3.common.vec_env import VecEnv
 from torch.nn import functional as F
 
 from sb3_snake.acceleration.optimizations import ActiveOptimizations
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.common.errors import TrainingDiverged, UsageError
-from sb3_snake.common.schedules import half_life_factor, scale_learning_rate
+from sb3_snake.common.schedules import averaging_rate, half_life_factor, scale_learning_rate
 from sb3_snake.dqn import save_format
 from sb3_snake.dqn.save_schema import PQN_HYPERPARAMETERS
 from sb3_snake.dqn.symmetry import SymmetryAugmentation
 from sb3_snake.dqn.targets import shaping_rewards
 from sb3_snake.envs.action_masks import action_masks, is_snake_board, random_safe_actions
-from sb3_snake.envs.batched_vec_env import BatchedSnakeVecEnv, finished_games
 from sb3_snake.pqn.policies import PQN_POLICY_ALIASES, PQNPolicy
 from sb3_snake.pqn.returns import lambda_returns
+from sb3_snake.pqn.transitions import step_games
 
 SelfPQN = TypeVar("SelfPQN", bound="PQN")
-
-
-class Transition(NamedTuple):
-    """One move of every game, as tensors on the model's device, with SB3's ``dones`` and
-    ``infos`` for the callbacks. ``observations`` are the boards play continues from (a finished
-    game's next start); ``final_observations`` the last boards of the games in ``final_indices``."""
-
-    observations: torch.Tensor
-    rewards: torch.Tensor
-    terminated: torch.Tensor
-    truncated: torch.Tensor
-    final_indices: torch.Tensor
-    final_observations: torch.Tensor
-    dones: np.ndarray
-    infos: list[dict[str, Any]]
 
 
 class Rollout(NamedTuple):
@@ -71,7 +56,8 @@ class PQN(BaseAlgorithm):
 
     The defaults, measured on 10x10 Snake (docs/benchmarks.md, "PQN"), are the paper's MinAtar
     ones: 32 moves of each game per rollout (128 games: 4,096 samples), two passes of 32
-    minibatches of 128 (two gradient samples per env step, in 64 steps), lambda 0.65, lr 5e-4.
+    minibatches of 128 (two gradient samples per env step, in 64 steps), lambda 0.65, lr 5e-4;
+    the greedy policy plays weights averaged over a half-life of 100,000 env steps.
 
     :param policy: ``"MlpPolicy"`` (a LayerNorm MLP of ``[256, 256]`` on the flattened board),
         ``"CnnPolicy"`` (three convolutions, then 256 features with LayerNorm),
@@ -97,6 +83,10 @@ class PQN(BaseAlgorithm):
     :param symmetry_augmentation: fit each sample under a random symmetry of the board
         (:mod:`sb3_snake.dqn.symmetry`; egocentric: itself or its mirror image); needs square
         Snake boards.
+    :param averaging_half_life: the greedy policy (``predict``, evaluations, the saved model)
+        plays an exponential moving average of the trained weights, which halves the weight of
+        the past every this many env steps (0: it plays the trained weights); the rollouts act
+        with the trained ones (:class:`~sb3_snake.pqn.policies.PQNPolicy`).
     :param learning_rate_half_life: the learning rate (SB3's, from its schedule) halves every
         this many env steps (0: it does not), in eighths of a half-life, as SnakeDQN's does
         (:func:`~sb3_snake.common.schedules.half_life_factor`, without an early phase).
@@ -128,6 +118,7 @@ class PQN(BaseAlgorithm):
         food_shaping: float = 0.0,
         safe_exploration: bool = False,
         symmetry_augmentation: bool = False,
+        averaging_half_life: int = 100_000,
         learning_rate_half_life: int = 0,
         optimizations: OptimizationSettings | None = None,
         stats_window_size: int = 100,
@@ -158,7 +149,7 @@ class PQN(BaseAlgorithm):
         self.exploration_rate = exploration_initial_eps
         self.food_shaping, self.safe_exploration = food_shaping, safe_exploration
         self.symmetry_augmentation = symmetry_augmentation
-        self.learning_rate_half_life = learning_rate_half_life
+        self.averaging_half_life, self.learning_rate_half_life = averaging_half_life, learning_rate_half_life
         self.optimizations = optimizations if optimizations is not None else OptimizationSettings()
         self.active_optimizations: ActiveOptimizations | None = None
         self._augmentation: SymmetryAugmentation | None = None
@@ -210,9 +201,9 @@ class PQN(BaseAlgorithm):
             ),
             (_whole(self.exploration_steps, 0), f"exploration_steps must be 0 or more, got {self.exploration_steps!r}"),
             (self.max_grad_norm > 0, f"max_grad_norm must be positive, got {self.max_grad_norm}"),
-            (
-                _whole(self.learning_rate_half_life, 0),
-                f"learning_rate_half_life must be 0 or more env steps, got {self.learning_rate_half_life!r}",
+            *(
+                (_whole(getattr(self, name), 0), f"{name} must be 0 or more env steps, got {getattr(self, name)!r}")
+                for name in ("averaging_half_life", "learning_rate_half_life")
             ),
         ]
         return next((message for ok, message in checks if not ok), "")
@@ -228,8 +219,9 @@ class PQN(BaseAlgorithm):
         reset_num_timesteps: bool = True,
         progress_bar: bool = False,
     ) -> SelfPQN:
-        """Roll out, compute the targets, fit them, until ``total_timesteps`` env steps or a
-        callback's ``on_step`` returns False; SB3's logs every ``log_interval`` rollouts."""
+        """Roll out, compute the targets, fit them, move the averaged network, until
+        ``total_timesteps`` env steps or a callback's ``on_step`` returns False; SB3's logs every
+        ``log_interval`` rollouts."""
         total_timesteps, callback = self._setup_learn(
             total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar
         )
@@ -244,6 +236,7 @@ class PQN(BaseAlgorithm):
             if log_interval is not None and iteration % log_interval == 0:
                 self.dump_logs()
             self.train(rollout)
+            self.policy.update_average(averaging_rate(self.n_steps * self.n_envs, self.averaging_half_life))
         callback.on_training_end()
         return self
 
@@ -261,7 +254,7 @@ class PQN(BaseAlgorithm):
             for _ in range(self.n_steps):
                 self.exploration_rate = self.epsilon(self.num_timesteps)
                 action = self.explore(obs, q_values)
-                step = self._step(self.env, action)
+                step = step_games(self.env, action, self.device)
                 self.num_timesteps += self.env.num_envs
                 callback.update_locals({"actions": action, "new_obs": step.observations, **step._asdict()})
                 if not callback.on_step():
@@ -355,39 +348,6 @@ class PQN(BaseAlgorithm):
             count = observation.shape[0]  # type: ignore[union-attr]
             return np.array([self.action_space.sample() for _ in range(count)]), state
         return np.array(self.action_space.sample()), state
-
-    def _step(self, env: VecEnv, actions: torch.Tensor) -> Transition:
-        """One move of every game: on tensors for a ``BatchedSnakeVecEnv``, else through SB3's
-        ``VecEnv.step`` (its ``terminal_observation`` and ``TimeLimit.truncated``)."""
-        if isinstance(env, BatchedSnakeVecEnv):
-            step = env.step_tensors(actions.to(env.device))
-            dones, infos = finished_games(env, step)
-            on_device = (
-                step.observations,
-                step.rewards,
-                step.terminated,
-                step.truncated,
-                step.final_indices,
-                step.final_observations,
-            )
-            return Transition(*(tensor.to(self.device) for tensor in on_device), dones, infos)
-        new_obs, rewards, dones, infos = env.step(actions.cpu().numpy())
-        truncated = np.array(
-            [done and info.get("TimeLimit.truncated", False) for done, info in zip(dones, infos, strict=True)]
-        )
-        finals = np.flatnonzero(dones)
-        final_obs = np.stack([infos[i]["terminal_observation"] for i in finals]) if len(finals) else new_obs[:0]
-        as_tensor = lambda array: torch.as_tensor(array, device=self.device)  # noqa: E731
-        return Transition(
-            as_tensor(new_obs),
-            as_tensor(rewards),
-            as_tensor(dones & ~truncated),
-            as_tensor(truncated),
-            as_tensor(finals),
-            as_tensor(final_obs),
-            dones,
-            infos,
-        )
 
     # ------------------------------------------------------------------ SB3's hooks
 

@@ -214,6 +214,12 @@ class TrainConfig:
         "Lambda of the Q(lambda) targets (0: one-step; 1: to the rollout's end).",
         PQN_LEARNING,
     )
+    averaging_half_life: int = option(
+        PQN_DEFAULTS["averaging_half_life"],
+        "Env steps in which the past halves its weight in the averaged network that the greedy "
+        "policy plays and saves (0: it plays the trained network).",
+        PQN_LEARNING,
+    )
     checkpoint_every: int | None = option(
         None, "Episodes between atomic checkpoints (checkpoint.zip).", RUN_OPTION, values=number(1)
     )

@@ -135,13 +135,14 @@ def test_pqn_prototype_trains_and_evaluates(tmp_path):
 def test_pqn_curve_checkpoints_the_package_s_pqn(tmp_path):
     output = tmp_path / "arm.json"
     arguments = ["--board", "4", "--env-steps", "512", "--envs", "16", "--eval-every", "256", "--eval-games", "4"]
-    done = run_script("pqn_curve.py", *arguments, "--kw", '{"n_steps": 8}', "--out", str(output))
+    done = run_script("pqn_curve.py", *arguments, "--kw", '{"n_steps": 8}', "--trained", "--out", str(output))
     assert done.returncode == 0, done.stderr
     report = json.loads(output.read_text())
     assert [row["env_steps"] for row in report["log"]] == [256, 512] and report["kwargs"]["n_steps"] == 8
     assert all(0 <= row["wins"] <= 1 and row["greedy"] >= 0 for row in report["log"])
     assert all(0 <= row["exploring_score"] <= 13 for row in report["log"])  # a 4x4 game's scores
     assert all(sum(row["ends"].values()) == 4 and row["ends"]["won"] / 4 == row["wins"] for row in report["log"])
+    assert all(sum(row["trained"]["ends"].values()) == 4 for row in report["log"])  # the same games, trained weights
 
 
 def test_pqn_speed_times_the_env_steps_after_its_warm_up():

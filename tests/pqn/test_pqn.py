@@ -1,5 +1,5 @@
 """PQN: SB3's interface (learn, callbacks, predict, save and load), both step paths alike, its
-exploration, its checks, and that it learns."""
+exploration, its averaged network, its checks, and that it learns."""
 
 import gymnasium as gym
 import numpy as np
@@ -11,6 +11,7 @@ from torch import nn
 
 from sb3_snake import BatchedSnakeVecEnv
 from sb3_snake.common.errors import UsageError
+from sb3_snake.common.schedules import averaging_rate
 from sb3_snake.envs.action_masks import action_masks
 from sb3_snake.persistence import load_model, save_model
 from sb3_snake.pqn import PQN
@@ -84,6 +85,9 @@ def test_save_and_load_keep_the_network_the_hyperparameters_and_the_counters(tmp
     boards = torch.as_tensor(BatchedSnakeVecEnv(32, seed=9, **GAME).reset())
     with torch.no_grad():
         torch.testing.assert_close(loaded.q_net(boards), model.q_net(boards))
+        average = loaded.policy.q_net_average(boards)
+        torch.testing.assert_close(average, model.policy.q_net_average(boards))
+        assert not torch.allclose(average, loaded.q_net(boards))  # the two networks were saved apart
     assert (loaded.q_lambda, loaded.n_minibatches, loaded.num_timesteps) == (0.5, 2, model.num_timesteps)
     assert loaded.policy.optimizer.state_dict()["state"].keys() == model.policy.optimizer.state_dict()["state"].keys()
 
@@ -95,6 +99,60 @@ def test_the_learning_rate_halves_every_half_life_of_env_steps_and_is_saved(tmp_
     assert model.policy.optimizer.param_groups[0]["lr"] == pytest.approx(5e-4 * 0.5**1.5)
     save_model(model, tmp_path / "model.zip")
     assert load_model(tmp_path / "model.zip").learning_rate_half_life == 256
+
+
+@pytest.mark.parametrize("half_life", [0, 256, 1000])
+def test_the_averaged_network_moves_towards_the_trained_one_after_each_rollout(half_life):
+    """After each rollout's gradient steps the averaged network moves ``averaging_rate`` of the way
+    to the trained one (a half-life of 0: it is the trained one); the rollouts act with the trained one."""
+    model = snake_pqn(n_envs=16, averaging_half_life=half_life)  # a rollout: 8 moves of 16 games
+    trained = [parameter.detach().clone() for parameter in model.q_net.parameters()]
+    average = [parameter.clone() for parameter in trained]
+    tau = averaging_rate(128, half_life)
+
+    class Record(BaseCallback):
+        def _on_rollout_start(self):  # before each rollout but the first, the average has moved
+            if self.num_timesteps:
+                for mean, now in zip(average, self.model.q_net.parameters(), strict=True):
+                    mean.lerp_(now.detach(), tau)
+            for mean, played in zip(average, self.model.policy.q_net_average.parameters(), strict=True):
+                torch.testing.assert_close(played, mean)
+
+        def _on_step(self):
+            return True
+
+    model.learn(384, callback=Record())
+    for mean, now in zip(average, model.q_net.parameters(), strict=True):
+        mean.lerp_(now.detach(), tau)
+    for mean, played in zip(average, model.policy.q_net_average.parameters(), strict=True):
+        torch.testing.assert_close(played, mean)
+    moved = any(not torch.equal(a, b) for a, b in zip(trained, model.q_net.parameters(), strict=True))
+    pairs = zip(model.q_net.parameters(), model.policy.q_net_average.parameters(), strict=True)
+    same = all(torch.equal(a, b) for a, b in pairs)
+    assert moved and same == (half_life == 0)
+    assert not any(parameter.requires_grad for parameter in model.policy.q_net_average.parameters())
+
+
+def test_the_rollouts_act_with_the_trained_network_and_predict_with_the_averaged_one():
+    model = snake_pqn(exploration_initial_eps=0.0, exploration_final_eps=0.0)
+    with torch.no_grad():
+        for parameter in model.policy.q_net_average.parameters():
+            parameter.normal_()  # an averaged network that plays apart from the trained one
+    model._setup_learn(10_000, None)
+    rollout = model.collect_rollout(model._init_callback(None))
+    with torch.no_grad():
+        trained = model.q_net(rollout.observations).argmax(dim=1)
+        averaged = model.policy.q_net_average(rollout.observations).argmax(dim=1)
+    assert torch.equal(rollout.actions, trained) and not torch.equal(trained, averaged)
+    predicted, _ = model.predict(rollout.observations.numpy(), deterministic=True)
+    assert (predicted == averaged.numpy()).all()
+
+
+@pytest.mark.parametrize(
+    ("env_steps", "half_life", "tau"), [(100, 100, 0.5), (50, 100, 1 - 0.5**0.5), (4096, 0, 1.0), (200, 100, 0.75)]
+)
+def test_the_averaging_rate_halves_the_past_every_half_life(env_steps, half_life, tau):
+    assert averaging_rate(env_steps, half_life) == pytest.approx(tau)
 
 
 def test_exploration_falls_linearly_to_its_final_epsilon():
@@ -117,10 +175,11 @@ def test_safe_exploration_never_picks_a_fatal_move_while_a_safe_one_exists(egoce
 
 def test_predict_is_greedy_when_deterministic_and_random_at_epsilon_one():
     model = snake_pqn(exploration_initial_eps=1.0)
+    model.learn(512)  # the averaged network now differs from the trained one
     boards = BatchedSnakeVecEnv(64, seed=4, **GAME).reset()
     greedy, _ = model.predict(boards, deterministic=True)
     with torch.no_grad():
-        assert (greedy == model.q_net(torch.as_tensor(boards)).argmax(dim=1).numpy()).all()
+        assert (greedy == model.policy.q_net_average(torch.as_tensor(boards)).argmax(dim=1).numpy()).all()
     model.exploration_rate = 1.0
     random = np.concatenate([model.predict(boards)[0] for _ in range(5)])
     assert set(random.tolist()) == {0, 1, 2}
@@ -138,6 +197,7 @@ def test_any_discrete_gymnasium_env_trains():
         ({"n_minibatches": 200}, "n_minibatches must be from 1 to the rollout's 128 samples"),
         ({"q_lambda": 1.5}, "q_lambda must be from 0 to 1, got 1.5"),
         ({"n_steps": 0}, "n_steps must be a positive integer, got 0"),
+        ({"averaging_half_life": -1}, "averaging_half_life must be 0 or more env steps, got -1"),
     ],
 )
 def test_values_that_cannot_work_are_refused_in_one_line(kwargs, words):
@@ -205,6 +265,7 @@ def test_the_safe_loader_rebuilds_a_pqn_that_plays_as_the_saved_one(tmp_path, po
     boards = torch.as_tensor(BatchedSnakeVecEnv(32, seed=9, **GAME).reset())
     with torch.no_grad():
         torch.testing.assert_close(loaded.q_net(boards), model.q_net(boards))
+        torch.testing.assert_close(loaded.policy.q_net_average(boards), model.policy.q_net_average(boards))
     assert evaluate(loaded, 4, seed=1) == evaluate(model, 4, seed=1)
 
 

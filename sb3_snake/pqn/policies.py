@@ -16,6 +16,7 @@ averaged for its evaluation; the rollouts act, and the targets bootstrap, with t
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import gymnasium as gym
@@ -94,8 +95,7 @@ class PQNPolicy(DQNPolicy):
 
     def _build(self, lr_schedule: Schedule) -> None:
         self.q_net = self.make_q_net()
-        self.q_net_average = self.make_q_net().requires_grad_(False)
-        self.q_net_average.load_state_dict(self.q_net.state_dict())
+        self.q_net_average = copy.deepcopy(self.q_net).requires_grad_(False)  # draws no random numbers
         self.optimizer = self.optimizer_class(self.q_net.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)
 
     def _predict(self, observation: PyTorchObs, deterministic: bool = True) -> torch.Tensor:

@@ -290,3 +290,19 @@ def test_a_pqn_description_with_a_dqn_hyperparameter_is_refused(tmp_path):
     rewrite_metadata(tmp_path / "pqn.zip", tmp_path / "edited.zip", edit)
     with pytest.raises(UsageError, match=r"hyperparameters has unknown keys \['buffer_size'\]"):
         load_model(tmp_path / "edited.zip")
+
+
+def test_a_pqn_file_without_an_averaged_network_is_refused_in_one_line(tmp_path):
+    """Files saved before the averaged network hold neither its half-life nor its weights."""
+    from tests.conftest import rewrite_metadata
+
+    save_model(snake_pqn(), tmp_path / "pqn.zip")
+
+    def edit(described):
+        del described["hyperparameters"]["averaging_half_life"]
+        return described
+
+    rewrite_metadata(tmp_path / "pqn.zip", tmp_path / "edited.zip", edit)
+    with pytest.raises(UsageError, match=r"hyperparameters lacks \['averaging_half_life'\]") as error:
+        load_model(tmp_path / "edited.zip")
+    assert "\n" not in str(error.value)

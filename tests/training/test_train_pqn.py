@@ -64,6 +64,7 @@ def test_each_learner_takes_its_own_defaults_and_a_given_value_wins():
         ({"algo": "pqn", "batch_size": 256}, "batch_size is for the dqn learner"),
         ({"q_lambda": 0.9}, "q_lambda is for the pqn learner, and this run's algo is dqn"),
         ({"n_minibatches": 16}, "n_minibatches is for the pqn learner"),
+        ({"averaging_half_life": 0}, "averaging_half_life is for the pqn learner"),
         ({"policy": "cnn"}, "policy cnn is for the pqn learner (dqn's is attention)"),
         ({"algo": "ppo"}, "algo must be one of dqn, pqn, got 'ppo'"),
         ({"algo": None}, "algo must be one of dqn, pqn, got None"),

@@ -2,16 +2,13 @@
 layers are each followed by LayerNorm, and an average of its weights that plays.
 
 PQN keeps its Q-values stable without a target network by normalising its hidden layers
-(Gallici et al., 2024, section 4); SB3's ``create_mlp`` places the LayerNorm between each
-hidden linear layer and its activation. ``"MlpPolicy"`` flattens the board into a MLP of
-``[256, 256]``; ``"CnnPolicy"`` is :class:`SnakeCnnExtractor` (its last layer normalised);
-``"AttentionPolicy"`` puts the attention extractor in front of one LayerNorm layer.
-
-Without a target network PQN's greedy policy swings from one rollout to the next (on 10x10, from
-90% of games won to none within a minute of training). The policy therefore plays, and saves, an
-exponential moving average of the trained network's weights (``q_net_average``, moved by SB3's
-``polyak_update`` after each rollout's gradient steps), as the weights of a supervised model are
-averaged for its evaluation; the rollouts act, and the targets bootstrap, with the trained one.
+(Gallici et al., 2024, section 4); SB3's ``create_mlp`` places the LayerNorm between each hidden
+linear layer and its activation. ``"MlpPolicy"`` flattens the board into a MLP of ``[256, 256]``;
+``"CnnPolicy"`` is :class:`SnakeCnnExtractor`; ``"AttentionPolicy"`` puts the attention extractor
+in front of one LayerNorm layer. The trained network's greedy policy swings from one rollout to
+the next, so the policy plays and saves an exponential moving average of its weights
+(``q_net_average``, moved by SB3's ``polyak_update`` after each rollout); the rollouts act, and
+the targets bootstrap, with the trained one. Design notes: docs/design-notes.md, "sb3_snake/pqn/pqn.py".
 """
 
 from __future__ import annotations

@@ -110,22 +110,22 @@ def test_the_averaged_network_moves_towards_the_trained_one_after_each_rollout(h
     average = [parameter.clone() for parameter in trained]
     tau = averaging_rate(128, half_life)
 
+    def check_after_update(moved=True):  # after each rollout's update (none before the first)
+        if moved:
+            for mean, now in zip(average, model.q_net.parameters(), strict=True):
+                mean.lerp_(now.detach(), tau)
+        for mean, played in zip(average, model.policy.q_net_average.parameters(), strict=True):
+            torch.testing.assert_close(played, mean)
+
     class Record(BaseCallback):
-        def _on_rollout_start(self):  # before each rollout but the first, the average has moved
-            if self.num_timesteps:
-                for mean, now in zip(average, self.model.q_net.parameters(), strict=True):
-                    mean.lerp_(now.detach(), tau)
-            for mean, played in zip(average, self.model.policy.q_net_average.parameters(), strict=True):
-                torch.testing.assert_close(played, mean)
+        def _on_rollout_start(self):
+            check_after_update(moved=self.num_timesteps > 0)
 
         def _on_step(self):
             return True
 
     model.learn(384, callback=Record())
-    for mean, now in zip(average, model.q_net.parameters(), strict=True):
-        mean.lerp_(now.detach(), tau)
-    for mean, played in zip(average, model.policy.q_net_average.parameters(), strict=True):
-        torch.testing.assert_close(played, mean)
+    check_after_update()  # the third rollout's
     moved = any(not torch.equal(a, b) for a, b in zip(trained, model.q_net.parameters(), strict=True))
     pairs = zip(model.q_net.parameters(), model.policy.q_net_average.parameters(), strict=True)
     same = all(torch.equal(a, b) for a, b in pairs)

@@ -64,9 +64,9 @@ def train(
     from sb3_snake.acceleration.optimizations import threads_for, torch_threads
     from sb3_snake.common.errors import TrainingDiverged
     from sb3_snake.training.callbacks import RunCancelled, StopRequest
-    from sb3_snake.training.config import WandbOptions
     from sb3_snake.training.options import configure_run
     from sb3_snake.training.run import train as run_training
+    from sb3_snake.training.tracking import WandbOptions
 
     env_file = options.pop("env_file")
     with user_errors():

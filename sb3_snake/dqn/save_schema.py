@@ -56,9 +56,12 @@ PQN_HYPERPARAMETERS = (
     "symmetry_augmentation",
     "averaging_half_life",
     "learning_rate_half_life",
+    "fatal_move_targets",
+    "stall_as_death",
 )
-#: What every PQN file has held (the learning rate's half-life came later: 0 when absent).
-PQN_REQUIRED_HYPERPARAMETERS = PQN_HYPERPARAMETERS[1:-1]
+#: What every PQN file has held (the rest came later, and a file without them trained without
+#: them: PQN's defaults, 0 and off).
+PQN_REQUIRED_HYPERPARAMETERS = PQN_HYPERPARAMETERS[1:-3]
 PQN_COUNTERS = ("num_timesteps", "_n_updates", "_episode_num", "exploration_rate")
 
 #: Bytes the JSON description may take unpacked (a few kilobytes in practice).
@@ -139,6 +142,8 @@ PQN_HYPERPARAMETER_SCHEMA: dict[str, Any] = {
     "symmetry_augmentation": _choice(False, True),
     "averaging_half_life": _COUNT,
     "learning_rate_half_life": HYPERPARAMETER_SCHEMA["learning_rate_half_life"],
+    "fatal_move_targets": _choice(False, True),
+    "stall_as_death": _choice(False, True),
 }
 #: What every sb3-snake model file has held (the rest came later and have defaults).
 REQUIRED_HYPERPARAMETERS = (

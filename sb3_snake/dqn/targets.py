@@ -6,8 +6,8 @@ compiled and captured updates all compute them here. Shaping adds ``scale * (dis
 to the target, ``phi(s) = 1 - d(s) / (H + W - 2)`` (:func:`food_potential`; ``d`` the Manhattan distance from
 the head to the food; zero once a game has terminated), and leaves the rules' optimal policy as it is.
 Invariant: shaping is applied to the TD target, never to stored rewards, so the replay buffer and the
-environments keep the rules' rewards (returns, scores, greedy evaluation), and the targets equal those of
-stored shaped rewards, 1-step and n-step (tests/dqn/test_targets.py).
+environments keep the rules' rewards, and the targets equal those of stored shaped rewards, 1-step and
+n-step (tests/dqn/test_targets.py). :func:`fatal_move_values`: a fatal move's target, known unplayed.
 Design notes: docs/design-notes.md, "sb3_snake/dqn/targets.py".
 """
 
@@ -18,7 +18,7 @@ from collections.abc import Callable
 import torch
 from stable_baselines3.common.type_aliases import ReplayBufferSamples
 
-from sb3_snake.envs.rules import FOOD, HEAD
+from sb3_snake.envs.rules import DEATH_REWARD, FOOD, HEAD
 
 
 def food_potential(observations: torch.Tensor) -> torch.Tensor:
@@ -46,6 +46,14 @@ def shaping_rewards(
     for one step, or ``(N,)`` per transition (an n-step sequence's ``gamma ** k``)."""
     next_potential = torch.where(terminated.bool(), 0.0, food_potential(next_observations))
     return scale * (discount * next_potential - food_potential(observations))
+
+
+def fatal_move_values(scale: float, observations: torch.Tensor) -> torch.Tensor:
+    """``(N,)`` float32: the target of any move that dies at once from each board: the death's
+    reward, and with shaping of ``scale`` the potential lost (a terminal board's is zero), which is
+    ``DEATH_REWARD`` plus :func:`shaping_rewards` of a terminated move. PQN's
+    ``fatal_move_targets`` fits these moves to it, as exploration that is safe never plays them."""
+    return DEATH_REWARD - scale * food_potential(observations)
 
 
 def td_targets(

@@ -34,7 +34,9 @@ from sb3_snake.envs.batched_state import (
 from sb3_snake.envs.rules import (
     BODY,
     COUNTDOWN,
+    DEATH_REWARD,
     DIRECTION_DELTAS,
+    FOOD_REWARD,
     MAX_COUNTDOWN,
     TURNS,
     SnakeRules,
@@ -191,7 +193,7 @@ class BatchedGames:
         if len(eaters):
             self._place_food(eaters)
 
-        rewards = eats.float() - dies.float()
+        rewards = FOOD_REWARD * eats.float() + DEATH_REWARD * dies.float()
         terminated = dies | wins
         stall_limit = self.rules.stall_limit(self._state[LENGTH_ROW]) if self.rules.stall_growth else self._stall_limit
         truncated = ~terminated & (self._state[STEPS_WITHOUT_FOOD_ROW] >= stall_limit)
@@ -210,7 +212,7 @@ class BatchedGames:
             truncated=truncated,
             final_indices=finished,
             final_observations=final_observations,
-            final_returns=(final_state[SCORE_ROW] - final_dies.long()).float(),
+            final_returns=FOOD_REWARD * final_state[SCORE_ROW].float() + DEATH_REWARD * final_dies.float(),
             final_episode_lengths=final_episode_lengths,
             final_scores=final_state[SCORE_ROW],
             final_lengths=final_state[LENGTH_ROW],

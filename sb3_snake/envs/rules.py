@@ -42,6 +42,11 @@ MIN_START_LENGTH = 2
 MAX_STALL_GROWTH = 64
 
 
+#: The reward of a move that eats (the winning move too) and of one that dies (off the board or into
+#: the body); any other move earns 0. A stall (too many moves without food) truncates the game at no
+#: cost in the rules; PQN's ``stall_as_death`` learns it as a death.
+FOOD_REWARD, DEATH_REWARD = 1.0, -1.0
+
 #: Relative actions (``egocentric=True``): turn left, go straight, turn right.
 TURN_LEFT, STRAIGHT, TURN_RIGHT = 0, 1, 2
 

@@ -14,8 +14,10 @@ from sb3_snake.envs.render import RENDER_FPS, RENDER_MODES, check_render_mode, d
 from sb3_snake.envs.rules import (
     BODY,
     COUNTDOWN,
+    DEATH_REWARD,
     DIRECTION_DELTAS,
     FOOD,
+    FOOD_REWARD,
     HEAD,
     MAX_COUNTDOWN,
     NECK,
@@ -192,7 +194,7 @@ class SnakeEnv(gym.Env[np.ndarray, np.int64]):
 
         terminated, truncated, success = False, False, False
         if off_board or hits_body:
-            reward, terminated = -1.0, True
+            reward, terminated = DEATH_REWARD, True
         else:
             self._direction = action
             if eats:
@@ -203,7 +205,7 @@ class SnakeEnv(gym.Env[np.ndarray, np.int64]):
                 self._steps_without_food += 1
             self._body.appendleft(new_head)
             self._occupied[new_head] = True
-            reward = 1.0 if eats else 0.0
+            reward = FOOD_REWARD if eats else 0.0
             if eats:
                 if len(self._body) == self.rules.num_cells:
                     self._food, terminated, success = None, True, True

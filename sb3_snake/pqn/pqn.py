@@ -33,8 +33,9 @@ from sb3_snake.common.schedules import averaging_rate, half_life_factor, scale_l
 from sb3_snake.dqn import save_format
 from sb3_snake.dqn.save_schema import PQN_HYPERPARAMETERS
 from sb3_snake.dqn.symmetry import SymmetryAugmentation
-from sb3_snake.dqn.targets import shaping_rewards
+from sb3_snake.dqn.targets import fatal_move_values, shaping_rewards
 from sb3_snake.envs.action_masks import action_masks, is_snake_board, random_safe_actions
+from sb3_snake.envs.rules import DEATH_REWARD
 from sb3_snake.pqn.policies import PQN_POLICY_ALIASES, PQNPolicy
 from sb3_snake.pqn.returns import lambda_returns
 from sb3_snake.pqn.transitions import step_games
@@ -43,11 +44,14 @@ SelfPQN = TypeVar("SelfPQN", bound="PQN")
 
 
 class Rollout(NamedTuple):
-    """What one iteration learns from, flattened over steps and games."""
+    """What one iteration learns from, flattened over steps and games; with ``fatal_move_targets``,
+    also which moves of each board die at once (``(N, A)`` bool) and their known value (``(N,)``)."""
 
     observations: torch.Tensor
     actions: torch.Tensor
     returns: torch.Tensor
+    fatal_moves: torch.Tensor | None = None
+    fatal_values: torch.Tensor | None = None
 
 
 class PQN(BaseAlgorithm):
@@ -80,6 +84,12 @@ class PQN(BaseAlgorithm):
         targets (:mod:`sb3_snake.dqn.targets`; 0: off); needs Snake boards.
     :param safe_exploration: draw exploration's random moves among the moves that do not die at
         once (:mod:`sb3_snake.envs.action_masks`); needs Snake boards.
+    :param fatal_move_targets: in every minibatch, also fit the Q-values of the moves that die at
+        once to their known value (:func:`~sb3_snake.dqn.targets.fatal_move_values`), which safe
+        exploration never plays and the bootstrap's max reads; needs Snake boards.
+    :param stall_as_death: a game truncated by the env (on Snake, the stall limit) counts in the
+        targets as lost: no bootstrap from its last board, and a death's reward; the env's rewards
+        and scores stay the rules'. Needs Snake boards.
     :param symmetry_augmentation: fit each sample under a random symmetry of the board
         (:mod:`sb3_snake.dqn.symmetry`; egocentric: itself or its mirror image); needs square
         Snake boards.
@@ -117,6 +127,8 @@ class PQN(BaseAlgorithm):
         max_grad_norm: float = 10.0,
         food_shaping: float = 0.0,
         safe_exploration: bool = False,
+        fatal_move_targets: bool = False,
+        stall_as_death: bool = False,
         symmetry_augmentation: bool = False,
         averaging_half_life: int = 100_000,
         learning_rate_half_life: int = 0,
@@ -148,6 +160,7 @@ class PQN(BaseAlgorithm):
         self.exploration_steps = exploration_steps
         self.exploration_rate = exploration_initial_eps
         self.food_shaping, self.safe_exploration = food_shaping, safe_exploration
+        self.fatal_move_targets, self.stall_as_death = fatal_move_targets, stall_as_death
         self.symmetry_augmentation = symmetry_augmentation
         self.averaging_half_life, self.learning_rate_half_life = averaging_half_life, learning_rate_half_life
         self.optimizations = optimizations if optimizations is not None else OptimizationSettings()
@@ -162,11 +175,12 @@ class PQN(BaseAlgorithm):
         if problem:
             raise UsageError(problem)
         snake_boards = is_snake_board(self.observation_space, self.action_space)
-        for name in ("food_shaping", "safe_exploration", "symmetry_augmentation"):
+        for name in SNAKE_ONLY:
             if getattr(self, name) and not snake_boards:
                 raise UsageError(f"{name} reads Snake boards, and this env's observations are not; turn {name} off")
-        if self.food_shaping and self._vec_normalize_env is not None:
-            raise UsageError("food_shaping needs the env's own observations and rewards; remove VecNormalize")
+        for name in SNAKE_ONLY[:3]:
+            if getattr(self, name) and self._vec_normalize_env is not None:
+                raise UsageError(f"{name} needs the env's own observations and rewards; remove VecNormalize")
         self._setup_lr_schedule()
         self.set_random_seed(self.seed)
         self.policy = self.policy_class(
@@ -248,12 +262,14 @@ class PQN(BaseAlgorithm):
         self.policy.set_training_mode(False)
         callback.on_rollout_start()
         obs = torch.as_tensor(self._last_obs, device=self.device)
-        observations, actions, rewards, bootstraps, cuts = [], [], [], [], []
+        observations, actions, rewards, bootstraps, cuts, fatal_moves = [], [], [], [], [], []
+        reads_moves, egocentric = self.safe_exploration or self.fatal_move_targets, self.action_space.n == 3
         with torch.no_grad():
             q_values = self.q_net(obs)
             for _ in range(self.n_steps):
                 self.exploration_rate = self.epsilon(self.num_timesteps)
-                action = self.explore(obs, q_values)
+                safe = action_masks(obs, egocentric) if reads_moves else None
+                action = self.explore(obs, q_values, safe)
                 step = step_games(self.env, action, self.device)
                 self.num_timesteps += self.env.num_envs
                 callback.update_locals({"actions": action, "new_obs": step.observations, **step._asdict()})
@@ -268,39 +284,52 @@ class PQN(BaseAlgorithm):
                     final_best = self.q_net(step.final_observations).max(dim=1).values
                     best = best.index_copy(0, step.final_indices, final_best)
                     boards = boards.index_copy(0, step.final_indices, step.final_observations)
-                reward = step.rewards.float()
+                reward, terminated, cut = step.rewards.float(), step.terminated, step.terminated | step.truncated
+                if self.stall_as_death:  # lost: a death's reward, and no bootstrap from the last board
+                    reward, terminated = reward + DEATH_REWARD * step.truncated.float(), cut
                 if self.food_shaping:
-                    reward = reward + shaping_rewards(self.food_shaping, self.gamma, obs, boards, step.terminated)
+                    reward = reward + shaping_rewards(self.food_shaping, self.gamma, obs, boards, terminated)
                 observations.append(obs)
                 actions.append(action)
                 rewards.append(reward)
-                bootstraps.append(best.masked_fill(step.terminated, 0.0))
-                cuts.append(step.terminated | step.truncated)
+                bootstraps.append(best.masked_fill(terminated, 0.0))
+                cuts.append(cut)
+                if self.fatal_move_targets:
+                    fatal_moves.append(~safe)
                 obs, q_values = step.observations, next_q_values
         self._last_obs = obs
         callback.on_rollout_end()
         returns = lambda_returns(
             torch.stack(rewards), torch.stack(bootstraps), torch.stack(cuts), self.gamma, self.q_lambda
         )
-        return Rollout(torch.cat(observations), torch.cat(actions), returns.flatten())
+        played = torch.cat(observations)
+        fatal = torch.cat(fatal_moves) if self.fatal_move_targets else None
+        fatal_values = fatal_move_values(self.food_shaping, played) if self.fatal_move_targets else None
+        return Rollout(played, torch.cat(actions), returns.flatten(), fatal, fatal_values)
 
     def train(self, rollout: Rollout) -> None:
         """``n_epochs`` passes of ``n_minibatches`` shuffled minibatches of squared TD error
-        against the rollout's targets, the gradients clipped to ``max_grad_norm``."""
+        against the rollout's targets (and, with ``fatal_move_targets``, of every fatal move's
+        Q-value against its known value), the gradients clipped to ``max_grad_norm``."""
         self.policy.set_training_mode(True)
         self._update_learning_rate(self.policy.optimizer)
         losses = []
         for _ in range(self.n_epochs):
             order = torch.randperm(len(rollout.returns), device=self.device)
             for batch in order.chunk(self.n_minibatches):
-                observations, actions = rollout.observations[batch], rollout.actions[batch]
+                observations, actions, turned = rollout.observations[batch], rollout.actions[batch], None
                 if self._augmentation is not None:  # the targets are the same under every symmetry
                     symmetries = self._augmentation.draw(len(batch))
                     observations = self._augmentation.transform(observations, symmetries)
-                    actions = self._augmentation.actions[symmetries, actions]
+                    turned = self._augmentation.actions[symmetries]  # (B, A): what each action becomes
+                    actions = turned.gather(1, actions[:, None]).squeeze(1)
                 q_values = self.q_net(observations)
                 chosen = q_values.gather(1, actions[:, None]).squeeze(1)
                 loss = 0.5 * F.mse_loss(chosen, rollout.returns[batch])
+                if rollout.fatal_moves is not None:  # each move a of the rollout is g(a) under a symmetry g
+                    q_rollout = q_values if turned is None else q_values.gather(1, turned)
+                    errors = (q_rollout - rollout.fatal_values[batch, None]).square() * rollout.fatal_moves[batch]
+                    loss = loss + 0.5 * errors.sum(dim=1).mean()
                 self.policy.optimizer.zero_grad()
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
@@ -322,12 +351,17 @@ class PQN(BaseAlgorithm):
         fraction = env_steps / self.exploration_steps
         return self.exploration_initial_eps + fraction * (self.exploration_final_eps - self.exploration_initial_eps)
 
-    def explore(self, observations: torch.Tensor, q_values: torch.Tensor) -> torch.Tensor:
+    def explore(
+        self, observations: torch.Tensor, q_values: torch.Tensor, safe_moves: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Each game's move: with probability ``exploration_rate`` a random one (among the moves
-        that do not die at once, with ``safe_exploration``), else the greedy one."""
+        that do not die at once, with ``safe_exploration``: ``safe_moves``, the boards'
+        :func:`~sb3_snake.envs.action_masks.action_masks` where the caller has them), else the greedy one."""
         greedy = q_values.argmax(dim=1)
         if self.safe_exploration:
-            random = random_safe_actions(action_masks(observations, egocentric=self.action_space.n == 3))
+            if safe_moves is None:
+                safe_moves = action_masks(observations, egocentric=self.action_space.n == 3)
+            random = random_safe_actions(safe_moves)
         else:
             random = torch.randint(int(self.action_space.n), greedy.shape, device=greedy.device)
         explore = torch.rand(greedy.shape, device=greedy.device) < self.exploration_rate
@@ -404,6 +438,10 @@ class PQN(BaseAlgorithm):
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
         return ["policy", "policy.optimizer"], []
+
+
+#: The options that read Snake boards; the first three also read the env's own rewards.
+SNAKE_ONLY = ("food_shaping", "fatal_move_targets", "stall_as_death", "safe_exploration", "symmetry_augmentation")
 
 
 def _whole(value: Any, low: int) -> bool:

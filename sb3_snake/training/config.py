@@ -220,6 +220,12 @@ class TrainConfig:
         "policy plays and saves (0: it plays the trained network).",
         PQN_LEARNING,
     )
+    fatal_move_targets: bool = option(
+        PQN_DEFAULTS["fatal_move_targets"], "Also fit the moves that die at once to their known value.", PQN_LEARNING
+    )
+    stall_as_death: bool = option(
+        PQN_DEFAULTS["stall_as_death"], "Learn a stall (no food in time) as a death: -1, no bootstrap.", PQN_LEARNING
+    )
     checkpoint_every: int | None = option(
         None, "Episodes between atomic checkpoints (checkpoint.zip).", RUN_OPTION, values=number(1)
     )
@@ -440,10 +446,3 @@ HYPERPARAMETER_FIELDS = fields_of(lambda role: role.hyperparameter)
 NETWORK_FIELDS = fields_of(lambda role: role.fixed)
 #: The extractor's sizes a run sets (TrainConfig fields of the same name).
 EXTRACTOR_SIZES = fields_of(lambda role: role.extractor)
-
-
-@dataclass(frozen=True)
-class WandbOptions:
-    enabled: bool = False
-    project: str = "sb3-snake"
-    mode: str = "online"

@@ -39,13 +39,13 @@ from sb3_snake.persistence import (
 )
 from sb3_snake.pqn import PQN
 from sb3_snake.training.callbacks import EpisodeRecord, RunCallbacks, RunCancelled, StopRequest
-from sb3_snake.training.config import MAX_TIMESTEPS, POLICY_ALIASES_BY_OPTION, TrainConfig, WandbOptions
+from sb3_snake.training.config import MAX_TIMESTEPS, POLICY_ALIASES_BY_OPTION, TrainConfig
 from sb3_snake.training.memory import check_memory
 from sb3_snake.training.resume import apply_config
 from sb3_snake.training.run_directory import claim_run_directory
 from sb3_snake.training.run_files import PROGRESS_NAME, ProgressCSV
 from sb3_snake.training.summary import Outcome, batch_size_source, build_summary, save_run, trained_hyperparameters
-from sb3_snake.training.tracking import WandbOutput, WandbRun, resolve_mode
+from sb3_snake.training.tracking import WandbOptions, WandbOutput, WandbRun, resolve_mode
 
 #: PQN rollouts between SB3's log lines (PQN's own default: 40,960 env steps with its 128 games).
 PQN_LOG_INTERVAL = 10

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,15 @@ WANDB_MODES = ("online", "offline", "disabled")
 _MODE_ALIASES = {"dryrun": "offline", "run": "online"}
 #: Seconds W&B may take to start before training goes on without it.
 INIT_TIMEOUT_SECONDS = 10.0
+
+
+@dataclass(frozen=True)
+class WandbOptions:
+    """What ``--wandb``, ``--wandb-project`` and ``--wandb-mode`` ask of a run."""
+
+    enabled: bool = False
+    project: str = "sb3-snake"
+    mode: str = "online"
 
 
 def resolve_mode(requested: str) -> str:

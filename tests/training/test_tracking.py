@@ -5,9 +5,9 @@ import json
 import pytest
 
 from sb3_snake.acceleration.settings import OptimizationSettings
-from sb3_snake.training.config import TrainConfig, WandbOptions
+from sb3_snake.training.config import TrainConfig
 from sb3_snake.training.run import train
-from sb3_snake.training.tracking import INIT_TIMEOUT_SECONDS, WandbRun, resolve_mode
+from sb3_snake.training.tracking import INIT_TIMEOUT_SECONDS, WandbOptions, WandbRun, resolve_mode
 
 FAST = OptimizationSettings(use_torch_compile=False, use_bf16=False, num_threads=1)
 

@@ -59,9 +59,12 @@ PQN_HYPERPARAMETERS = (
     "fatal_move_targets",
     "stall_as_death",
 )
-#: What every PQN file has held (the rest came later, and a file without them trained without
-#: them: PQN's defaults, 0 and off).
-PQN_REQUIRED_HYPERPARAMETERS = PQN_HYPERPARAMETERS[1:-3]
+#: PQN's hyperparameters that came later: a file without one trained without it (PQN's default: 0, off).
+PQN_LATER_HYPERPARAMETERS = ("learning_rate_half_life", "fatal_move_targets", "stall_as_death")
+#: What every PQN file has held (its seed aside).
+PQN_REQUIRED_HYPERPARAMETERS = tuple(
+    name for name in PQN_HYPERPARAMETERS if name != "seed" and name not in PQN_LATER_HYPERPARAMETERS
+)
 PQN_COUNTERS = ("num_timesteps", "_n_updates", "_episode_num", "exploration_rate")
 
 #: Bytes the JSON description may take unpacked (a few kilobytes in practice).

@@ -41,6 +41,8 @@ from sb3_snake.pqn.returns import lambda_returns
 from sb3_snake.pqn.transitions import step_games
 
 SelfPQN = TypeVar("SelfPQN", bound="PQN")
+#: The options that read the env's own Snake boards and rules (refused elsewhere, and under VecNormalize).
+READS_SNAKE_RULES = ("food_shaping", "safe_exploration", "fatal_move_targets", "stall_as_death")
 
 
 class Rollout(NamedTuple):
@@ -175,10 +177,10 @@ class PQN(BaseAlgorithm):
         if problem:
             raise UsageError(problem)
         snake_boards = is_snake_board(self.observation_space, self.action_space)
-        for name in SNAKE_ONLY:
+        for name in (*READS_SNAKE_RULES, "symmetry_augmentation"):
             if getattr(self, name) and not snake_boards:
                 raise UsageError(f"{name} reads Snake boards, and this env's observations are not; turn {name} off")
-        for name in SNAKE_ONLY[:3]:
+        for name in READS_SNAKE_RULES:
             if getattr(self, name) and self._vec_normalize_env is not None:
                 raise UsageError(f"{name} needs the env's own observations and rewards; remove VecNormalize")
         self._setup_lr_schedule()
@@ -317,18 +319,18 @@ class PQN(BaseAlgorithm):
         for _ in range(self.n_epochs):
             order = torch.randperm(len(rollout.returns), device=self.device)
             for batch in order.chunk(self.n_minibatches):
-                observations, actions, turned = rollout.observations[batch], rollout.actions[batch], None
+                observations, actions, moved = rollout.observations[batch], rollout.actions[batch], None
                 if self._augmentation is not None:  # the targets are the same under every symmetry
                     symmetries = self._augmentation.draw(len(batch))
                     observations = self._augmentation.transform(observations, symmetries)
-                    turned = self._augmentation.actions[symmetries]  # (B, A): what each action becomes
-                    actions = turned.gather(1, actions[:, None]).squeeze(1)
+                    moved = self._augmentation.actions[symmetries]  # (B, A): where each move went
+                    actions = moved.gather(1, actions[:, None]).squeeze(1)
                 q_values = self.q_net(observations)
                 chosen = q_values.gather(1, actions[:, None]).squeeze(1)
                 loss = 0.5 * F.mse_loss(chosen, rollout.returns[batch])
-                if rollout.fatal_moves is not None:  # each move a of the rollout is g(a) under a symmetry g
-                    q_rollout = q_values if turned is None else q_values.gather(1, turned)
-                    errors = (q_rollout - rollout.fatal_values[batch, None]).square() * rollout.fatal_moves[batch]
+                if rollout.fatal_moves is not None:  # fatal moves to their known value, in the rollout's order
+                    q_moves = q_values if moved is None else q_values.gather(1, moved)
+                    errors = (q_moves - rollout.fatal_values[batch, None]).square() * rollout.fatal_moves[batch]
                     loss = loss + 0.5 * errors.sum(dim=1).mean()
                 self.policy.optimizer.zero_grad()
                 loss.backward()
@@ -438,10 +440,6 @@ class PQN(BaseAlgorithm):
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
         return ["policy", "policy.optimizer"], []
-
-
-#: The options that read Snake boards; the first three also read the env's own rewards.
-SNAKE_ONLY = ("food_shaping", "fatal_move_targets", "stall_as_death", "safe_exploration", "symmetry_augmentation")
 
 
 def _whole(value: Any, low: int) -> bool:

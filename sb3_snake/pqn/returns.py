@@ -3,9 +3,10 @@
 Each step's target mixes the one-step return with the following step's own target:
 ``G_t = r_t + gamma * ((1 - lam) * b_t + lam * G_{t+1})``, where ``b_t = max_a Q(s_{t+1}, a)``
 (0 where the game terminated). The chain is cut where a game ended (died, won or was truncated:
-a truncated game still bootstraps from its last board, through ``b_t``) and at the rollout's
-last step, where ``G_t = r_t + gamma * b_t``. ``lam = 0`` gives DQN's one-step targets and
-``lam = 1`` the discounted rewards up to the cut, bootstrapped there.
+a truncated game bootstraps from its last board, through ``b_t``, unless PQN's ``stall_as_death``
+counts it terminated) and at the rollout's last step, where ``G_t = r_t + gamma * b_t``.
+``lam = 0`` gives DQN's one-step targets and ``lam = 1`` the discounted rewards up to the cut,
+bootstrapped there.
 """
 
 from __future__ import annotations

@@ -224,7 +224,7 @@ class TrainConfig:
         PQN_DEFAULTS["fatal_move_targets"], "Also fit the moves that die at once to their known value.", PQN_LEARNING
     )
     stall_as_death: bool = option(
-        PQN_DEFAULTS["stall_as_death"], "Learn a stall (no food in time) as a death: -1, no bootstrap.", PQN_LEARNING
+        PQN_DEFAULTS["stall_as_death"], "Learn a stall (too long without food) as a death, no bootstrap.", PQN_LEARNING
     )
     checkpoint_every: int | None = option(
         None, "Episodes between atomic checkpoints (checkpoint.zip).", RUN_OPTION, values=number(1)

@@ -18,6 +18,8 @@ from sb3_snake.pqn import PQN
 from sb3_snake.training.evaluation import evaluate
 
 GAME = {"board_size": 6, "stall_growth": 4, "egocentric": True}
+#: The options that read Snake's boards and rules in the targets.
+SNAKE_TARGETS = dict.fromkeys(("safe_exploration", "fatal_move_targets", "stall_as_death"), True)
 
 
 def snake_pqn(n_envs=16, seed=0, env=None, **kwargs):
@@ -54,13 +56,14 @@ def test_adam_is_fused_unless_the_optimizer_arguments_say_otherwise(policy_kwarg
     assert PQN.load(tmp_path / "model.zip", device="cpu").policy.optimizer.defaults.get("fused") is fused
 
 
-def test_sb3_s_vec_env_step_gives_the_same_rollout_as_the_tensors():
+@pytest.mark.parametrize("options", [{}, SNAKE_TARGETS])
+def test_sb3_s_vec_env_step_gives_the_same_rollout_as_the_tensors(options):
     """Long games, truncations and deaths in 64 moves of 8 games: the terminal observations and
     TimeLimit.truncated of SB3's step give the same targets as the tensors' own."""
     rollouts = []
     for wrap in (False, True):
         env = BatchedSnakeVecEnv(8, seed=5, long_starts=0.5, **GAME)
-        model = snake_pqn(env=Passthrough(env) if wrap else env, seed=5, n_steps=64)
+        model = snake_pqn(env=Passthrough(env) if wrap else env, seed=5, n_steps=64, **options)
         model._setup_learn(10_000, None)
         rollouts.append(model.collect_rollout(model._init_callback(None)))
     for tensors, sb3 in zip(*rollouts, strict=True):

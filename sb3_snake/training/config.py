@@ -220,11 +220,12 @@ class TrainConfig:
         "policy plays and saves (0: it plays the trained network).",
         PQN_LEARNING,
     )
+    # On for Snake here, off in PQN's class, which takes any VecEnv (docs/benchmarks.md, "PQN's fatal moves").
     fatal_move_targets: bool = option(
-        PQN_DEFAULTS["fatal_move_targets"], "Also fit the moves that die at once to their known value.", PQN_LEARNING
+        True, "Also fit the moves that die at once to their known value (default: on).", PQN_LEARNING
     )
     stall_as_death: bool = option(
-        PQN_DEFAULTS["stall_as_death"], "Learn a stall (too long without food) as a death, no bootstrap.", PQN_LEARNING
+        True, "Learn a stall (too long without food) as a death, no bootstrap (default: on).", PQN_LEARNING
     )
     checkpoint_every: int | None = option(
         None, "Episodes between atomic checkpoints (checkpoint.zip).", RUN_OPTION, values=number(1)

@@ -83,7 +83,7 @@ def test_a_batch_size_from_the_environment_or_env_file_is_left_to_dqn():
 
 
 def test_a_pqn_run_trains_saves_and_reports_pqn(tmp_path):
-    summary = train(tiny_pqn(checkpoint_every=50), FAST, tmp_path)
+    summary = train(tiny_pqn(checkpoint_every=10), FAST, tmp_path)
     assert isinstance(load_model(tmp_path / "checkpoint.zip"), PQN)  # saved while training
     assert summary["stopped_by"] == "timesteps" and summary["env_steps"] >= 3_000
     trained = summary["hyperparameters"]

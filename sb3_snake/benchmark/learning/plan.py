@@ -435,8 +435,9 @@ def _method(plan: LearningPlan) -> dict[str, str]:
         "plan's), total_timesteps from a calibration run (not counted), or the budget of env steps",
         "sb3_ppo": "PPO('MlpPolicy', BatchedSnakeVecEnv(64)) with the attention extractor and "
         "sb3_snake.zoo.ppo's settings, torch's default threads (unless the plan's)",
-        "pqn": "sb3-snake train --algo pqn: PQN with its defaults (MlpPolicy, 128 games, safe exploration) on "
-        "train's game, settings, threads and device, as sb3_snake with hyperparameters {'algo': 'pqn'}",
+        "pqn": "sb3-snake train --algo pqn: PQN with train's defaults (MlpPolicy, 128 games, safe exploration, "
+        "fatal moves' targets, a stall as a death) on train's game, settings, threads and device, as "
+        "sb3_snake with hyperparameters {'algo': 'pqn'}",
     }
     if plan.compare is not None:
         method["comparison"] = (

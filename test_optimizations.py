@@ -3,9 +3,10 @@
     python test_optimizations.py [--json] [--probe-compile] [--measure-auto] [--env-file PATH]
                                  [--device auto|cpu|cuda]
 
-Settings that are ``auto`` show what was measured on this machine for the default policy (from
-the cache in ~/.cache/sb3-snake), or, with ``--measure-auto``, are measured now (seconds; a
-minute more when USE_TORCH_COMPILE=auto compiles).
+For each learner (PQN, the default, and SnakeDQN), what a run of it would have active; settings
+that are ``auto`` show what was measured on this machine for its network (from the cache in
+~/.cache/sb3-snake), or, with ``--measure-auto``, are measured now (seconds; a minute more when
+USE_TORCH_COMPILE=auto compiles).
 
 This is a report script, not a test module (pytest collects ``tests/`` only). Exit 0 when it
 ran; exit 2 with one line naming the key when the settings are malformed.
@@ -22,6 +23,7 @@ from sb3_snake.acceleration.settings import OptimizationSettings, SettingsError
 from sb3_snake.capabilities import capability_report, format_capability_report
 from sb3_snake.common.system import check_device
 from sb3_snake.training.options import load_config
+from sb3_snake.training.roles import ALGORITHMS, DEFAULT_LEARNER
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,7 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         settings = OptimizationSettings.load(args.env_file)
-        config = load_config(args.env_file)  # the batch size, from the environment, .env or the default
+        # each learner's run, its batch size from the environment, .env or the default
+        configs = {algo: load_config(args.env_file, algo=algo) for algo in (DEFAULT_LEARNER, *ALGORITHMS)}
     except SettingsError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -46,12 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     threads = threads_for(settings, args.device)  # the count training will use, so a measurement here is valid there
     with torch_threads(threads):
         report = capability_report(
-            settings,
-            args.device,
-            probe_compile_now=args.probe_compile,
-            policy=(config.policy_kwargs(), config.board_size, config.countdown),
-            measure_auto=args.measure_auto,
-            batch_size=(config.batch_size, config.source("batch_size")),
+            settings, args.device, probe_compile_now=args.probe_compile, configs=configs, measure_auto=args.measure_auto
         )
     print(json.dumps(report, indent=2) if args.json else format_capability_report(report))
     return 0

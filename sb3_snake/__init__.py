@@ -10,10 +10,10 @@ import gymnasium as gym
 
 from sb3_snake.acceleration.optimizations import ActiveOptimizations
 from sb3_snake.acceleration.settings import OptimizationSettings, SettingsError
-from sb3_snake.dqn.extractor import SnakeAttentionExtractor
 from sb3_snake.dqn.policies import AttentionPolicy
 from sb3_snake.dqn.snake_dqn import SnakeDQN
 from sb3_snake.envs import BatchedSnakeVecEnv, SnakeEnv
+from sb3_snake.networks.attention import SnakeAttentionExtractor
 from sb3_snake.persistence import load_model
 from sb3_snake.pqn import PQN
 from sb3_snake.training.config import TrainConfig

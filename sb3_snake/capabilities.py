@@ -1,16 +1,17 @@
 """The capability report (``python test_optimizations.py``): what this machine supports and what will be active.
 
 :func:`capability_report` runs tiny real operations to find what the machine supports, and says
-what will be active with the given settings for the policy ``sb3-snake train`` trains, with the
+what will be active with the given settings for each learner ``sb3-snake train`` trains, with the
 reason whenever a requested optimization will not be (:func:`~sb3_snake.acceleration.description.summary_lines`,
 as the training CLI prints before it trains). It sits above the DQN: reading ``auto``'s choice
 for a policy measures a model (:mod:`sb3_snake.autotune`), and the compile is described by the
-model's own :class:`~sb3_snake.dqn.update.compile.Compile`.
+model's own :class:`~sb3_snake.update.compile.Compile`.
 """
 
 from __future__ import annotations
 
 import platform
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -20,39 +21,41 @@ from sb3_snake.acceleration.compile_probe import probe_compile
 from sb3_snake.acceleration.description import auto_block, setting_lines
 from sb3_snake.acceleration.optimizations import ActiveOptimizations, compile_unavailable, probe_bf16, probe_flash
 from sb3_snake.acceleration.settings import AUTO, OptimizationSettings
-from sb3_snake.autotune import cache_dir, resolve_auto
+from sb3_snake.autotune import cache_dir
 from sb3_snake.common import system
 from sb3_snake.common.compile_record import last_compile
 from sb3_snake.common.options import flag_of
-from sb3_snake.dqn.snake_dqn import DEFAULT_BATCH_SIZE
-from sb3_snake.dqn.update.compile import Compile, decide_compiled_update
 from sb3_snake.training.config import OPTIONS, TrainConfig
+from sb3_snake.training.roles import ALGORITHMS, DEFAULT_LEARNER
+from sb3_snake.training.run import learner_line, resolve_settings
+from sb3_snake.training.summary import batch_size_source
+from sb3_snake.update.compile import Compile, decide_compiled_update
 
 
 def capability_report(
     settings: OptimizationSettings,
     device: str = "auto",
     probe_compile_now: bool = False,
-    policy: tuple[dict[str, Any], int, bool] | None = None,
+    configs: Mapping[str, TrainConfig] | None = None,
     measure_auto: bool = False,
-    batch_size: tuple[int | str, str] = (DEFAULT_BATCH_SIZE, "default"),
 ) -> dict[str, Any]:
-    """What the machine supports and what will be active with ``settings`` on ``device``.
+    """What the machine supports and what will be active with ``settings`` on ``device``, for
+    each learner ``sb3-snake train`` trains.
 
-    :param policy: ``(policy_kwargs, board_size, countdown)`` of the network trained; with it, ``auto``
-        settings show what was measured for it on this machine (from the cache), or are
-        measured now with ``measure_auto``; without it, or with nothing cached, the unmeasured
-        values stand in and the report says so.
-    :param batch_size: the run's batch size (a size, or ``auto``) and where it came from, as
-        :func:`sb3_snake.training.options.load_config` reads it; reported beside the settings.
+    :param configs: the run of each learner the report speaks of, by ``--algo`` (default: each
+        learner's defaults); its network and batch size (the batch size's source as the config
+        says) are what ``auto`` is read for, from the cache of an earlier measurement, or
+        measured now with ``measure_auto``; with nothing cached, the unmeasured values stand in
+        and the report says so. ``active``, ``summary`` and ``auto`` at the top are the default
+        learner's; ``learners`` holds each one's.
     """
     target = system.resolve_device(device)
     available = _probe_available(target, probe_compile_now)
-    batch, batch_source = batch_size
-    resolved, chosen_batch, chosen_source = _resolve_auto(settings, target, policy, measure_auto, batch, batch_source)
-    active = _active_when_training(resolved, target)
+    configs = configs or {algo: TrainConfig(algo=algo) for algo in (DEFAULT_LEARNER, *ALGORITHMS)}
+    learners = {algo: _learner_report(settings, target, config, measure_auto) for algo, config in configs.items()}
     # Read after auto's measurement, which trains models and so may record a compile of its own.
     available["torch_compile"]["last_training_compile"] = last_compile()
+    first = DEFAULT_LEARNER if DEFAULT_LEARNER in configs else next(iter(configs))
     return {
         "torch": torch.__version__,
         "python": platform.python_version(),
@@ -64,17 +67,33 @@ def capability_report(
         ),
         "cuda_available": torch.cuda.is_available(),
         "available": available,
-        "settings": _settings_table(settings, batch, batch_source),
+        "settings": _settings_table(settings, configs[first].batch_size, configs[first].source("batch_size")),
+        **{key: learners[first][key] for key in ("auto", "active", "summary")},
+        "learners": learners,
+    }
+
+
+def _learner_report(
+    settings: OptimizationSettings, target: torch.device, config: TrainConfig, measure_auto: bool
+) -> dict[str, Any]:
+    """What ``config``'s learner would run with ``settings``: ``auto`` resolved for its network
+    (cached, or measured with ``measure_auto``), the decisions, and the summary a run prints."""
+    config = replace(config, device=target.type)
+    resolved_config, resolved = resolve_settings(config, settings, allow_measure=measure_auto)
+    active = _active_when_training(resolved, target)
+    batch_size = f"{resolved_config.batch_size} (from {batch_size_source(resolved_config)})"
+    return {
+        "learner": learner_line(config),
         "auto": {
             "cache_dir": str(cache_dir()),
             "record": dict(resolved.auto_record),
             "settings": {
-                **({"batch_size": chosen_source} if batch == AUTO else {}),
+                **({"batch_size": resolved_config.source("batch_size")} if config.batch_size == AUTO else {}),
                 **{name: active.settings.source(name) for name in settings.auto_fields},
             },
         },
         "active": active.as_dict(),
-        "summary": setting_lines(active, {"batch size": f"{chosen_batch} (from {chosen_source})"}),
+        "summary": setting_lines(active, {"learner": learner_line(config), "batch size": batch_size}),
     }
 
 
@@ -103,27 +122,6 @@ def _probe_available(target: torch.device, probe_compile_now: bool) -> dict[str,
         },
         "torch_compile": {"available": compile_ok, "note": compile_note},
     }
-
-
-def _resolve_auto(
-    settings: OptimizationSettings,
-    target: torch.device,
-    policy: tuple[dict[str, Any], int, bool] | None,
-    measure_auto: bool,
-    batch: int | str,
-    batch_source: str,
-) -> tuple[OptimizationSettings, int | str, str]:
-    """``settings`` and the batch size with ``auto`` resolved for ``policy`` (cached or measured
-    now), and where the batch size came from; without a policy, auto stays unmeasured."""
-    if policy is not None:
-        policy_kwargs, board_size, countdown = policy
-        resolved, chosen_batch, auto_source = resolve_auto(
-            settings, batch, target, policy_kwargs, board_size, countdown=countdown, allow_measure=measure_auto
-        )
-        return resolved, chosen_batch, auto_source or batch_source
-    if batch == AUTO:
-        return settings, DEFAULT_BATCH_SIZE, "auto, not measured: the value that runs everywhere"
-    return settings, batch, batch_source
 
 
 def _active_when_training(resolved: OptimizationSettings, target: torch.device) -> ActiveOptimizations:
@@ -185,16 +183,15 @@ def format_capability_report(report: dict[str, Any]) -> str:
     ]
     for entry in report["settings"].values():
         lines.append(f"  {entry['key']:<20} {str(entry['value']):<8} from {entry['source']:<12} {entry['cli']}")
-    lines += ["", "Active when training with these settings:"]
-    lines += [f"  {line}" for line in report["summary"]]
-    auto = report["auto"]
-    if auto["record"]:
-        lines += ["", *auto_block(auto["record"])]
-    elif auto["settings"]:
-        lines += [
-            "",
-            f"auto: nothing measured for this policy on this machine yet; it will be cached in {auto['cache_dir']}",
-        ]
+    for learner in report["learners"].values():
+        lines += ["", f"Active when training {learner['learner']} with these settings:"]
+        lines += [f"  {line}" for line in learner["summary"]]
+        auto = learner["auto"]
+        if auto["record"]:
+            lines += ["", *auto_block(auto["record"])]
+        elif auto["settings"]:
+            folder = auto["cache_dir"]
+            lines += ["", f"auto: nothing measured for this network on this machine yet; it will be cached in {folder}"]
     return "\n".join(lines)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import types
 
 import numpy as np
@@ -136,7 +137,7 @@ def no_other_load():
 
 
 class InstantCompile:
-    """Stands in for :class:`~sb3_snake.dqn.update.child.CompileJob`: done at once, and what it
+    """Stands in for :class:`~sb3_snake.update.child.CompileJob`: done at once, and what it
     "compiled" is the update graph itself, run eagerly (see :func:`instant_compile`)."""
 
     started: list[int] = []  #: the batch sizes of the compiles started, in order
@@ -145,6 +146,7 @@ class InstantCompile:
         self.graph, self.threads = graph, options["threads"]
         self.steps_per_call, self.batch_size = arguments[0].observations.shape[:2]
         self.artifact, self.child = None, types.SimpleNamespace(pid=0, seconds=0.0)
+        self.inductor_cache = tempfile.gettempdir()
         InstantCompile.started.append(self.batch_size)
 
     def poll(self):
@@ -167,10 +169,10 @@ class InstantCompile:
 def instant_compile(monkeypatch):
     """Compiles finish at once and their graph runs eagerly (a real compile takes long; the
     compile's own tests do one): for tests of when a compile starts and how training uses it."""
-    from sb3_snake.dqn.update.graph import UpdateGraph
+    from sb3_snake.update.graph import UpdateGraph
 
-    monkeypatch.setattr("sb3_snake.dqn.update.compile.CompileJob", InstantCompile)
-    monkeypatch.setattr("sb3_snake.dqn.update.compile.load", lambda path, *context: UpdateGraph.forward)
+    monkeypatch.setattr("sb3_snake.update.compile.CompileJob", InstantCompile)
+    monkeypatch.setattr("sb3_snake.update.compile.load", lambda path, *context: UpdateGraph.forward)
     InstantCompile.started = []
     return InstantCompile
 
@@ -261,7 +263,7 @@ def rewrite_metadata(path, target, edit):
     import json
     import zipfile
 
-    from sb3_snake.dqn.save_format import METADATA_ENTRY
+    from sb3_snake.q_learning.save_format import METADATA_ENTRY
 
     with zipfile.ZipFile(path) as archive:
         entries = {name: archive.read(name) for name in archive.namelist()}
@@ -277,10 +279,12 @@ FAST = OptimizationSettings(use_torch_compile=False, use_bf16=False, num_threads
 
 
 def tiny_config(**changes):
-    """A TrainConfig of a run that takes seconds: 12 episodes of 4 games on a 5x5 board, batch 16, on the CPU."""
+    """A SnakeDQN TrainConfig of a run that takes seconds: 12 episodes of 4 games on a 5x5 board, batch
+    16, on the CPU."""
     from sb3_snake.training.config import TrainConfig
 
     values = {
+        "algo": "dqn",
         "episodes": 12,
         "n_envs": 4,
         "board_size": 5,

@@ -13,7 +13,7 @@ from sb3_snake.acceleration.optimizations import ActiveOptimizations
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.capabilities import capability_report, format_capability_report
 from sb3_snake.common.system import cpu_description, cpu_identity, cpu_model
-from sb3_snake.dqn.update.compile import WHOLE_UPDATE
+from sb3_snake.update.compile import WHOLE_UPDATE
 
 SCRIPT = Path(__file__).resolve().parent.parent / "test_optimizations.py"
 
@@ -47,7 +47,7 @@ def test_script_prints_json_with_settings_sources_and_active_state(tmp_path):
 def test_script_text_report_names_flags(tmp_path):
     completed = run_script("--device", "cpu", cwd=tmp_path)
     assert completed.returncode == 0
-    for text in ("--no-compile", "--no-flash-attention", "--no-bf16", "--batch-size", "Active when training"):
+    for text in ("--no-compile", "--no-flash-attention", "--no-bf16", "--batch-size", "Active when training PQN"):
         assert text in completed.stdout
 
 
@@ -116,18 +116,21 @@ def test_summary_lines_cover_every_setting():
 
 def test_auto_settings_show_the_cached_measurement_or_say_they_were_not_measured(tmp_path, monkeypatch):
     from sb3_snake.autotune import Machine, resolve_auto
-    from tests.conftest import SMALL_POLICY
+    from sb3_snake.training.config import TrainConfig
 
     monkeypatch.setenv("SB3_SNAKE_CACHE_DIR", str(tmp_path))
     settings = OptimizationSettings(use_flash_attention="auto", use_bf16=False, num_threads=1)
-    policy = (SMALL_POLICY, 5, False)
-    before = capability_report(settings, "cpu", policy=policy)
+    config = TrainConfig(algo="dqn", board_size=5, device="cpu")
+    before = capability_report(settings, "cpu", configs={"dqn": config})
     assert "not measured on this machine yet" in before["auto"]["settings"]["use_flash_attention"]
     assert before["auto"]["cache_dir"] == str(tmp_path)
     machine = Machine("cpu", False, "", ("flash", "auto"))
     rates = {"flash": 100.0, "auto": 200.0}
-    resolve_auto(settings, 128, "cpu", SMALL_POLICY, 5, measure=lambda c: rates[c.sdpa_backend], machine=machine)
-    after = capability_report(settings, "cpu", policy=policy)
+    measure = lambda candidate: rates[candidate.sdpa_backend]  # noqa: E731
+    resolve_auto(
+        settings, 128, "cpu", config.policy_kwargs(), 5, measure=measure, machine=machine, max_batch_size=100_000
+    )
+    after = capability_report(settings, "cpu", configs={"dqn": config})
     text = format_capability_report(after)
     assert "FlashAttention:   disabled (from auto: chose PyTorch's default kernel)" in text
     assert text.count("auto, measured on this machine on ") == 1 and text.count(str(tmp_path)) == 1
@@ -137,9 +140,12 @@ def test_auto_settings_show_the_cached_measurement_or_say_they_were_not_measured
 
 
 def test_the_report_shows_the_batch_size_with_its_source_and_what_auto_would_choose(tmp_path, monkeypatch):
+    from sb3_snake.training.config import TrainConfig
+
     monkeypatch.setenv("SB3_SNAKE_CACHE_DIR", str(tmp_path))
     settings = OptimizationSettings(use_bf16=False, use_flash_attention=False, num_threads=1)
-    report = capability_report(settings, "cpu", batch_size=(512, ".env"))
+    given = {"dqn": TrainConfig(algo="dqn", batch_size=512, sources={"batch_size": ".env"})}
+    report = capability_report(settings, "cpu", configs=given)
     assert report["settings"]["batch_size"] == {
         "value": 512,
         "source": ".env",
@@ -149,9 +155,24 @@ def test_the_report_shows_the_batch_size_with_its_source_and_what_auto_would_cho
     assert "batch size:       512 (from .env)" in report["summary"]
     text = format_capability_report(report)
     assert "  OPTIMAL_BATCH_SIZE   512      from .env" in text
-    auto = capability_report(settings, "cpu", policy=({}, 5, False), batch_size=("auto", ".env"))
+    automatic = {"dqn": TrainConfig(algo="dqn", board_size=5, batch_size="auto", sources={"batch_size": ".env"})}
+    auto = capability_report(settings, "cpu", configs=automatic)
     assert "not measured on this machine yet" in auto["auto"]["settings"]["batch_size"]
     assert any(line.startswith("batch size:       128 (from auto, not measured") for line in auto["summary"])
     text = format_capability_report(auto)
     assert "batch size:       128 (from auto, not measured" in text
-    assert text.count("auto: nothing measured for this policy on this machine yet; it will be cached in") == 1
+    assert text.count("auto: nothing measured for this network on this machine yet; it will be cached in") == 1
+
+
+def test_the_report_says_what_each_learner_would_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("SB3_SNAKE_CACHE_DIR", str(tmp_path))
+    settings = OptimizationSettings(use_bf16=False, use_flash_attention=False, use_torch_compile=True, num_threads=1)
+    report = capability_report(settings, "cpu")
+    assert list(report["learners"]) == ["pqn", "dqn"] and report["active"] == report["learners"]["pqn"]["active"]
+    pqn, dqn = report["learners"]["pqn"], report["learners"]["dqn"]
+    assert pqn["learner"] == "PQN (MlpPolicy; the default learner)" and dqn["learner"].startswith("SnakeDQN")
+    assert "batch size:       128 (from default; 32 moves x 128 games in 32 minibatches)" in pqn["summary"]
+    assert pqn["active"]["torch_compile_requested"] and dqn["active"]["torch_compile_requested"]
+    text = format_capability_report(report)
+    assert "Active when training PQN (MlpPolicy; the default learner) with these settings:" in text
+    assert "Active when training SnakeDQN (AttentionPolicy; --algo dqn) with these settings:" in text

@@ -13,8 +13,6 @@ from stable_baselines3 import DQN
 from sb3_snake import BatchedSnakeVecEnv, SnakeDQN
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.common.errors import UsageError
-from sb3_snake.dqn.save_format import METADATA_ENTRY
-from sb3_snake.dqn.targets import shaping_rewards
 from sb3_snake.persistence import (
     RECORDED,
     load_model,
@@ -24,6 +22,8 @@ from sb3_snake.persistence import (
     save_model,
     save_replay_buffer,
 )
+from sb3_snake.q_learning.save_format import METADATA_ENTRY
+from sb3_snake.q_learning.targets import shaping_rewards
 from sb3_snake.training.evaluation import evaluate
 from tests.conftest import rewrite_metadata, small_dqn
 

@@ -3,7 +3,8 @@
 It knows the file, not the settings: :class:`~sb3_snake.acceleration.settings.OptimizationSettings`
 says which keys are ours and what their values mean. The file is shared with other tools (W&B,
 Hugging Face keep ``WANDB_API_KEY``, ``HF_TOKEN`` there): their keys are left to them and listed
-once at ``--verbose``. Errors, never skipped: a line that cannot be parsed, a key of ours without
+once at ``--verbose`` (a line with no ``=`` by its number only: it may be a pasted secret).
+Errors, never skipped: a line that cannot be parsed, a key of ours without
 a value or set twice (which line should win is a guess), and a key within two edits of one of
 ours (a misspelling: it would silently do nothing), named with the key it resembles.
 """
@@ -33,6 +34,10 @@ MISSPELLING_EDITS = 2
 logger = logging.getLogger(__name__)
 _listed: set[tuple[str, tuple[str, ...]]] = set()  # (file, other tools' keys) already listed
 
+#: Other tools' keys listed at ``--verbose`` (the rest counted), and the characters shown of each.
+LISTED_KEYS, LISTED_KEY_CHARACTERS = 20, 40
+#: The largest ``.env`` read: a file of settings and keys is a few kilobytes; beyond this it is not one.
+MAX_ENV_FILE_BYTES = 1 << 20
 #: The comment line :func:`write_env_lines` keeps up to date with its ``note``.
 WRITTEN_BY = "# Written by sb3-snake benchmark --write-env: "
 
@@ -55,6 +60,11 @@ def read_env_file(path: Path, known: Sequence[str]) -> dict[str, str]:
     if not stat.S_ISREG(mode):
         kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
         raise SettingsError(f"env file {str(path)!r} is {kind}; pass a text file of KEY=value lines")
+    if path.stat().st_size > MAX_ENV_FILE_BYTES:
+        raise SettingsError(
+            f"env file {str(path)!r} has {path.stat().st_size:,} bytes, more than the {MAX_ENV_FILE_BYTES:,} a .env of "
+            "settings and keys holds; pass a file of KEY=value lines"
+        )
     try:
         text = path.read_bytes().decode("utf-8")
     except OSError as error:
@@ -75,6 +85,9 @@ def read_env_file(path: Path, known: Sequence[str]) -> dict[str, str]:
         if binding.key is None:
             continue  # a comment or a blank line
         if binding.key not in known:
+            if binding.value is None:  # no "=": a bare word, perhaps a pasted secret; named by its line only
+                others.append(f"line {line} (no '=')")
+                continue
             if resembled := _misspelt(binding.key, known):
                 raise SettingsError(f"{where}: unknown key {binding.key}; did you mean {resembled}?")
             others.append(binding.key)
@@ -94,7 +107,10 @@ def read_env_file(path: Path, known: Sequence[str]) -> dict[str, str]:
 def _misspelt(key: str, known: Sequence[str]) -> str | None:
     """The known key ``key`` is a misspelling of (at most :data:`MISSPELLING_EDITS` edits, case
     aside), or None."""
-    distances = {name: _edits(key.upper(), name.upper()) for name in known}
+    # Keys whose lengths differ by more than the edits allowed are further apart than that: no
+    # distance is computed for them, so a file of long or many keys reads in linear time.
+    near = [name for name in known if abs(len(name) - len(key)) <= MISSPELLING_EDITS]
+    distances = {name: _edits(key.upper(), name.upper()) for name in near}
     nearest = min(distances, key=distances.__getitem__, default=None)
     return nearest if nearest is not None and distances[nearest] <= MISSPELLING_EDITS else None
 
@@ -118,7 +134,16 @@ def _list_once(path: Path, others: list[str]) -> None:
     told = (str(path), tuple(dict.fromkeys(others)))
     if others and told not in _listed and logger.isEnabledFor(logging.INFO):
         _listed.add(told)
-        logger.info("%s: left to other tools: %s", path, ", ".join(told[1]))
+        shown = [_short(name) for name in told[1][:LISTED_KEYS]]
+        more = len(told[1]) - len(shown)
+        logger.info("%s: left to other tools: %s%s", path, ", ".join(shown), f" and {more:,} more" if more else "")
+
+
+def _short(name: str) -> str:
+    """A key as a line lists it: cut after :data:`LISTED_KEY_CHARACTERS`, with its length."""
+    if len(name) <= LISTED_KEY_CHARACTERS:
+        return name
+    return f"{name[:LISTED_KEY_CHARACTERS]}... ({len(name):,} characters)"
 
 
 def _key_of(text: str) -> str:

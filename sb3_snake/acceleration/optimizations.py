@@ -3,11 +3,10 @@
 Each optimization is decided once, by small pure functions (the CUDA-only rules testable on a CPU), into a
 :class:`Decision`: requested, active, and the reason when a requested one cannot be active.
 :class:`ActiveOptimizations` holds a model's decisions and builds the one context around the networks' forward
-passes (:func:`forward_context`): FlashAttention or one ``SDPA_BACKEND`` kernel (off means off), and BF16
-autocast (the Q-networks return float32). ``torch.compile`` (:func:`decide_compile`, on a CPU only; the model's
-:class:`~sb3_snake.dqn.update.compile.Compile`), the CUDA graph (:class:`~sb3_snake.dqn.update.steps.CapturedSteps`)
-and the thread count (:func:`choose_num_threads`) are decided here too; threads are set only by the entry point
-that owns the process, through :func:`torch_threads`, never by building or loading a model.
+passes (:func:`forward_context`): FlashAttention or one ``SDPA_BACKEND`` kernel, and BF16 autocast.
+``torch.compile`` (on a CPU only; run by :mod:`sb3_snake.update`), the CUDA graph and the thread count
+(:func:`choose_num_threads`) are decided here too; threads are set only by the entry point that owns the
+process, through :func:`torch_threads`, never by building or loading a model.
 Design notes: docs/design-notes.md, "sb3_snake/acceleration/optimizations.py".
 """
 
@@ -17,7 +16,7 @@ import contextlib
 import logging
 import warnings
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -134,7 +133,7 @@ def compile_unavailable(device_type: str) -> str:
     """Why ``torch.compile`` is not used for a model on ``device_type``, or ``""`` when it is.
 
     Only a CPU compiles: there a child process compiles the whole gradient step and training
-    loads what it saved (:mod:`sb3_snake.dqn.update.child`), so no crash of the compiler can take
+    loads what it saved (:mod:`sb3_snake.update.child`), so no crash of the compiler can take
     training down. On CUDA the compile ran in the training process (the networks compiled in
     place): a crash of the compiler there would be one of training, and a cold compile stopped
     training while it ran; its gain over the captured step (the CUDA graph, which already
@@ -302,34 +301,6 @@ class ActiveOptimizations:
             device_buffer = use_device_replay_buffer(device.type)[0]
         graph = decide_cuda_graph(settings.use_cuda_graph, device.type, device_buffer)
         return cls(settings, str(device), bf16, flash, compile_decision, threads, why, sdpa, graph, adaptive)
-
-    @classmethod
-    def decide_eager(
-        cls, settings: OptimizationSettings, device: torch.device | str, learner: str
-    ) -> ActiveOptimizations:
-        """What a learner whose gradient step is eager float32 (PQN) runs of ``settings``: the
-        thread count as :meth:`decide` chooses it; bf16, the attention kernel, the compile and
-        CUDA graphs not applied, so each one asked for is reported requested but not active, with
-        that reason. Nothing is probed (no kernel is tried, the compiler is not imported), and
-        ``auto`` takes its unmeasured value: nothing it chooses between is applied."""
-        settings = settings.without_auto() if settings.auto_fields else settings
-        nothing = replace(
-            settings, use_bf16=False, use_flash_attention=False, sdpa_backend="auto", use_torch_compile=False
-        )
-        active = cls.decide(nothing, device, device_buffer=False)
-
-        def off(requested: bool, reason: str) -> Decision:
-            return Decision.off(f"{learner} {reason}") if requested else Decision.not_requested()
-
-        return replace(
-            active,
-            settings=settings,
-            bf16=off(settings.use_bf16, "trains in float32 (bf16 autocast is SnakeDQN's)"),
-            flash=off(settings.use_flash_attention, "does not choose the attention kernel (SnakeDQN does)"),
-            sdpa=off(settings.sdpa_backend not in ("auto", "flash"), "does not choose the attention kernel"),
-            compile=off(settings.use_torch_compile, "trains eagerly (the compile is SnakeDQN's)"),
-            cuda_graph=off(settings.use_cuda_graph, "does not capture its gradient step (CUDA graphs are SnakeDQN's)"),
-        )
 
     @property
     def sdpa_backends(self) -> list[SDPBackend]:

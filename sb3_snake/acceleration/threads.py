@@ -180,7 +180,7 @@ class AdaptiveThreads(BaseCallback):
     probe was trying (a run's compile once started inside a one-thread window and kept one
     thread where two had been measured faster). While a child process compiles the update it
     neither measures nor sets a count: the compile sets them
-    (:class:`~sb3_snake.dqn.update.steps.StepChoice`), and rates measured beside a busy
+    (:class:`~sb3_snake.update.steps.StepChoice`), and rates measured beside a busy
     compiler would say nothing of training. ``notify`` gets a line each time the
     choice changes."""
 

@@ -28,8 +28,9 @@ from sb3_snake.common.paths import cache_dir, read_private, write_private
 logger = logging.getLogger(__name__)
 
 #: Bumped when the measurement or the key changes, so old cache files are measured again
-#: (3: the key names the CPU's generation, :func:`~sb3_snake.common.system.cpu_identity`).
-CACHE_VERSION = 3
+#: (3: the key names the CPU's generation, :func:`~sb3_snake.common.system.cpu_identity`; 4: and
+#: the learner whose step is measured).
+CACHE_VERSION = 4
 #: A cache file is a few kilobytes; anything far larger is not one of ours and is not parsed.
 MAX_CACHE_BYTES = 1 << 20
 
@@ -43,9 +44,10 @@ def cache_key(
     countdown: bool = False,
     *,
     batch_size: int | str,
+    learner: str = "dqn",
 ) -> dict[str, Any]:
-    """What a measurement depends on: machine, software, threads, policy (and the boards it
-    reads) and what was asked for: ``settings`` and ``batch_size`` (a size, or ``auto``).
+    """What a measurement depends on: machine, software, threads, the learner and its policy (and
+    the boards it reads) and what was asked for: ``settings`` and ``batch_size`` (a size, or ``auto``).
 
     A CPU is named by its generation as well as its name: "AMD EPYC" is a Zen 2 without bf16
     one day and a Zen 5 with it the next, in a home folder that outlives the machine."""
@@ -69,11 +71,14 @@ def cache_key(
         "cores": system.cpu_cores(),
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
+        "learner": learner,
         "board_size": board_size,
         "countdown": countdown,
         "policy_kwargs": json.loads(json.dumps(policy_kwargs, sort_keys=True, default=str)),
         "asked": asked,
-        "batch_candidates": list(batch_candidates(max_batch_size)) if batch_size == AUTO else None,
+        "batch_candidates": (
+            list(batch_candidates(max_batch_size, divides=learner == "pqn")) if batch_size == AUTO else None
+        ),
     }
 
 

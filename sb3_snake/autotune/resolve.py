@@ -22,7 +22,7 @@ import torch
 
 from sb3_snake.acceleration.settings import AUTO, OptimizationSettings
 from sb3_snake.autotune.cache import cache_key, cache_path, read_cache, write_cache
-from sb3_snake.autotune.measure import GradientStepMeter
+from sb3_snake.autotune.measure import GradientStepMeter, PQNStepMeter
 from sb3_snake.autotune.search import Candidate, Machine, Measure, batch_candidates, search
 from sb3_snake.common import system
 from sb3_snake.common.options import KEYED
@@ -54,6 +54,8 @@ def resolve_auto(
     allow_measure: bool = True,
     max_batch_size: int | None = None,
     countdown: bool = False,
+    learner: str = "dqn",
+    rollout: tuple[int, int] | None = None,
     progress: Callable[[str], None] = lambda line: None,
     today: Callable[[], str] = lambda: date.today().isoformat(),
     load_meter: Callable[[], Callable[[], float | None]] | None = None,
@@ -67,7 +69,10 @@ def resolve_auto(
     that must not spend the time) the unmeasured values stand in
     (:data:`~sb3_snake.acceleration.settings.UNMEASURED`), and the sources say so.
     ``max_batch_size`` (the replay buffer's size) bounds the batch sizes tried; ``countdown``
-    says whether the boards carry the countdown channel.
+    says whether the boards carry the countdown channel. ``learner`` is the learner that will
+    train: ``"dqn"`` (SnakeDQN's step on ``policy_kwargs``' attention policy) or ``"pqn"`` (PQN's
+    minibatch step on ``policy_kwargs["policy"]`` with the rest as its ``policy_kwargs``, on a
+    rollout of ``rollout = (n_envs, n_steps)``, whose minibatches must divide it).
 
     A measurement during which other processes (or the host of a virtual machine) took
     :data:`CONTENDED_CORES` or more (``load_meter``, by default
@@ -78,7 +83,9 @@ def resolve_auto(
     if not settings.auto_fields and batch_size != AUTO:
         return Resolved(settings, batch_size)
     device = torch.device(device)
-    key = cache_key(settings, device, policy_kwargs, board_size, max_batch_size, countdown, batch_size=batch_size)
+    key = cache_key(
+        settings, device, policy_kwargs, board_size, max_batch_size, countdown, batch_size=batch_size, learner=learner
+    )
     path = cache_path(key)
     entry = read_cache(path, key)
     if entry is None and not allow_measure:
@@ -93,11 +100,10 @@ def resolve_auto(
         keys += [OptimizationSettings.env_key(name) for name in settings.auto_fields]
         progress(f"measuring auto settings ({', '.join(keys)}) on this machine; cached in {path}")
         machine = machine or Machine.probe(device)
-        measure = measure or GradientStepMeter(
-            device, policy_kwargs, board_size, countdown=countdown, use_cuda_graph=settings.use_cuda_graph
-        )
+        measure = measure or _meter(learner, device, policy_kwargs, board_size, countdown, rollout, settings)
         started, taken = time.perf_counter(), (load_meter or system.other_load_meter)()
-        result = search(settings, machine, measure, batch_candidates(max_batch_size), batch_size=batch_size)
+        candidates = batch_candidates(max_batch_size, divides=learner == "pqn")
+        result = search(settings, machine, measure, candidates, batch_size=batch_size)
         result["seconds"] = time.perf_counter() - started
         others = taken()
         result["cores_taken_by_others"] = others
@@ -108,6 +114,35 @@ def resolve_auto(
             return apply_choice(settings, batch_size, entry, where)
         write_cache(path, key, result, entry["date"])
     return apply_choice(settings, batch_size, entry, f"cache {path}")
+
+
+def _meter(
+    learner: str,
+    device: torch.device,
+    policy_kwargs: dict[str, Any],
+    board_size: int,
+    countdown: bool,
+    rollout: tuple[int, int] | None,
+    settings: OptimizationSettings,
+) -> Measure:
+    """The measurement of the learner that will train: its own step, network and shapes."""
+    if learner == "pqn":
+        kwargs = dict(policy_kwargs)
+        policy = kwargs.pop("policy")
+        n_envs, n_steps = rollout or (128, 32)
+        return PQNStepMeter(
+            device,
+            policy,
+            kwargs,
+            board_size,
+            n_envs,
+            n_steps,
+            use_cuda_graph=settings.use_cuda_graph,
+            countdown=countdown,
+        )
+    return GradientStepMeter(
+        device, policy_kwargs, board_size, countdown=countdown, use_cuda_graph=settings.use_cuda_graph
+    )
 
 
 def apply_choice(settings: OptimizationSettings, batch_size: int | str, entry: dict[str, Any], where: str) -> Resolved:

@@ -278,8 +278,10 @@ def _versus(chosen: Any, chosen_name: str | None, other_name: str, chosen_rate: 
     return f"chose {value}{named}: {chosen_rate:,.0f} samples/s against {other_rate:,.0f} for {other_name}"
 
 
-def batch_candidates(max_batch_size: int | None = None) -> tuple[int, ...]:
-    """:data:`BATCH_CANDIDATES` that fit ``max_batch_size`` (the replay buffer), or that size alone."""
+def batch_candidates(max_batch_size: int | None = None, divides: bool = False) -> tuple[int, ...]:
+    """:data:`BATCH_CANDIDATES` that fit ``max_batch_size`` (SnakeDQN's replay buffer) or, with
+    ``divides``, that divide it (PQN's rollout, cut into minibatches of one size); else that size alone."""
     if max_batch_size is None:
         return BATCH_CANDIDATES
-    return tuple(size for size in BATCH_CANDIDATES if size <= max_batch_size) or (max_batch_size,)
+    fits = (lambda size: max_batch_size % size == 0) if divides else (lambda size: size <= max_batch_size)
+    return tuple(size for size in BATCH_CANDIDATES if fits(size)) or (max_batch_size,)

@@ -1,4 +1,6 @@
-"""Env steps/s of whole training loops: ``sb3-snake train``'s setup against plain SB3 DQN.
+"""Env steps/s of whole training loops: ``sb3-snake train --algo dqn``'s setup (SnakeDQN) against
+plain SB3 DQN, the same algorithm as a user would otherwise run it (PQN, the default learner, is
+timed against itself by ``benchmark-train``: :mod:`sb3_snake.benchmark.train_speed`).
 
 Both learn at the same replay ratio (gradient samples per env step; SB3's DQN default is 32
 samples every 4 steps = 8). Each loop first learns for a warm-up that is not timed (random
@@ -90,7 +92,7 @@ def measure_sb3_snake(
     """``sb3-snake train``'s default setup (or ``config``) at ``replay_ratio``, at the thread
     count ``sb3-snake train`` would use with ``settings`` (set for the measurement, then restored)."""
     # One ratio throughout: no early phase at another ratio (sb3-snake train's first 50,000 steps).
-    config = replace(config or TrainConfig(), replay_ratio=replay_ratio, early_steps=0)
+    config = replace(config or TrainConfig(algo="dqn"), replay_ratio=replay_ratio, early_steps=0)
     model = build_model(config, settings)
     with torch_threads(model.active_optimizations.num_threads):
         train_freq, gradient_steps = model.train_freq.frequency, model.gradient_steps

@@ -69,7 +69,7 @@ def train_step_model(
     """A model whose gradient step is the one ``sb3-snake train`` trains with (its default
     policy, view and augmentation; :func:`~sb3_snake.autotune.filled_model`),
     ``transitions`` of random play in its buffer."""
-    config = TrainConfig()
+    config = TrainConfig(algo="dqn")
     return filled_model(
         settings,
         device,
@@ -123,16 +123,11 @@ class _ProductRecorder(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
-def step_products(
-    batch_size: int, bf16: bool = False, device: str = "cpu", board_size: int = 10
-) -> list[Callable[[], Any]]:
-    """The matrix products of one eager gradient step of the default policy (forward, backward
-    and the target pass, under bf16 autocast when ``bf16``), each as a call on fresh tensors of
-    the recorded shapes, strides and dtypes."""
-    settings = OptimizationSettings(use_bf16=bf16, use_flash_attention=False, use_torch_compile=False)
-    model = train_step_model(settings, device, board_size, max(1024, batch_size), batch_size)
+def record_products(step: Callable[[], Any]) -> list[Callable[[], Any]]:
+    """The matrix products one call of ``step`` makes, each as a call on fresh tensors of the
+    recorded shapes, strides and dtypes."""
     with _ProductRecorder() as recorder:
-        model.train(gradient_steps=1, batch_size=batch_size)
+        step()
     calls = []
     for func, args, kwargs in recorder.products:
         args, kwargs = tree_map_only(TensorLayout, TensorLayout.fresh, (args, kwargs))
@@ -140,18 +135,20 @@ def step_products(
     return calls
 
 
-def matmul_ceiling(
-    batch_size: int, bf16: bool = False, device: str = "cpu", board_size: int = 10, repeats: int = 5
-) -> float:
-    """GFLOP/s of one gradient step's own matrix products (:func:`step_products`) replayed back
-    to back with nothing between them: what the step would reach if all else took no time.
+def step_products(
+    batch_size: int, bf16: bool = False, device: str = "cpu", board_size: int = 10
+) -> list[Callable[[], Any]]:
+    """The matrix products of one eager gradient step of the default policy (forward, backward
+    and the target pass, under bf16 autocast when ``bf16``) (:func:`record_products`)."""
+    settings = OptimizationSettings(use_bf16=bf16, use_flash_attention=False, use_torch_compile=False)
+    model = train_step_model(settings, device, board_size, max(1024, batch_size), batch_size)
+    return record_products(lambda: model.train(gradient_steps=1, batch_size=batch_size))
 
-    Timed like the peak, the fastest of ``repeats`` runs of about 0.2 s each (after an untimed
-    one), and counted by FlopCounterMode like the rows. The products are those of the eager
-    step; a compiled step calls the same ones, some with their operands laid out otherwise, which
-    can make them a little faster or slower, so a row can come near its ceiling but not
-    meaningfully pass it."""
-    products = step_products(batch_size, bf16, device, board_size)
+
+def products_ceiling(products: list[Callable[[], Any]], device: str = "cpu", repeats: int = 5) -> float:
+    """GFLOP/s of ``products`` replayed back to back with nothing between them, timed like the
+    peak: the fastest of ``repeats`` runs of about 0.2 s each (after an untimed one), counted by
+    FlopCounterMode."""
 
     def replay() -> None:
         for product in products:
@@ -161,6 +158,17 @@ def matmul_ceiling(
         replay()
     durations, calls = time_runs(replay, device_sync(device), seconds=0.2, repeats=repeats)
     return counter.get_total_flops() * calls / min(durations) / 1e9
+
+
+def matmul_ceiling(
+    batch_size: int, bf16: bool = False, device: str = "cpu", board_size: int = 10, repeats: int = 5
+) -> float:
+    """GFLOP/s of one gradient step's own matrix products (:func:`step_products`) replayed back
+    to back with nothing between them: what the step would reach if all else took no time
+    (:func:`products_ceiling`). The products are those of the eager step; a compiled step calls
+    the same ones, some with their operands laid out otherwise, which can make them a little
+    faster or slower, so a row can come near its ceiling but not meaningfully pass it."""
+    return products_ceiling(step_products(batch_size, bf16, device, board_size), device, repeats)
 
 
 def efficiency(

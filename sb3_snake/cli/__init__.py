@@ -1,8 +1,9 @@
 """The ``sb3-snake`` command line: thin commands that parse options and call the library.
 
-One module per command group (``train``: train, eval, play, plot; ``benchmark``; ``tune``);
-``common`` holds the app, the one-line errors, the options declared once, and signals.
-Importing a group registers its commands, in the order ``--help`` lists them.
+One module per command group (``train``: train, eval, play, plot; ``benchmark``: the speed
+benchmarks; ``learning``: benchmark-learning; ``tune``); ``common`` holds the app, the one-line
+errors, the options declared once, and signals. Importing a group registers its commands, in the
+order ``--help`` lists them.
 """
 
 import faulthandler
@@ -10,7 +11,7 @@ from importlib import import_module
 
 from sb3_snake.cli.common import app
 
-for _group in ("train", "benchmark", "tune"):
+for _group in ("train", "benchmark", "learning", "tune"):
     import_module(f"sb3_snake.cli.{_group}")
 
 __all__ = ["app", "main"]

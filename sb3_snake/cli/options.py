@@ -136,3 +136,4 @@ TrustModelOption = Annotated[
     bool, typer.Option("--trust-model", help="Use SB3's full loader, which runs pickled code: trusted files only.")
 ]
 EnvFileOption = Annotated[Path | None, typer.Option(help="The .env to read (default: ./.env when present).")]
+OutputOption = Annotated[Path, typer.Option(help="Folder for the JSON results.")]

@@ -24,7 +24,7 @@ TRIAL = "One trial"
 Sampler = Enum("Sampler", {name: name for name in SAMPLERS}, type=str)
 Pruner = Enum("Pruner", {name: name for name in PRUNERS}, type=str)
 #: The library's defaults, which the options show and pass on.
-SEARCH, RUN = TuneConfig(), TrainConfig()
+SEARCH, RUN = TuneConfig(), TrainConfig(algo="dqn")  # tune searches SnakeDQN's space
 DEFAULT_SAMPLER, DEFAULT_PRUNER = Sampler(SEARCH.sampler), Pruner(SEARCH.pruner)
 
 

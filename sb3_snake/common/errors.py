@@ -96,3 +96,11 @@ def did_you_mean(given: str, known: Sequence[str]) -> str:
     of known names (``"known: a, b, c"``)."""
     nearest = difflib.get_close_matches(str(given), list(known), n=1, cutoff=0.5)
     return f"did you mean {nearest[0]}?" if nearest else f"known: {', '.join(known)}"
+
+
+def divisors_near(number: int, wanted: object) -> str:
+    """The hint for a size that must divide ``number``: its divisors just below and above
+    ``wanted`` (``"64 or 128"``; the smallest ones where ``wanted`` is no number)."""
+    divisors = [d for d in range(1, number + 1) if number % d == 0]
+    target = wanted if isinstance(wanted, int) and not isinstance(wanted, bool) else 1
+    return " or ".join(map(str, [d for d in divisors if d < target][-1:] + [d for d in divisors if d > target][:1]))

@@ -122,7 +122,7 @@ class DeviceReplayBuffer(ReplayBuffer):
 
         ``last_row``: the row written last (default: :attr:`last_row`); n-step sequences
         stop there unless it ended an episode. A 0-dim device tensor keeps the whole gather free
-        of host values, as a CUDA graph that replays it needs (:class:`~sb3_snake.dqn.update.steps.CapturedSteps`).
+        of host values, as a CUDA graph that replays it needs (:class:`~sb3_snake.dqn.gradient_step.CapturedSteps`).
         """
         if self.n_steps > 1:
             return self._n_step_samples(batch_indices, env_indices, self.last_row if last_row is None else last_row)

@@ -23,6 +23,7 @@ from stable_baselines3.common.utils import should_collect_more_steps
 from sb3_snake.dqn.replay import DeviceReplayBuffer
 from sb3_snake.envs import BatchedSnakeVecEnv
 from sb3_snake.envs.batched_vec_env import finished_games
+from sb3_snake.q_learning.targets import stall_as_death
 
 
 class TensorRollouts:
@@ -64,8 +65,11 @@ class TensorRollouts:
                 )
             self._update_info_buffer(infos, dones)
             next_obs = step.observations.index_copy(0, step.final_indices, step.final_observations)
-            done = step.terminated | step.truncated
-            replay_buffer.add_tensors(obs, next_obs, actions, step.rewards, done, step.truncated)
+            rewards, done, timeouts = step.rewards, step.terminated | step.truncated, step.truncated
+            if self.stall_as_death:  # stored as lost (SB3's loop: SnakeDQN._store_transition)
+                rewards, done = stall_as_death(rewards, step.terminated, step.truncated)
+                timeouts = torch.zeros_like(step.truncated)
+            replay_buffer.add_tensors(obs, next_obs, actions, rewards, done, timeouts)
             obs = step.observations
             self._update_current_progress_remaining(self.num_timesteps, self._total_timesteps)
             self._on_step()

@@ -5,10 +5,10 @@ does nothing more. ``"MlpPolicy"`` and ``"CnnPolicy"`` keep working and get the 
 ``batch_size`` is not passed it is :data:`DEFAULT_BATCH_SIZE`, as ``sb3-snake train``'s.
 
 What it changes of SB3's ``DQN``, each in its own module: the policies (:mod:`~sb3_snake.dqn.policies`), the
-rollout loop on tensors (:mod:`~sb3_snake.dqn.rollout`), the gradient step and the ways to run it
-(:mod:`~sb3_snake.dqn.update`), TD targets and reward shaping (:mod:`~sb3_snake.dqn.targets`), and the
-plain-JSON description every saved zip holds (:mod:`~sb3_snake.dqn.save_format`). Here: the options, the
-schedules, and the update loop.
+rollout loop on tensors (:mod:`~sb3_snake.dqn.rollout`), the gradient step (:mod:`~sb3_snake.dqn.gradient_step`,
+run by :mod:`sb3_snake.update`), TD targets (:mod:`~sb3_snake.dqn.targets`), and the plain-JSON description
+every saved zip holds (:mod:`~sb3_snake.q_learning.save_format`). Here: the options, the schedules, and the
+update loop.
 """
 
 from __future__ import annotations
@@ -28,16 +28,19 @@ from stable_baselines3.dqn.policies import DQNPolicy
 from sb3_snake.acceleration.optimizations import ActiveOptimizations, use_device_replay_buffer
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.common.errors import TrainingDiverged, UsageError, did_you_mean
-from sb3_snake.common.schedules import half_life_factor, scale_learning_rate
-from sb3_snake.dqn import save_format
+from sb3_snake.common.schedules import averaging_rate, half_life_factor, scale_learning_rate
+from sb3_snake.dqn.gradient_step import DQNUpdate
 from sb3_snake.dqn.policies import POLICY_ALIASES
 from sb3_snake.dqn.replay import DeviceReplayBuffer
 from sb3_snake.dqn.rollout import TensorRollouts
-from sb3_snake.dqn.save_schema import HYPERPARAMETERS
-from sb3_snake.dqn.symmetry import SymmetryAugmentation
-from sb3_snake.dqn.update.compile import Compile
-from sb3_snake.dqn.update.steps import StepChoice
-from sb3_snake.envs.action_masks import action_masks, is_snake_board, random_safe_actions
+from sb3_snake.envs.action_masks import is_snake_board
+from sb3_snake.q_learning import save_format, targets
+from sb3_snake.q_learning.averaging import q_networks
+from sb3_snake.q_learning.exploration import linear_epsilon, random_moves
+from sb3_snake.q_learning.save_schema import HYPERPARAMETERS
+from sb3_snake.q_learning.symmetry import SymmetryAugmentation
+from sb3_snake.update.compile import Compile
+from sb3_snake.update.steps import StepChoice
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +77,7 @@ class SnakeDQN(TensorRollouts, DQN):
         eagerly first: a cold compile takes long on a small CPU) and ``compile_in_background``
         (train on while a child process compiles; without it training waits, and the switch
         falls at a fixed gradient step, so a seeded run repeats exactly). What is compiled, and
-        when, is the model's :class:`~sb3_snake.dqn.update.compile.Compile`
+        when, is the model's :class:`~sb3_snake.update.compile.Compile`
         (``model.compile_state``).
     :param exploration_steps: when set, epsilon falls linearly from ``exploration_initial_eps``
         to ``exploration_final_eps`` over this many env steps (all envs together), whatever
@@ -83,7 +86,7 @@ class SnakeDQN(TensorRollouts, DQN):
     :param double_dqn: compute TD targets with Double DQN (van Hasselt et al., 2016): the
         online network picks the next action, the target network values it.
     :param symmetry_augmentation: show each replayed transition under a random one of the
-        board's eight symmetries (:mod:`sb3_snake.dqn.symmetry`), or of the two an egocentric
+        board's eight symmetries (:mod:`sb3_snake.q_learning.symmetry`), or of the two an egocentric
         board keeps (itself and its mirror image); needs square observations.
     :param early_steps: for this many env steps (all envs together), train
         ``early_update_fraction`` of the scheduled gradient steps: a replay ratio for the first
@@ -106,21 +109,29 @@ class SnakeDQN(TensorRollouts, DQN):
         once (:mod:`sb3_snake.envs.action_masks`, read from the observations; any move where
         none is safe), so that exploring games live on and fill the replay buffer with long
         snakes; greedy moves are the network's as ever. Needs Snake boards.
+    :param fatal_move_targets: also fit, in every batch, the Q-values of the moves that die at
+        once to their known value (:func:`~sb3_snake.q_learning.targets.fatal_move_loss`).
+    :param stall_as_death: store a game the env truncates (the stall limit) as lost: a death's
+        reward, no bootstrap (:func:`~sb3_snake.q_learning.targets.stall_as_death`; scores keep
+        the rules' rewards).
+    :param averaging_half_life: greedy play uses an exponential moving average of the trained
+        weights whose past halves every this many env steps (:mod:`sb3_snake.q_learning.averaging`;
+        0: the trained weights). These three are PQN's rules, shared; each needs Snake boards.
     :param kwargs: any other ``DQN`` argument (``n_steps`` gives n-step returns; a dueling
         head is ``policy_kwargs={"dueling": True}``).
 
-    The replay buffer is :class:`~sb3_snake.dqn.replay.DeviceReplayBuffer` when the model trains on
-    CUDA (sampled on the GPU, no copy per batch) and SB3's own on the CPU, unless
-    ``replay_buffer_class`` is given
-    (see :func:`~sb3_snake.acceleration.optimizations.use_device_replay_buffer`).
+    The replay buffer is :class:`~sb3_snake.dqn.replay.DeviceReplayBuffer` on CUDA (sampled on the
+    GPU) and SB3's own on the CPU, unless ``replay_buffer_class`` is given.
 
     After construction, ``model.active_optimizations`` says what is really active and why
     anything requested is not (the compile decision's reason says what is compiled), and
-    ``model.step_choice`` runs the gradient steps (:class:`~sb3_snake.dqn.update.steps.StepChoice`).
+    ``model.step_choice`` runs the gradient steps (:class:`~sb3_snake.update.steps.StepChoice`).
     Compilation is not saved; :meth:`load` applies the optimizations it is given again.
     """
 
     policy_aliases = POLICY_ALIASES
+    #: The learner's name in a model file's description (:mod:`sb3_snake.q_learning.save_format`).
+    description_name = "SnakeDQN"
 
     def __init__(
         self,
@@ -135,10 +146,17 @@ class SnakeDQN(TensorRollouts, DQN):
         food_shaping: float = 0.0,
         learning_rate_half_life: int = 0,
         safe_exploration: bool = False,
+        fatal_move_targets: bool = False,
+        stall_as_death: bool = False,
+        averaging_half_life: int = 0,
         **kwargs: Any,
     ):
         self.exploration_steps = exploration_steps
         self.safe_exploration = safe_exploration
+        self.fatal_move_targets, self.stall_as_death = fatal_move_targets, stall_as_death
+        self.averaging_half_life, self._averaged_at = averaging_half_life, 0
+        if averaging_half_life:  # the policy keeps the averaged network, and a saved model says so
+            kwargs["policy_kwargs"] = {**(kwargs.get("policy_kwargs") or {}), "averaged": True}
         self.learning_rate_half_life = learning_rate_half_life
         self.early_steps = early_steps
         self.early_update_fraction = early_update_fraction
@@ -167,19 +185,20 @@ class SnakeDQN(TensorRollouts, DQN):
             # SB3 warns that n_steps is ignored with a custom buffer class; ours takes it above.
             warnings.filterwarnings("ignore", message=r"`n_steps=\d+` is ignored because a custom")
             super()._setup_model()
-        if self.safe_exploration and not is_snake_board(self.observation_space, self.action_space):
-            raise UsageError(
-                "safe_exploration reads the moves that do not die from Snake boards, and this env's "
-                f"observations {self.observation_space} are not; turn safe_exploration off"
-            )
+        for name in ("safe_exploration", "fatal_move_targets", "stall_as_death"):
+            if getattr(self, name) and not is_snake_board(self.observation_space, self.action_space):
+                raise UsageError(
+                    f"{name} reads the moves that do not die from Snake boards, and this env's "
+                    f"observations {self.observation_space} are not; turn {name} off"
+                )
         self.active_optimizations = self._apply_optimizations(self.optimizations)
         self._setup_augmentation()
-        self.step_choice = StepChoice(self)
+        self.step_choice = StepChoice(DQNUpdate(self))
 
     def _apply_optimizations(self, settings: OptimizationSettings) -> ActiveOptimizations:
         """What is really active with ``settings`` for this model (decided by
         :meth:`ActiveOptimizations.decide`), with both Q-networks given its forward context.
-        Compiling is the model's own (:class:`~sb3_snake.dqn.update.compile.Compile`): the
+        Compiling is the model's own (:class:`~sb3_snake.update.compile.Compile`): the
         compile decision says only whether it is asked for and available. The thread count is
         decided (``active.num_threads``) but not set: that is the entry point's
         (:func:`~sb3_snake.acceleration.optimizations.torch_threads`)."""
@@ -192,7 +211,7 @@ class SnakeDQN(TensorRollouts, DQN):
             )
         device_buffer = isinstance(self.replay_buffer, DeviceReplayBuffer)
         active = ActiveOptimizations.decide(settings, self.device, device_buffer)
-        for network in (self.q_net, self.q_net_target):
+        for network in q_networks(self.policy):
             network.forward_context = active.forward_context
         for decision, field in ((active.bf16, "use_bf16"), (active.flash, "use_flash_attention")):
             # An auto setting that fell back to the default asked for "where it runs", not for it.
@@ -213,12 +232,32 @@ class SnakeDQN(TensorRollouts, DQN):
             egocentric = self.action_space.n == 3  # three turns: boards seen from the snake
             self._augmentation = SymmetryAugmentation(width, self.device, egocentric=egocentric)
 
+    def _store_transition(
+        self,
+        replay_buffer: Any,
+        buffer_action: np.ndarray,
+        new_obs: Any,
+        reward: np.ndarray,
+        dones: np.ndarray,
+        infos: list[dict[str, Any]],
+    ) -> None:
+        """SB3's, with ``stall_as_death``: a game the env truncated is stored as lost
+        (:func:`~sb3_snake.q_learning.targets.stall_as_death`); the env's infos stay as they are."""
+        cut = [done and info.get("TimeLimit.truncated", False) for done, info in zip(dones, infos, strict=True)]
+        if self.stall_as_death and any(cut):
+            truncated = torch.as_tensor(np.array(cut))
+            reward = targets.stall_as_death(torch.as_tensor(reward), torch.as_tensor(dones), truncated)[0].numpy()
+            infos = [
+                {**info, "TimeLimit.truncated": False} if stalled else info
+                for info, stalled in zip(infos, cut, strict=True)
+            ]
+        super()._store_transition(replay_buffer, buffer_action, new_obs, reward, dones, infos)
+
     def random_actions(self, observations: torch.Tensor) -> torch.Tensor:
         """Exploration's random move for each game of ``observations``: uniform, or among the
-        moves that do not die at once with ``safe_exploration``."""
-        if not self.safe_exploration:
-            return torch.randint(int(self.action_space.n), (observations.shape[0],), device=observations.device)
-        return random_safe_actions(action_masks(observations, egocentric=self.action_space.n == 3))
+        moves that do not die at once with ``safe_exploration``
+        (:func:`~sb3_snake.q_learning.exploration.random_moves`)."""
+        return random_moves(observations, int(self.action_space.n), self.safe_exploration)
 
     def predict(
         self,
@@ -246,9 +285,8 @@ class SnakeDQN(TensorRollouts, DQN):
     def _on_step(self) -> None:
         super()._on_step()
         if self.exploration_steps:
-            progress = min(1.0, self.num_timesteps / self.exploration_steps)
             start, end = self.exploration_initial_eps, self.exploration_final_eps
-            self.exploration_rate = start + progress * (end - start)
+            self.exploration_rate = linear_epsilon(self.num_timesteps, start, end, self.exploration_steps)
             self.logger.record("rollout/exploration_rate", self.exploration_rate)
 
     def _update_learning_rate(self, optimizers: list[torch.optim.Optimizer] | torch.optim.Optimizer) -> None:
@@ -289,6 +327,9 @@ class SnakeDQN(TensorRollouts, DQN):
                 done += steps
             mean_loss = total / done
         self._n_updates += done
+        if self.averaging_half_life:  # the averaged network follows the weights just trained
+            self.policy.update_average(averaging_rate(self.num_timesteps - self._averaged_at, self.averaging_half_life))
+            self._averaged_at = self.num_timesteps
         loss = mean_loss.item()
         TrainingDiverged.check(loss, self._n_updates, self.learning_rate)
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
@@ -296,7 +337,7 @@ class SnakeDQN(TensorRollouts, DQN):
 
     def learn(self, *args: Any, **kwargs: Any) -> SnakeDQN:
         """SB3's ``learn``; when it ends, however it ends, a compile child still running is stopped
-        and reaped (:meth:`~sb3_snake.dqn.update.steps.StepChoice.close`)."""
+        and reaped (:meth:`~sb3_snake.update.steps.StepChoice.close`)."""
         try:
             return super().learn(*args, **kwargs)
         finally:
@@ -323,10 +364,10 @@ class SnakeDQN(TensorRollouts, DQN):
     def set_hyperparameters(self, **values: Any) -> None:
         """Change hyperparameters of a built (or loaded) model, as if it had been made with them.
 
-        Takes the names of :data:`~sb3_snake.dqn.save_schema.HYPERPARAMETERS` (except ``n_steps``,
+        Takes the names of :data:`~sb3_snake.q_learning.save_schema.HYPERPARAMETERS` (except ``n_steps``,
         which fixes the replay buffer's kind), ``train_freq`` and ``verbose``. The learning-rate and
         exploration schedules are rebuilt; a new ``buffer_size`` gives a new, empty replay buffer. A
-        captured update (:class:`~sb3_snake.dqn.update.steps.CapturedSteps`) is dropped and captured again
+        captured update (:class:`~sb3_snake.dqn.gradient_step.CapturedSteps`) is dropped and captured again
         with the new values.
         """
         settable = [name for name in (*HYPERPARAMETERS, "train_freq", "verbose") if name != "n_steps"]
@@ -335,6 +376,12 @@ class SnakeDQN(TensorRollouts, DQN):
             raise UsageError("cannot set n_steps on a built model: it fixes the replay buffer's kind; build a new one")
         if unknown:
             raise UsageError(f"cannot set {', '.join(unknown)} on a built model; {did_you_mean(unknown[0], settable)}")
+        if "averaging_half_life" in values and bool(values["averaging_half_life"]) != self.policy.averaged:
+            built, keep = ("with", "above") if self.policy.averaged else ("without", "at")
+            raise UsageError(
+                f"averaging_half_life cannot turn the averaged network on or off on a built model (built {built} "
+                f"one, averaging_half_life {self.averaging_half_life}); keep it {keep} 0, or build a new model"
+            )
         rebuild_buffer = "buffer_size" in values and values["buffer_size"] != self.buffer_size
         for name, value in values.items():
             setattr(self, name, value)
@@ -375,11 +422,12 @@ class SnakeDQN(TensorRollouts, DQN):
         return {**values, "train_freq": self.train_freq.frequency, "train_freq_unit": self.train_freq.unit.value}
 
     def metadata(self) -> dict[str, Any]:
-        """This model in plain JSON (:func:`sb3_snake.dqn.save_format.metadata`)."""
+        """This model in plain JSON (:func:`sb3_snake.q_learning.save_format.metadata`)."""
         return save_format.metadata(self)
 
     def save(self, path: Any, exclude: Any = None, include: Any = None) -> None:
-        """SB3's ``save``, plus the plain-JSON description (:func:`~sb3_snake.dqn.save_format.write_metadata`)."""
+        """SB3's ``save``, plus the plain-JSON description
+        (:func:`~sb3_snake.q_learning.save_format.write_metadata`)."""
         super().save(path, exclude=exclude, include=include)
         save_format.write_metadata(self, path)
 

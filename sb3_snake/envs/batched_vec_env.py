@@ -25,9 +25,10 @@ from stable_baselines3.common.vec_env import VecEnv
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvObs, VecEnvStepReturn
 
 from sb3_snake.common.errors import UsageError
-from sb3_snake.common.system import check_torch_device
+from sb3_snake.common.system import available_memory_bytes, check_torch_device
 from sb3_snake.envs.action_masks import action_masks
 from sb3_snake.envs.batched_games import BatchedGames, BatchedStep
+from sb3_snake.envs.batched_state import STATE_ROWS
 from sb3_snake.envs.render import (
     RENDER_FPS,
     RENDER_MODES,
@@ -42,6 +43,11 @@ from sb3_snake.envs.rules import SnakeRules, check_actions, is_integer
 
 #: The seeds a torch generator takes.
 _SEED_RANGE = (-(2**63), 2**64 - 1)
+#: The attributes ``set_attr`` may change once the games are built, and the check of each new value.
+SETTABLE_ATTRIBUTES = {"render_mode": check_render_mode}
+#: The most games one batched env holds (and a model file may say it trained with): a million
+#: games is far past what one device steps usefully at once.
+MAX_GAMES = 1 << 20
 
 
 def check_seed(seed: object) -> int | None:
@@ -79,7 +85,33 @@ def build_games(
     Both batched envs build theirs here."""
     count, seed, long_starts = check_num_envs(num_envs), check_seed(seed), check_long_starts(long_starts)
     seed = secrets.randbits(63) if seed is None else seed
-    return BatchedGames(SnakeRules(**rules), count, check_torch_device(device), seed, long_starts)
+    snake_rules = SnakeRules(**rules)
+    check_games_fit(count, snake_rules)
+    return BatchedGames(snake_rules, count, check_torch_device(device), seed, long_starts)
+
+
+def game_bytes(rules: SnakeRules) -> int:
+    """About the memory one game of ``rules`` takes in a batched env: its link plane (and the
+    countdown's plane), its scalars, and its observations as drawn, turned and handed out."""
+    cells, channels = rules.num_cells, rules.observation_space.shape[0]
+    return cells * (1 + 8 * rules.countdown) + 8 * STATE_ROWS + 4 * channels * cells + 64
+
+
+def check_games_fit(count: int, rules: SnakeRules) -> None:
+    """A :class:`UsageError` naming the bound, or the memory, when ``count`` games of ``rules``
+    are more than :data:`MAX_GAMES` or would not fit in the memory available."""
+    needed, board = count * game_bytes(rules), f"{rules.board_size}x{rules.board_size}"
+    if count > MAX_GAMES:
+        raise UsageError(
+            f"num_envs must be at most {MAX_GAMES:,}, got {count:,}: {count:,} games of {board} would need about "
+            f"{needed / 2**30:,.1f} GiB of memory; pass fewer games"
+        )
+    available = available_memory_bytes()
+    if available is not None and needed > available:
+        raise UsageError(
+            f"num_envs {count:,}: {count:,} games of {board} would need about {needed / 2**30:,.1f} GiB of memory "
+            f"and {available / 2**30:,.1f} GiB are available; pass fewer games"
+        )
 
 
 class BatchedSnakeVecEnv(VecEnv):
@@ -289,16 +321,31 @@ class BatchedSnakeVecEnv(VecEnv):
         return [getattr(self, attr_name) for _ in self._get_indices(indices)]
 
     def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
-        """All games share one configuration: an existing attribute is set for every game at once
-        (``indices`` must name them all); setting it for some games only cannot be done."""
+        """All games share one configuration: of its attributes only ``render_mode`` can change
+        after the games are built, and for every game at once (``indices`` must name them all);
+        any other (``num_envs``, the rules) is fixed, and a ValueError says so."""
         if not hasattr(self, attr_name):
             raise AttributeError(f"BatchedSnakeVecEnv has no attribute {attr_name!r} to set")
+        if attr_name not in SETTABLE_ATTRIBUTES:
+            raise UsageError(
+                f"BatchedSnakeVecEnv cannot set {attr_name!r}: it is fixed once the games are built (only "
+                f"{', '.join(SETTABLE_ATTRIBUTES)} can change); create a new BatchedSnakeVecEnv"
+            )
         if sorted(self._get_indices(indices)) != list(range(self.num_envs)):
             raise AttributeError(
                 f"BatchedSnakeVecEnv cannot set {attr_name!r} for some games only: all games share one "
                 "configuration; set it for all (indices=None) or create a new BatchedSnakeVecEnv"
             )
-        setattr(self, attr_name, value)
+        setattr(self, attr_name, SETTABLE_ATTRIBUTES[attr_name](value))
+
+    def _get_indices(self, indices: VecEnvIndices) -> list[int]:
+        """SB3's games of ``indices`` (None: all; an int: one), each checked: an IndexError names
+        one out of range (negative ones count from the end, as a list's)."""
+        chosen = list(super()._get_indices(indices))
+        for index in chosen:
+            if not is_integer(index) or not -self.num_envs <= index < self.num_envs:
+                raise IndexError(f"game index {index!r} is out of range for {self.num_envs} games")
+        return [int(index) % self.num_envs for index in chosen]
 
     def env_method(self, method_name: str, *method_args, indices: VecEnvIndices = None, **method_kwargs) -> list[Any]:
         """Per-game methods: ``action_masks`` (each game's row of :meth:`action_masks`, as

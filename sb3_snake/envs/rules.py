@@ -91,11 +91,20 @@ def integer_cells(cells: object) -> np.ndarray | None:
 
 def check_actions(actions: object, count: int, relative: bool = False) -> np.ndarray:
     """``count`` actions as an int64 array, or a :class:`UsageError` naming the first bad one;
-    the same rule as :func:`check_action`, for one action per game."""
+    the same rule as :func:`check_action`, for one action per game.
+
+    The shapes taken are SB3's ``(count,)`` and a column ``(count, 1)`` (what ``argmax(dim=1,
+    keepdim=True)`` gives); any other, such as a row ``(1, count)`` of several games, is refused
+    rather than guessed at (a single game may also give one number)."""
     help, highest = (_RELATIVE_ACTIONS_HELP, 2) if relative else (_ACTIONS_HELP, 3)
     values = np.asarray(actions)
     if values.size != count:
         raise UsageError(f"expected {count} actions (one per game), got {values.size}; pass one action per game")
+    if values.shape not in ((count,), (count, 1)) and not (count == 1 and values.ndim == 0):
+        raise UsageError(
+            f"expected actions of shape ({count},) or ({count}, 1), one per game, got shape {values.shape}; "
+            "pass one action per game"
+        )
     values = values.reshape(count)
     if values.dtype.kind not in "iu":
         raise UsageError(f"action must be an integer {help}, got {values[:4]!r} (dtype {values.dtype})")

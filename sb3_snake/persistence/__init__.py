@@ -4,7 +4,6 @@
 (:mod:`~sb3_snake.persistence.migrations`). Files are written atomically and read back without
 running code from them."""
 
-from sb3_snake.dqn.save_format import read_metadata
 from sb3_snake.persistence.migrations import legacy_replay_buffer_path, saved_board_options
 from sb3_snake.persistence.model_file import check_env, load_model, one_line, save_model, saved_metadata, write_json
 from sb3_snake.persistence.replay_file import (
@@ -14,6 +13,7 @@ from sb3_snake.persistence.replay_file import (
     replay_buffer_path,
     save_replay_buffer,
 )
+from sb3_snake.q_learning.save_format import read_metadata
 
 __all__ = [
     "RECORDED",

@@ -14,8 +14,8 @@ import numpy as np
 import torch
 
 from sb3_snake.common.errors import UsageError
-from sb3_snake.dqn.targets import shaping_rewards
 from sb3_snake.envs.rules import NUM_CHANNELS, channel_options
+from sb3_snake.q_learning.targets import shaping_rewards
 
 
 def legacy_replay_buffer_path(model_path: Path) -> Path:

@@ -2,7 +2,7 @@
 
 An SB3 zip holds pickled entries that SB3's loader unpickles, so a crafted file runs any code
 it likes. :func:`load_model` instead rebuilds the model from the plain-JSON description every
-saved zip holds (:data:`~sb3_snake.dqn.save_format.METADATA_ENTRY`, :mod:`sb3_snake.dqn.save_format`)
+saved zip holds (:data:`~sb3_snake.q_learning.save_format.METADATA_ENTRY`, :mod:`sb3_snake.q_learning.save_format`)
 and loads the weights with ``torch.load(weights_only=True)``; a file without it is refused unless
 ``trusted``. Every file is written through :func:`~sb3_snake.common.paths.atomic_write`, so a
 crash leaves the previous file intact. A model's board is checked against its env in one place
@@ -23,19 +23,19 @@ from gymnasium import spaces
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.common.errors import UsageError
 from sb3_snake.common.paths import atomic_write, write_text_atomically
-from sb3_snake.dqn.save_format import (
-    ACTION_COUNTS,
-    BOARD_SHAPES,
-    CHANNEL_COUNTS,
-    METADATA_ENTRY,
-    decode_policy_kwargs,
-    read_metadata,
-)
 from sb3_snake.dqn.snake_dqn import SnakeDQN
 from sb3_snake.envs.rules import board_options, board_space
 from sb3_snake.persistence.migrations import saved_board_options
 from sb3_snake.persistence.replay_file import replay_buffer_path, save_replay_buffer, view_of
 from sb3_snake.pqn import PQN
+from sb3_snake.q_learning.save_format import (
+    ACTION_COUNTS,
+    BOARD_SHAPES,
+    CHANNEL_COUNTS,
+    METADATA_ENTRY,
+    described_policy_kwargs,
+    read_metadata,
+)
 
 #: What a model file holds: either of the package's learners.
 Model = SnakeDQN | PQN
@@ -99,6 +99,7 @@ def load_model(
     else:
         model = _load_safely(path, read_metadata(path), optimizations, env, device, for_training)
     _check_snake_model(model, path)
+    _check_finite(model, path)
     if env is not None:
         space = model.observation_space
         check_env(path, space.shape[-1], board_options(space), model.action_space.n, env)
@@ -134,7 +135,9 @@ def one_line(error: BaseException) -> str:
 def _load_trusted(path: Path, optimizations: OptimizationSettings | None, env: Any, device: Any) -> Model:
     try:
         if _described_algorithm(path) == "PQN":
-            return PQN.load(path, env=env, device=device)
+            # an older file's network named as it was built (SB3's loader reads the pickled kwargs)
+            kwargs = described_policy_kwargs(read_metadata(path))
+            return PQN.load(path, env=env, device=device, custom_objects={"policy_kwargs": kwargs})
         return SnakeDQN.load(path, env=env, device=device, optimizations=optimizations)
     except Exception as error:  # noqa: BLE001 - any failure to read the zip is a bad model file
         raise UsageError(f"model file {path} cannot be loaded ({one_line(error)})") from None
@@ -149,6 +152,16 @@ def _described_algorithm(path: Path) -> str:
         return described.get("algorithm", "SnakeDQN") if isinstance(described, dict) else "SnakeDQN"
     except (KeyError, zipfile.BadZipFile, OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         return "SnakeDQN"
+
+
+def _check_finite(model: Model, path: Path) -> None:
+    """Refuse weights that are NaN or infinite: such a network plays its first move every time."""
+    for name, tensor in model.policy.state_dict().items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise UsageError(
+                f"model file {path} holds weights that are not finite (NaN or infinite) in {name}: it cannot "
+                "play or train; use an earlier checkpoint"
+            )
 
 
 def _check_snake_model(model: Model, path: Path) -> None:
@@ -175,7 +188,7 @@ def _load_safely(
     for_training: bool,
 ) -> Model:
     hyperparameters = dict(metadata["hyperparameters"])
-    policy_kwargs = decode_policy_kwargs(metadata["policy_kwargs"])
+    policy_kwargs = described_policy_kwargs(metadata)
     try:
         if metadata.get("algorithm") == "PQN":
             model: Model = PQN(
@@ -222,14 +235,48 @@ def _load_safely(
         setattr(model, name, value)
     try:
         with zipfile.ZipFile(path) as archive:
+            entries = _weight_entries(archive, model, path)  # names and sizes checked before any is read
             params = {
                 name[: -len(".pth")]: torch.load(
                     io.BytesIO(archive.read(name)), map_location=model.device, weights_only=True
                 )
-                for name in archive.namelist()
-                if name.endswith(".pth") and name != "pytorch_variables.pth"
+                for name in entries
             }
         model.set_parameters(params, exact_match=True, device=model.device)
+    except UsageError:
+        raise
     except Exception as error:  # noqa: BLE001 - weights that do not fit the described model
         raise UsageError(f"model file {path} cannot be loaded ({one_line(error)})") from None
     return model
+
+
+#: Bytes a weights entry may take beyond the state it holds: the format's own headers and names.
+ENTRY_OVERHEAD = 1 << 20
+#: The largest multiple of the policy's own state an entry may hold (the optimizer's: Adam's two moments).
+ENTRY_STATES = 4
+
+
+def _weight_entries(archive: zipfile.ZipFile, model: Model, path: Path) -> list[str]:
+    """The weights entries of ``archive`` for ``model``, refused before any is read where one is
+    not the model's (SB3's names: ``policy.pth``, ``policy.optimizer.pth``) or declares more bytes
+    than the model's own state could (a crafted file's extra or swollen entries)."""
+    expected = {f"{name}.pth" for name in model._get_torch_save_params()[0]}
+    found = [name for name in archive.namelist() if name.endswith(".pth") and name != "pytorch_variables.pth"]
+    unknown, missing = sorted(set(found) - expected), sorted(expected - set(found))
+    if unknown:
+        raise UsageError(
+            f"model file {path} holds entries {unknown} that no {type(model).__name__} writes; "
+            "it is not a model this project wrote"
+        )
+    if missing:
+        raise UsageError(f"model file {path} lacks its weights {missing}; it is not a whole model this project wrote")
+    state = sum(t.numel() * t.element_size() for t in model.policy.state_dict().values())
+    limit = ENTRY_STATES * state + ENTRY_OVERHEAD
+    for name in found:
+        declared = archive.getinfo(name).file_size
+        if declared > limit:
+            raise UsageError(
+                f"model file {path}: entry {name} would unpack to {declared:,} bytes, more than the {limit:,} "
+                f"its model's weights take; it is not a model this project wrote"
+            )
+    return found

@@ -13,9 +13,12 @@ Design notes: docs/design-notes.md, "sb3_snake/pqn/pqn.py".
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
-from typing import Any, NamedTuple, TypeVar
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -24,36 +27,32 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback
 from stable_baselines3.common.utils import safe_mean
-from torch.nn import functional as F
 
 from sb3_snake.acceleration.optimizations import ActiveOptimizations
 from sb3_snake.acceleration.settings import OptimizationSettings
-from sb3_snake.common.errors import TrainingDiverged, UsageError
+from sb3_snake.common.errors import TrainingDiverged, UsageError, divisors_near
 from sb3_snake.common.schedules import averaging_rate, half_life_factor, scale_learning_rate
-from sb3_snake.dqn import save_format
-from sb3_snake.dqn.save_schema import PQN_HYPERPARAMETERS
-from sb3_snake.dqn.symmetry import SymmetryAugmentation
-from sb3_snake.dqn.targets import fatal_move_values, shaping_rewards
-from sb3_snake.envs.action_masks import action_masks, is_snake_board, random_safe_actions
-from sb3_snake.envs.rules import DEATH_REWARD
+from sb3_snake.envs.action_masks import is_snake_board
+from sb3_snake.pqn.gradient_step import PQNUpdate, Samples
 from sb3_snake.pqn.policies import PQN_POLICY_ALIASES, PQNPolicy
-from sb3_snake.pqn.returns import lambda_returns
-from sb3_snake.pqn.transitions import step_games
+from sb3_snake.pqn.rollout import collect_rollout
+from sb3_snake.q_learning import save_format
+from sb3_snake.q_learning.averaging import q_networks
+from sb3_snake.q_learning.exploration import epsilon_greedy, linear_epsilon, random_moves
+from sb3_snake.q_learning.save_schema import MAX_EPOCHS, PQN_HYPERPARAMETERS
+from sb3_snake.q_learning.symmetry import SymmetryAugmentation
+from sb3_snake.update.compile import Compile
+from sb3_snake.update.steps import StepChoice
+
+logger = logging.getLogger(__name__)
 
 SelfPQN = TypeVar("SelfPQN", bound="PQN")
+#: Gradient steps one call of the update runs before asking ``update_interrupt`` whether to go on:
+#: a handful, so that a stop is honoured within a second of the longest update, and a multiple of
+#: the most steps a compiled call holds, so that whole calls run compiled.
+UPDATE_CHUNK = 8
 #: The options that read the env's own Snake boards and rules (refused elsewhere, and under VecNormalize).
 READS_SNAKE_RULES = ("food_shaping", "safe_exploration", "fatal_move_targets", "stall_as_death")
-
-
-class Rollout(NamedTuple):
-    """What one iteration learns from, flattened over steps and games; with ``fatal_move_targets``,
-    also which moves of each board die at once (``(N, A)`` bool) and their known value (``(N,)``)."""
-
-    observations: torch.Tensor
-    actions: torch.Tensor
-    returns: torch.Tensor
-    fatal_moves: torch.Tensor | None = None
-    fatal_values: torch.Tensor | None = None
 
 
 class PQN(BaseAlgorithm):
@@ -72,7 +71,8 @@ class PQN(BaseAlgorithm):
     :param learning_rate: Adam's step size, or an SB3 schedule of the progress.
     :param n_steps: moves of every game per rollout.
     :param n_epochs: passes over each rollout.
-    :param n_minibatches: minibatches per pass; each is ``n_steps * n_envs / n_minibatches`` samples.
+    :param n_minibatches: minibatches per pass, which must divide the rollout; each is
+        ``n_steps * n_envs / n_minibatches`` samples (``batch_size``).
     :param gamma: the discount.
     :param q_lambda: lambda of the Q(lambda) targets (0: one-step targets; 1: returns to the
         rollout's end).
@@ -83,17 +83,17 @@ class PQN(BaseAlgorithm):
         games it plays (docs/benchmarks.md, "PQN's exploration").
     :param max_grad_norm: the gradients' norm is clipped to this.
     :param food_shaping: scale of potential-based reward shaping towards the food in the
-        targets (:mod:`sb3_snake.dqn.targets`; 0: off); needs Snake boards.
+        targets (:mod:`sb3_snake.q_learning.targets`; 0: off); needs Snake boards.
     :param safe_exploration: draw exploration's random moves among the moves that do not die at
         once (:mod:`sb3_snake.envs.action_masks`); needs Snake boards.
     :param fatal_move_targets: in every minibatch, also fit the Q-values of the moves that die at
-        once to their known value (:func:`~sb3_snake.dqn.targets.fatal_move_values`), which safe
+        once to their known value (:func:`~sb3_snake.q_learning.targets.fatal_move_values`), which safe
         exploration never plays and the bootstrap's max reads; needs Snake boards.
     :param stall_as_death: a game truncated by the env (on Snake, the stall limit) counts in the
         targets as lost: no bootstrap from its last board, and a death's reward; the env's rewards
         and scores stay the rules'. Needs Snake boards.
     :param symmetry_augmentation: fit each sample under a random symmetry of the board
-        (:mod:`sb3_snake.dqn.symmetry`; egocentric: itself or its mirror image); needs square
+        (:mod:`sb3_snake.q_learning.symmetry`; egocentric: itself or its mirror image); needs square
         Snake boards.
     :param averaging_half_life: the greedy policy (``predict``, evaluations, the saved model)
         plays an exponential moving average of the trained weights, which halves the weight of
@@ -102,15 +102,18 @@ class PQN(BaseAlgorithm):
     :param learning_rate_half_life: the learning rate (SB3's, from its schedule) halves every
         this many env steps (0: it does not), in eighths of a half-life, as SnakeDQN's does
         (:func:`~sb3_snake.common.schedules.half_life_factor`, without an early phase).
-    :param optimizations: the run's settings (``.env``, flags). PQN reads their thread count;
-        it trains in float32, eagerly, so bf16, the attention kernel, the compile and CUDA
-        graphs are reported requested but not active, with the reason
-        (``model.active_optimizations``: :meth:`ActiveOptimizations.decide_eager`), as a run's
-        summary and W&B record them.
+    :param optimizations: the optimization layer's settings (``None``:
+        :meth:`OptimizationSettings.unmeasured`, nothing measured or compiled), applied as to
+        SnakeDQN: every forward pass, acting and learning, in their context (bf16 autocast, the
+        attention kernel); the minibatch step compiled whole in a child process (CPU) or captured
+        as a CUDA graph (:mod:`sb3_snake.update`, through ``model.step_choice``). What is really
+        active is ``model.active_optimizations``, and what a compile did ``model.compile_state``.
     Every other argument is SB3's ``BaseAlgorithm``'s.
     """
 
     policy_aliases = PQN_POLICY_ALIASES
+    #: The learner's name in a model file's description (:mod:`sb3_snake.q_learning.save_format`).
+    description_name = "PQN"
     policy: PQNPolicy
 
     def __init__(
@@ -165,8 +168,12 @@ class PQN(BaseAlgorithm):
         self.fatal_move_targets, self.stall_as_death = fatal_move_targets, stall_as_death
         self.symmetry_augmentation = symmetry_augmentation
         self.averaging_half_life, self.learning_rate_half_life = averaging_half_life, learning_rate_half_life
-        self.optimizations = optimizations if optimizations is not None else OptimizationSettings()
+        self.optimizations = optimizations if optimizations is not None else OptimizationSettings.unmeasured()
         self.active_optimizations: ActiveOptimizations | None = None
+        self.step_choice: StepChoice | None = None
+        #: Asked between calls of :data:`UPDATE_CHUNK` gradient steps of one update: True ends the
+        #: update early. The training run sets it to its time limit and stop request (None: never asked).
+        self.update_interrupt: Callable[[], bool] | None = None
         self._augmentation: SymmetryAugmentation | None = None
         self._n_updates = 0
         if _init_setup_model:
@@ -189,7 +196,6 @@ class PQN(BaseAlgorithm):
             self.observation_space, self.action_space, self.lr_schedule, **self.policy_kwargs
         ).to(self.device)
         self.q_net = self.policy.q_net
-        self.active_optimizations = ActiveOptimizations.decide_eager(self.optimizations, self.device, "PQN")
         self._augmentation = None
         if self.symmetry_augmentation:
             *_, height, width = self.observation_space.shape
@@ -197,16 +203,40 @@ class PQN(BaseAlgorithm):
                 raise UsageError(f"symmetry_augmentation needs a square board, got {height}x{width}; turn it off")
             egocentric = self.action_space.n == 3
             self._augmentation = SymmetryAugmentation(width, self.device, egocentric=egocentric)
+        self.active_optimizations = self._apply_optimizations(self.optimizations)
+        self.step_choice = StepChoice(PQNUpdate(self))
+
+    def _apply_optimizations(self, settings: OptimizationSettings) -> ActiveOptimizations:
+        """What is really active with ``settings`` for this model (:meth:`ActiveOptimizations.decide`;
+        the rollout is on the model's device, as a captured step needs), with the trained and the
+        averaged network given its forward context: bf16 autocast and the attention kernel around
+        every forward pass, acting and learning alike. The compile is the model's own
+        (``step_choice.compile``); the thread count is decided but set by the entry point."""
+        if settings.auto_fields:
+            logger.warning(
+                "%s: auto, but not measured for this model, so the values that run everywhere are used "
+                "(fp32, PyTorch's attention kernel, no compile); "
+                "sb3_snake.autotune.resolve_auto measures them, as sb3-snake train does",
+                ", ".join(OptimizationSettings.env_key(name) for name in settings.auto_fields),
+            )
+        active = ActiveOptimizations.decide(settings, self.device, device_buffer=True)
+        for network in q_networks(self.policy):
+            network.forward_context = active.forward_context
+        return active
 
     def _first_problem(self) -> str:
         samples = self.n_steps * self.n_envs if isinstance(self.n_steps, int) and self.n_envs else None
         checks = [
             (_whole(self.n_steps, 1), f"n_steps must be a positive integer, got {self.n_steps!r}"),
-            (_whole(self.n_epochs, 1), f"n_epochs must be a positive integer, got {self.n_epochs!r}"),
             (
-                _whole(self.n_minibatches, 1) and (samples is None or self.n_minibatches <= samples),
-                f"n_minibatches must be from 1 to the rollout's {samples} samples (n_steps * n_envs), "
-                f"got {self.n_minibatches!r}",
+                _whole(self.n_epochs, 1) and self.n_epochs <= MAX_EPOCHS,
+                f"n_epochs must be an integer from 1 to {MAX_EPOCHS}, got {self.n_epochs!r}",
+            ),
+            (
+                _whole(self.n_minibatches, 1) and (samples is None or samples % self.n_minibatches == 0),
+                f"n_minibatches must divide the rollout's {samples} samples (n_steps * n_envs) into minibatches "
+                f"of one size, got {self.n_minibatches!r}"
+                + (f" (divisors near it: {divisors_near(samples, self.n_minibatches)})" if samples else ""),
             ),
             (0 <= self.gamma <= 1, f"gamma must be from 0 to 1, got {self.gamma}"),
             (0 <= self.q_lambda <= 1, f"q_lambda must be from 0 to 1, got {self.q_lambda}"),
@@ -243,102 +273,50 @@ class PQN(BaseAlgorithm):
         )
         callback.on_training_start(locals(), globals())
         iteration = 0
-        while self.num_timesteps < total_timesteps:
-            rollout = self.collect_rollout(callback)
-            if rollout is None:
-                break
-            iteration += 1
-            self._update_current_progress_remaining(self.num_timesteps, total_timesteps)
-            if log_interval is not None and iteration % log_interval == 0:
-                self.dump_logs()
-            self.train(rollout)
-            self.policy.update_average(averaging_rate(self.n_steps * self.n_envs, self.averaging_half_life))
+        try:
+            while self.num_timesteps < total_timesteps:
+                rollout = self.collect_rollout(callback)
+                if rollout is None:
+                    break
+                iteration += 1
+                self._update_current_progress_remaining(self.num_timesteps, total_timesteps)
+                if log_interval is not None and iteration % log_interval == 0:
+                    self.dump_logs()
+                self.train(rollout)
+                self.policy.update_average(averaging_rate(self.n_steps * self.n_envs, self.averaging_half_life))
+        finally:  # however it ends: a compile child still running is stopped and reaped
+            self.step_choice.close()
         callback.on_training_end()
         return self
 
-    def collect_rollout(self, callback: BaseCallback) -> Rollout | None:
-        """``n_steps`` moves of every game, epsilon-greedy, and their Q(lambda) targets; None
-        when a callback stopped training. The Q-values that choose each move also bootstrap the
-        move before it: one forward pass per move (and one for the games that just ended)."""
-        assert self.env is not None
-        self.policy.set_training_mode(False)
-        callback.on_rollout_start()
-        obs = torch.as_tensor(self._last_obs, device=self.device)
-        observations, actions, rewards, bootstraps, cuts, fatal_moves = [], [], [], [], [], []
-        reads_moves, egocentric = self.safe_exploration or self.fatal_move_targets, self.action_space.n == 3
-        with torch.no_grad():
-            q_values = self.q_net(obs)
-            for _ in range(self.n_steps):
-                self.exploration_rate = self.epsilon(self.num_timesteps)
-                safe = action_masks(obs, egocentric) if reads_moves else None
-                action = self.explore(obs, q_values, safe)
-                step = step_games(self.env, action, self.device)
-                self.num_timesteps += self.env.num_envs
-                callback.update_locals({"actions": action, "new_obs": step.observations, **step._asdict()})
-                if not callback.on_step():
-                    self._last_obs = step.observations
-                    return None
-                self._update_info_buffer(step.infos, step.dones)
-                next_q_values = self.q_net(step.observations)
-                best = next_q_values.max(dim=1).values
-                boards = step.observations
-                if len(step.final_indices):
-                    final_best = self.q_net(step.final_observations).max(dim=1).values
-                    best = best.index_copy(0, step.final_indices, final_best)
-                    boards = boards.index_copy(0, step.final_indices, step.final_observations)
-                reward, terminated, cut = step.rewards.float(), step.terminated, step.terminated | step.truncated
-                if self.stall_as_death:  # lost: a death's reward, and no bootstrap from the last board
-                    reward, terminated = reward + DEATH_REWARD * step.truncated.float(), cut
-                if self.food_shaping:
-                    reward = reward + shaping_rewards(self.food_shaping, self.gamma, obs, boards, terminated)
-                observations.append(obs)
-                actions.append(action)
-                rewards.append(reward)
-                bootstraps.append(best.masked_fill(terminated, 0.0))
-                cuts.append(cut)
-                if self.fatal_move_targets:
-                    fatal_moves.append(~safe)
-                obs, q_values = step.observations, next_q_values
-        self._last_obs = obs
-        callback.on_rollout_end()
-        returns = lambda_returns(
-            torch.stack(rewards), torch.stack(bootstraps), torch.stack(cuts), self.gamma, self.q_lambda
-        )
-        played = torch.cat(observations)
-        fatal = torch.cat(fatal_moves) if self.fatal_move_targets else None
-        fatal_values = fatal_move_values(self.food_shaping, played) if self.fatal_move_targets else None
-        return Rollout(played, torch.cat(actions), returns.flatten(), fatal, fatal_values)
+    def collect_rollout(self, callback: BaseCallback) -> Samples | None:
+        """``n_steps`` moves of every game, epsilon-greedy, and their Q(lambda) targets
+        (:func:`~sb3_snake.pqn.rollout.collect_rollout`); None when a callback stopped training."""
+        return collect_rollout(self, callback)
 
-    def train(self, rollout: Rollout) -> None:
-        """``n_epochs`` passes of ``n_minibatches`` shuffled minibatches of squared TD error
-        against the rollout's targets (and, with ``fatal_move_targets``, of every fatal move's
-        Q-value against its known value), the gradients clipped to ``max_grad_norm``."""
+    def train(self, rollout: Samples) -> None:
+        """``n_epochs`` passes of ``n_minibatches`` shuffled minibatches of ``rollout``, each a
+        gradient step (:mod:`sb3_snake.pqn.gradient_step`) run by ``step_choice``: eagerly,
+        compiled or captured. Between calls of at most :data:`UPDATE_CHUNK` steps it asks
+        ``update_interrupt`` whether to go on (a time limit, a stop request), so that a long
+        update ends within a second of one; ``_n_updates`` counts the steps that ran."""
         self.policy.set_training_mode(True)
         self._update_learning_rate(self.policy.optimizer)
-        losses = []
+        losses, steps, interrupted = [], 0, False
+        batch_size, update = self.batch_size, self.step_choice.update
         for _ in range(self.n_epochs):
-            order = torch.randperm(len(rollout.returns), device=self.device)
-            for batch in order.chunk(self.n_minibatches):
-                observations, actions, moved = rollout.observations[batch], rollout.actions[batch], None
-                if self._augmentation is not None:  # the targets are the same under every symmetry
-                    symmetries = self._augmentation.draw(len(batch))
-                    observations = self._augmentation.transform(observations, symmetries)
-                    moved = self._augmentation.actions[symmetries]  # (B, A): where each move went
-                    actions = moved.gather(1, actions[:, None]).squeeze(1)
-                q_values = self.q_net(observations)
-                chosen = q_values.gather(1, actions[:, None]).squeeze(1)
-                loss = 0.5 * F.mse_loss(chosen, rollout.returns[batch])
-                if rollout.fatal_moves is not None:  # fatal moves to their known value, in the rollout's order
-                    q_moves = q_values if moved is None else q_values.gather(1, moved)
-                    errors = (q_moves - rollout.fatal_values[batch, None]).square() * rollout.fatal_moves[batch]
-                    loss = loss + 0.5 * errors.sum(dim=1).mean()
-                self.policy.optimizer.zero_grad()
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
-                self.policy.optimizer.step()
-                losses.append(loss.detach())
-        self._n_updates += self.n_epochs * self.n_minibatches
-        loss = torch.stack(losses).mean().item()  # the one host read of an iteration
+            update.start_pass(rollout, torch.randperm(len(rollout.returns), device=self.device).view(-1, batch_size))
+            for start in range(0, self.n_minibatches, UPDATE_CHUNK):
+                if steps and self.update_interrupt is not None and self.update_interrupt():
+                    interrupted = True
+                    break
+                count = min(UPDATE_CHUNK, self.n_minibatches - start)
+                losses.append(self.step_choice.run(count, batch_size) * count)
+                steps += count
+            if interrupted:
+                break
+        self._n_updates += steps
+        loss = (torch.stack(losses).sum() / steps).item()  # the one host read of an iteration
         TrainingDiverged.check(loss, self._n_updates, self.learning_rate)
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
         self.logger.record("train/loss", loss)
@@ -346,12 +324,10 @@ class PQN(BaseAlgorithm):
     # ------------------------------------------------------------------ acting
 
     def epsilon(self, env_steps: int) -> float:
-        """Exploration's probability after ``env_steps``: linear from the initial to the final
-        epsilon over ``exploration_steps``, then the final one."""
-        if env_steps >= self.exploration_steps:
-            return self.exploration_final_eps
-        fraction = env_steps / self.exploration_steps
-        return self.exploration_initial_eps + fraction * (self.exploration_final_eps - self.exploration_initial_eps)
+        """Exploration's probability after ``env_steps``
+        (:func:`~sb3_snake.q_learning.exploration.linear_epsilon` over ``exploration_steps``)."""
+        initial, final = self.exploration_initial_eps, self.exploration_final_eps
+        return linear_epsilon(env_steps, initial, final, self.exploration_steps)
 
     def explore(
         self, observations: torch.Tensor, q_values: torch.Tensor, safe_moves: torch.Tensor | None = None
@@ -359,15 +335,8 @@ class PQN(BaseAlgorithm):
         """Each game's move: with probability ``exploration_rate`` a random one (among the moves
         that do not die at once, with ``safe_exploration``: ``safe_moves``, the boards'
         :func:`~sb3_snake.envs.action_masks.action_masks` where the caller has them), else the greedy one."""
-        greedy = q_values.argmax(dim=1)
-        if self.safe_exploration:
-            if safe_moves is None:
-                safe_moves = action_masks(observations, egocentric=self.action_space.n == 3)
-            random = random_safe_actions(safe_moves)
-        else:
-            random = torch.randint(int(self.action_space.n), greedy.shape, device=greedy.device)
-        explore = torch.rand(greedy.shape, device=greedy.device) < self.exploration_rate
-        return torch.where(explore, random.to(greedy.device), greedy)
+        random = random_moves(observations, int(self.action_space.n), self.safe_exploration, safe_moves)
+        return epsilon_greedy(q_values, random, self.exploration_rate)
 
     def predict(
         self,
@@ -409,13 +378,26 @@ class PQN(BaseAlgorithm):
 
     @property
     def batch_size(self) -> int:
-        """Samples per gradient step: a rollout (``n_steps * n_envs``) over ``n_minibatches``
-        (the last minibatch of a pass may be smaller by the remainder)."""
-        return -(-self.n_steps * self.n_envs // self.n_minibatches)
+        """Samples per gradient step: a rollout (``n_steps * n_envs``) over ``n_minibatches``,
+        which divides it."""
+        return self.n_steps * self.n_envs // self.n_minibatches
+
+    @property
+    def compile_state(self) -> Compile:
+        """What ``torch.compile`` compiles for this model, when, and how it went."""
+        return self.step_choice.compile
 
     def optimizations_in_effect(self) -> ActiveOptimizations:
-        """What is in effect now: ``active_optimizations`` (nothing PQN runs changes during training)."""
-        return self.active_optimizations
+        """``active_optimizations`` as they stand now: a compile still waiting for its gradient
+        step is reported not active, with the step it waits for (a run's summary uses this)."""
+        return replace(self.active_optimizations, compile=self.compile_state.in_effect(self._n_updates))
+
+    def set_parameters(self, *args: Any, **kwargs: Any) -> None:
+        """SB3's; loading gives the optimizer new state tensors, which a captured update would
+        not see (it is dropped) and a compiled one reads again."""
+        if self.step_choice is not None:
+            self.step_choice.reload()
+        super().set_parameters(*args, **kwargs)
 
     def hyperparameters(self) -> dict[str, Any]:
         """The hyperparameters this model trains with now, as plain JSON values."""
@@ -425,17 +407,18 @@ class PQN(BaseAlgorithm):
         return values
 
     def metadata(self) -> dict[str, Any]:
-        """This model in plain JSON (:func:`sb3_snake.dqn.save_format.metadata`)."""
+        """This model in plain JSON (:func:`sb3_snake.q_learning.save_format.metadata`)."""
         return save_format.metadata(self)
 
     def save(self, path: Any, exclude: Any = None, include: Any = None) -> None:
         """SB3's ``save``, plus the plain-JSON description that ``sb3_snake.load_model`` reads
-        without unpickling (:func:`~sb3_snake.dqn.save_format.write_metadata`)."""
+        without unpickling (:func:`~sb3_snake.q_learning.save_format.write_metadata`)."""
         super().save(path, exclude=exclude, include=include)
         save_format.write_metadata(self, path)
 
     def _excluded_save_params(self) -> list[str]:
-        excluded = ["q_net", "_augmentation", "optimizations", "active_optimizations"]
+        excluded = ["q_net", "_augmentation", "optimizations", "active_optimizations", "step_choice"]
+        excluded.append("update_interrupt")
         return [*super()._excluded_save_params(), *excluded]
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:

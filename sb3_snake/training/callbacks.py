@@ -174,6 +174,11 @@ class EpisodeBudget(BaseCallback):
         return over_time or self.stop.requested
 
 
+def learner_name(model: Any) -> str:
+    """The learner training, as the progress line names it (its model file's name for it)."""
+    return getattr(model, "description_name", type(model).__name__)
+
+
 class ProgressReport(BaseCallback):
     """A live progress bar on a terminal; plain log lines every ``log_seconds`` otherwise.
 
@@ -203,7 +208,7 @@ class ProgressReport(BaseCallback):
         self._last_log = time.perf_counter()
         if self.console.is_terminal:
             self._progress = Progress(
-                TextColumn("episodes"),
+                TextColumn(f"{learner_name(self.model)} episodes"),
                 BarColumn(),
                 MofNCompleteColumn(),
                 TextColumn("{task.fields[stats]}", markup=False),
@@ -232,7 +237,7 @@ class ProgressReport(BaseCallback):
         elif time.perf_counter() - self._last_log >= self.log_seconds:
             self._last_log = time.perf_counter()
             target = self.budget.target if self.budget.target is not None else "-"
-            line = f"episodes {len(self.budget.record)}/{target}  {self._stats()}"
+            line = f"{learner_name(self.model)} episodes {len(self.budget.record)}/{target}  {self._stats()}"
             self.console.print(line, highlight=False, soft_wrap=True)  # one line per report in a log
         return True
 

@@ -13,11 +13,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sb3_snake.autotune.search import batch_candidates
-from sb3_snake.common.errors import UsageError
+from sb3_snake.common.errors import UsageError, divisors_near
 from sb3_snake.common.options import AUTO, Values, choice, declared, defaults_of, number, option, options_of
 from sb3_snake.common.system import check_device
-from sb3_snake.dqn.save_format import MAX_BOARD_SIZE
-from sb3_snake.dqn.save_schema import (
+from sb3_snake.dqn.snake_dqn import DEFAULT_BATCH_SIZE
+from sb3_snake.envs.rules import MAX_STALL_GROWTH, MIN_BOARD_SIZE, SnakeRules
+from sb3_snake.q_learning.save_format import MAX_BOARD_SIZE
+from sb3_snake.q_learning.save_schema import (
     EXTRACTOR_SCHEMA,
     HYPERPARAMETER_SCHEMA,
     MAX_BATCH_SIZE,
@@ -25,15 +27,13 @@ from sb3_snake.dqn.save_schema import (
     MAX_GRADIENT_STEPS,
     MAX_WIDTH,
     PQN_HYPERPARAMETER_SCHEMA,
-    hyperparameter_problem,
 )
-from sb3_snake.dqn.snake_dqn import DEFAULT_BATCH_SIZE
-from sb3_snake.envs.rules import MAX_STALL_GROWTH, MIN_BOARD_SIZE, SnakeRules
 from sb3_snake.training.evaluation import MAX_SEED
 from sb3_snake.training.roles import (
     ALGORITHM,
     ALGORITHMS,
     BOARD,
+    DEFAULT_LEARNER,
     DQN_RUN_OPTION,
     EXTRACTOR,
     GAMES,
@@ -44,6 +44,7 @@ from sb3_snake.training.roles import (
     NETWORK,
     POLICY_ALIASES_BY_OPTION,
     PQN_DEFAULTS,
+    PQN_SNAKE_DEFAULTS,
     PQN_LEARNING,
     REPLAY_LEARNING,
     REPLAY_SHAPE,
@@ -52,6 +53,7 @@ from sb3_snake.training.roles import (
     Role,
     learner_problem,
 )
+from sb3_snake.training.schedule import schedule_kwargs
 
 #: Upper bound on env steps of a run that stops by episodes, so ``learn`` always has a total.
 MAX_TIMESTEPS = 10**12
@@ -64,11 +66,8 @@ DEFAULT_EPISODES = 1000
 MAX_REPLAY_RATIO = 4096
 #: The fewest: a thousandth of a sample per env step. Below it a run learns next to nothing from
 #: what it plays, and the largest batch would come less often than a model file records
-#: (``train_freq``: :data:`sb3_snake.dqn.save_schema.MAX_TRAIN_FREQ` env steps).
+#: (``train_freq``: :data:`sb3_snake.q_learning.save_schema.MAX_TRAIN_FREQ` env steps).
 MIN_REPLAY_RATIO = 1e-3
-# The widest layer a run may ask for (--embed-dim, --head-view-dim: a thousand times the defaults)
-# and the most gradient steps of one update (--gradient-steps) are what a model file may hold:
-# save_schema's MAX_WIDTH and MAX_GRADIENT_STEPS, imported above.
 
 #: The batch size: a size a model file may hold, or ``auto`` (measured on the machine).
 BATCH_SIZE = number(1, MAX_BATCH_SIZE, integer=True, auto=True)
@@ -124,8 +123,9 @@ class TrainConfig:
         values=number(0, 1),
     )
     algo: str = option(
-        "dqn",
-        "The learner: dqn (SnakeDQN: replay, attention) or pqn (PQN: many games, Q(lambda), no replay).",
+        DEFAULT_LEARNER,
+        "The learner: pqn (PQN: many games, Q(lambda), no replay; the default, which fills the board) "
+        "or dqn (SnakeDQN: SB3's DQN with replay).",
         ALGORITHM,
         values=choice(ALGORITHMS),
     )
@@ -146,8 +146,9 @@ class TrainConfig:
     learning_starts: int = option(1_000, "Env steps of random play before learning.", REPLAY_LEARNING)
     batch_size: int | str = option(
         DEFAULT_BATCH_SIZE,
-        "Replay samples per gradient step; auto: measured, the smallest batch close to the fastest.",
-        REPLAY_LEARNING,
+        "Samples per gradient step (dqn: replayed; pqn: a minibatch, which must divide a rollout); "
+        "auto: measured, the smallest batch close to the fastest.",
+        LEARNING,
         key="OPTIMAL_BATCH_SIZE",
         values=BATCH_SIZE,
     )
@@ -176,7 +177,7 @@ class TrainConfig:
     exploration_initial_eps: float = option(1.0, "Epsilon at the start.", LEARNING)
     exploration_final_eps: float | None = option(None, "Final epsilon (default 0.02 for dqn, 0.005 for pqn).", LEARNING)
     exploration_steps: int | None = option(
-        None, "Env steps of linear epsilon decay (default: 10000 for dqn, 100000 for pqn).", LEARNING
+        None, "Env steps of linear epsilon decay (default: 10000 for dqn, 25000 for pqn).", LEARNING
     )
     safe_exploration: bool | None = option(
         None, "Random moves only among those that do not die at once (default: off for dqn, on for pqn).", LEARNING
@@ -207,25 +208,26 @@ class TrainConfig:
     rollout_steps: int = option(
         PQN_DEFAULTS["n_steps"], "Moves of every game per PQN rollout (PQN's n_steps).", PQN_LEARNING
     )
-    n_epochs: int = option(PQN_DEFAULTS["n_epochs"], "Passes over each rollout.", PQN_LEARNING)
-    n_minibatches: int = option(PQN_DEFAULTS["n_minibatches"], "Minibatches per pass over a rollout.", PQN_LEARNING)
+    n_epochs: int = option(PQN_SNAKE_DEFAULTS["n_epochs"], "Passes over each rollout.", PQN_LEARNING)
     q_lambda: float = option(
         PQN_DEFAULTS["q_lambda"],
         "Lambda of the Q(lambda) targets (0: one-step; 1: to the rollout's end).",
         PQN_LEARNING,
     )
-    averaging_half_life: int = option(
-        PQN_DEFAULTS["averaging_half_life"],
-        "Env steps in which the past halves its weight in the averaged network that the greedy "
-        "policy plays and saves (0: it plays the trained network).",
-        PQN_LEARNING,
+    averaging_half_life: int | None = option(
+        None,
+        "Env steps in which the past halves its weight in the averaged network that the greedy policy "
+        "plays and saves (0: it plays the trained network; default: 0 for dqn, 100000 for pqn).",
+        LEARNING,
+        values=number(0, 2**63 - 1, integer=True),
     )
-    # On for Snake here, off in PQN's class, which takes any VecEnv (docs/benchmarks.md, "PQN's fatal moves").
-    fatal_move_targets: bool = option(
-        True, "Also fit the moves that die at once to their known value (default: on).", PQN_LEARNING
+    fatal_move_targets: bool | None = option(
+        None, "Also fit the moves that die at once to their known value (default: off for dqn, on for pqn).", LEARNING
     )
-    stall_as_death: bool = option(
-        True, "Learn a stall (too long without food) as a death, no bootstrap (default: on).", PQN_LEARNING
+    stall_as_death: bool | None = option(
+        None,
+        "Learn a stall (too long without food) as a death, no bootstrap (default: off for dqn, on for pqn).",
+        LEARNING,
     )
     checkpoint_every: int | None = option(
         None, "Episodes between atomic checkpoints (checkpoint.zip).", RUN_OPTION, values=number(1)
@@ -291,9 +293,11 @@ class TrainConfig:
                 f"embed_dim must be an even number (2 attention heads) from 2 to {MAX_WIDTH}, got {self.embed_dim}",
             ),
             (
-                self.algo == "dqn" or self.n_minibatches <= self.n_envs * self.rollout_steps,
-                f"n_minibatches must be at most a rollout's {self.n_envs * self.rollout_steps} samples "
-                f"(n_envs x rollout_steps), got {self.n_minibatches}",
+                self.algo == "dqn" or self.batch_size == AUTO or self.rollout_samples % self.batch_size == 0,
+                f"batch_size must divide PQN's rollout of {self.rollout_samples} samples ({self.n_envs} games x "
+                f"{self.rollout_steps} moves) into minibatches of one size, got {self.batch_size}: "
+                f"use a divisor such as {divisors_near(self.rollout_samples, self.batch_size)}, "
+                "or change n_envs or rollout_steps",
             ),
         ]
         problem = next((message for ok, message in checks if not ok), "")
@@ -314,56 +318,28 @@ class TrainConfig:
         return self.sources.get(name, "default")
 
     @property
+    def rollout_samples(self) -> int:
+        """The samples of one PQN rollout: every game's ``rollout_steps`` moves."""
+        return self.n_envs * self.rollout_steps
+
+    @property
+    def max_batch_size(self) -> int:
+        """The largest batch the learner can draw: the replay buffer's size (dqn), a rollout (pqn)."""
+        return self.rollout_samples if self.algo == "pqn" else self.buffer_size
+
+    @property
     def planned_batch_size(self) -> int:
         """The batch size a run plans for before ``auto`` is measured: the largest it may choose."""
-        return max(batch_candidates(self.buffer_size)) if self.batch_size == AUTO else self.batch_size
+        if self.batch_size != AUTO:
+            return self.batch_size
+        return max(batch_candidates(self.max_batch_size, divides=self.algo == "pqn"))
 
-    def _batch(self) -> int:
+    def batch(self) -> int:
         if self.batch_size == AUTO:
             raise UsageError(
                 "batch_size is auto: resolve it first (sb3_snake.training.run.resolve_settings, as train does)"
             )
         return self.batch_size
-
-    def update_schedule(self) -> tuple[int, int]:
-        """``(train_freq, gradient_steps)``: given ones win, else the pair that meets ``replay_ratio``.
-
-        One update of ``gradient_steps`` batches every ``train_freq`` vector steps samples
-        ``batch_size * gradient_steps / (train_freq * n_envs)`` per env step.
-        """
-        batch_size = self._batch()
-        steps_per_update = batch_size / (self.replay_ratio * self.n_envs)
-        train_freq = self.train_freq or max(1, round(steps_per_update))
-        gradient_steps = self.gradient_steps or max(1, round(self.replay_ratio * self.n_envs * train_freq / batch_size))
-        return train_freq, gradient_steps
-
-    def schedule_kwargs(self) -> dict[str, Any]:
-        """The update schedule as :class:`~sb3_snake.dqn.snake_dqn.SnakeDQN` arguments:
-        ``update_schedule``'s pair, and the fraction of it trained before ``early_steps`` (the
-        early replay ratio over the ratio that pair really gives, which rounds ``replay_ratio``)."""
-        train_freq, gradient_steps = self.update_schedule()
-        schedule = {
-            "train_freq": train_freq,
-            "gradient_steps": gradient_steps,
-            "early_steps": self.early_steps,
-            "early_update_fraction": (
-                self.early_replay_ratio * train_freq * self.n_envs / (self._batch() * gradient_steps)
-            ),
-        }
-        # Computed, not given: checked as a model file is read, so that what this run saves loads.
-        problem = next(filter(None, (hyperparameter_problem(name, value) for name, value in schedule.items())), "")
-        if problem:
-            raise UsageError(
-                f"the update schedule of replay ratio {self.replay_ratio:g}, early replay ratio "
-                f"{self.early_replay_ratio:g}, {self.n_envs} games and batch {self._batch()} gives {problem}",
-                fix={
-                    "train_freq": "set",
-                    "gradient_steps": "set",
-                    "replay_ratio": "change",
-                    "early_replay_ratio": "change",
-                },
-            )
-        return schedule
 
     def check_batch_size(self) -> None:
         """Raise UsageError unless the batch size (``auto``: the largest it may choose) fits the replay buffer."""
@@ -388,22 +364,29 @@ class TrainConfig:
         return {"dueling": self.dueling, "features_extractor_kwargs": extractor}
 
     def pqn_kwargs(self) -> dict[str, Any]:
-        """The arguments of :class:`~sb3_snake.pqn.pqn.PQN` this config sets (:data:`PQN_ARGUMENTS`)."""
+        """The arguments of :class:`~sb3_snake.pqn.pqn.PQN` this config sets (:data:`PQN_ARGUMENTS`;
+        the batch size, resolved, as the minibatches that cut a rollout into batches of it)."""
+        shared = {name: getattr(self, name) for name in SHARED_MODEL_FIELDS if name != "batch_size"}
         return {
-            **{name: getattr(self, name) for name in SHARED_MODEL_FIELDS},
+            **shared,
             **{argument: getattr(self, name) for name, argument in PQN_ARGUMENTS.items()},
+            "n_minibatches": self.rollout_samples // self.batch(),
             "seed": self.seed,
             "verbose": self.verbose,
         }
+
+    def pqn_policy_kwargs(self) -> dict[str, Any]:
+        """The ``policy_kwargs`` of PQN's policy: none beyond its defaults (the network's options are SnakeDQN's)."""
+        return {}
 
     def dqn_kwargs(self) -> dict[str, Any]:
         """The arguments of :class:`~sb3_snake.dqn.snake_dqn.SnakeDQN` this config sets (its batch size resolved)."""
         return {
             **{name: getattr(self, name) for name in MODEL_FIELDS},
-            "batch_size": self._batch(),
+            "batch_size": self.batch(),
             "seed": self.seed,
             "verbose": self.verbose,
-            **self.schedule_kwargs(),
+            **schedule_kwargs(self),
             "policy_kwargs": self.policy_kwargs(),
         }
 
@@ -417,7 +400,7 @@ DEFAULTS = defaults_of(TrainConfig)
 def option_values(name: str) -> Values | None:
     """What TrainConfig option ``name`` takes: as declared, or, for a value a model file holds (a
     hyperparameter the model saves, an extractor size), the range the file may hold it in
-    (:mod:`sb3_snake.dqn.save_schema`), so that a model a run saves can always be loaded."""
+    (:mod:`sb3_snake.q_learning.save_schema`), so that a model a run saves can always be loaded."""
     declared = OPTIONS[name]
     if declared.values is not None:
         return declared.values

@@ -9,8 +9,8 @@ import torch
 
 from sb3_snake.common.errors import UsageError
 from sb3_snake.common.system import available_memory_bytes
-from sb3_snake.dqn.extractor import SnakeAttentionExtractor
 from sb3_snake.envs.rules import board_space
+from sb3_snake.networks.attention import SnakeAttentionExtractor
 from sb3_snake.training.config import TrainConfig
 
 #: Share of the available memory a run may plan to use.
@@ -65,7 +65,7 @@ def pqn_memory_estimate(config: TrainConfig, observation: int, games: int) -> di
         "rollout": samples * (observation + 24),
         "games": games,
         "network": 4 * 4 * parameters,
-        "one minibatch": 4 * 4 * -(-samples // config.n_minibatches) * (observation + 3 * 256),
+        "one minibatch": 4 * 4 * config.planned_batch_size * (observation + 3 * 256),
     }
 
 

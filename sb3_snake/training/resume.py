@@ -9,9 +9,9 @@ from typing import Any
 
 from sb3_snake.common.errors import UsageError
 from sb3_snake.common.options import flag_of, short_flag
-from sb3_snake.dqn.extractor import SnakeAttentionExtractor
 from sb3_snake.dqn.snake_dqn import SnakeDQN
 from sb3_snake.envs.rules import board_options
+from sb3_snake.networks.attention import SnakeAttentionExtractor
 from sb3_snake.persistence import saved_board_options, saved_metadata
 from sb3_snake.training.config import (
     EXTRACTOR_SIZES,
@@ -19,6 +19,7 @@ from sb3_snake.training.config import (
     TrainConfig,
     fields_of,
 )
+from sb3_snake.training.schedule import schedule_kwargs, update_schedule
 
 #: What the extractor builds for a keyword that a saved model's ``policy_kwargs`` leave out.
 EXTRACTOR_DEFAULTS = {
@@ -56,6 +57,7 @@ def resume_config(path: Path, trusted: bool = False, **changes: Any) -> TrainCon
     head_view_dim = extractor["head_view_dim"]
     replay_ratio = saved["batch_size"] * saved["gradient_steps"] / (saved["train_freq"] * metadata["n_envs"])
     values.update(
+        algo="dqn",
         n_envs=metadata["n_envs"],
         board_size=metadata["observation_shape"][-1],
         **saved_board_options(metadata),
@@ -76,7 +78,7 @@ def resume_config(path: Path, trusted: bool = False, **changes: Any) -> TrainCon
         safe_exploration=saved.get("safe_exploration", False),  # older models explored uniformly
     )
     schedule = (saved["train_freq"], saved["gradient_steps"])
-    if TrainConfig(**values).update_schedule() != schedule:
+    if update_schedule(TrainConfig(**values)) != schedule:
         values.update(train_freq=schedule[0], gradient_steps=schedule[1])
     return TrainConfig(**{**values, **changes})
 
@@ -108,4 +110,4 @@ def apply_config(model: SnakeDQN, config: TrainConfig) -> None:
                 f"{wanted}; leave {flag} out or start a new run"
             )
     changes = {name: getattr(config, name) for name in CHANGEABLE_ON_RESUME}
-    model.set_hyperparameters(**changes, **config.schedule_kwargs(), verbose=config.verbose)
+    model.set_hyperparameters(**changes, **schedule_kwargs(config), verbose=config.verbose)

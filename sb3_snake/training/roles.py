@@ -15,9 +15,17 @@ from sb3_snake.pqn.pqn import PQN
 
 RUN, ENVIRONMENT = "Run, checkpoints and logging", "Environment"
 LEARNER, DQN, PQN_GROUP = "Learner (both)", "DQN hyperparameters (--algo dqn)", "PQN hyperparameters (--algo pqn)"
-#: The learners ``sb3-snake train`` trains: SnakeDQN (replay, target network, the attention
-#: extractor, the optimization layer) and PQN (many games, Q(lambda), no replay buffer).
+#: The learners ``sb3-snake train`` trains: SnakeDQN (replay, target network) and PQN (many games,
+#: Q(lambda), no replay buffer), both through the optimization layer.
 ALGORITHMS = ("dqn", "pqn")
+#: The learner ``sb3-snake train`` trains when ``--algo`` is not given: the one that plays best at
+#: the quick start, at one minute and at fifteen (docs/benchmarks.md, "Which learner trains").
+DEFAULT_LEARNER = "pqn"
+#: Why it is, as a run's summary says (the measurements: docs/benchmarks.md).
+DEFAULT_LEARNER_REASON = (
+    "the default learner: PQN played best of the learners at the quick start, at one minute and at fifteen, "
+    "and fills the 10x10 board"
+)
 #: The policy alias of each ``--policy`` (SnakeDQN learns with the attention policy; PQN with any).
 POLICY_ALIASES_BY_OPTION = {"mlp": "MlpPolicy", "cnn": "CnnPolicy", "attention": "AttentionPolicy"}
 #: PQN's own defaults (its signature), which the options of the PQN group take.
@@ -26,13 +34,19 @@ PQN_DEFAULTS = {
     for name, parameter in inspect.signature(PQN).parameters.items()
     if parameter.default is not parameter.empty
 }
+#: Where Snake's PQN departs from its class's generic defaults (purejaxql's, for any VecEnv):
+#: four passes over each rollout and an epsilon that falls within the first 25,000 env steps.
+#: Together they won the board per env step where the class's two passes and 100,000-step decay
+#: were still far from it, and they make ``--episodes 1000`` a winner's run; apart, neither did
+#: (docs/benchmarks.md, "One system that wins").
+PQN_SNAKE_DEFAULTS = {"n_epochs": 4}
 #: Options whose default depends on the learner: ``None`` in a config means "the learner's".
 #: SnakeDQN's were measured for a replay learner of a few games (docs/benchmarks.md); PQN's are
-#: its signature's (many games, a long epsilon decay, no mirror images: they slowed it per env
-#: step), but for two that make its exploring games Snake's: safe exploration, which PQN's class
-#: leaves off as it reads Snake boards only (on Snake it won far more games per env step), and a
-#: final epsilon of 0.005, under which the exploring games score within a few food of the greedy
-#: ones (docs/benchmarks.md, "PQN's levers").
+#: its signature's (many games, no mirror images: they slowed it per env step), but for a short
+#: epsilon decay (beside :data:`PQN_SNAKE_DEFAULTS`) and two that make its exploring games
+#: Snake's: safe exploration, which PQN's class leaves off as it reads Snake boards only (on Snake
+#: it won far more games per env step), and a final epsilon of 0.005, under which the exploring
+#: games score within a few food of the greedy ones (docs/benchmarks.md, "PQN's levers").
 LEARNER_DEFAULTS = {
     "dqn": {
         "policy": "attention",
@@ -42,15 +56,22 @@ LEARNER_DEFAULTS = {
         "symmetry_augmentation": True,
         "learning_rate_half_life": 800_000,
         "safe_exploration": False,
+        "fatal_move_targets": False,
+        "stall_as_death": False,
+        "averaging_half_life": 0,
     },
     "pqn": {
         "policy": "mlp",
         "n_envs": 128,
-        "exploration_steps": PQN_DEFAULTS["exploration_steps"],
+        "exploration_steps": 25_000,
         "exploration_final_eps": 0.005,
         "symmetry_augmentation": PQN_DEFAULTS["symmetry_augmentation"],
         "learning_rate_half_life": PQN_DEFAULTS["learning_rate_half_life"],
         "safe_exploration": True,
+        # On for Snake here, off in PQN's class, which takes any VecEnv (docs/benchmarks.md, "PQN's fatal moves").
+        "fatal_move_targets": True,
+        "stall_as_death": True,
+        "averaging_half_life": PQN_DEFAULTS["averaging_half_life"],
     },
 }
 
@@ -73,7 +94,7 @@ class Role:
         whose range is the one a model file may hold it in: :func:`~sb3_snake.training.config.option_values`).
     :param fixed: shapes the network or the replay buffer, so it cannot change on resume.
     :param extractor: a size the features extractor is built with (a keyword of
-        :class:`~sb3_snake.dqn.extractor.SnakeAttentionExtractor`).
+        :class:`~sb3_snake.networks.attention.SnakeAttentionExtractor`).
     :param learner: the one learner the field applies to (``"dqn"``, ``"pqn"``; ``None``:
         both). A run of the other learner refuses it when it is not at its default. A
         ``model_argument`` of a learner is an argument of that learner's class of the same name.
@@ -119,8 +140,7 @@ def learner_problem(
     config: Any, options: Mapping[str, Option], defaults: Mapping[str, Any], values: Callable[[str], Values]
 ) -> str:
     """What is wrong with ``config``'s learner (a ``TrainConfig``): its ``algo`` and ``policy``, and
-    any option set away from its default (``defaults``) that only the other learner reads. A batch
-    size from the environment or ``.env`` is not the run's own choice, so PQN leaves it be."""
+    any option set away from its default (``defaults``) that only the other learner reads."""
     for name in ("algo", "policy"):
         value = getattr(config, name)
         if (value is not None or name == "algo") and values(name).check(value):
@@ -131,8 +151,6 @@ def learner_problem(
     for name, declared in options.items():
         other = declared.role.learner
         if other in (None, config.algo) or getattr(config, name) == defaults[name]:
-            continue
-        if name == "batch_size" and config.source(name) in ("environment", ".env"):
             continue
         return (
             f"{name} is for the {other} learner, and this run's algo is {config.algo}: "

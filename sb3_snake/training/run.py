@@ -27,6 +27,7 @@ from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.autotune import resolve_auto
 from sb3_snake.common.console import plain_console
 from sb3_snake.common.errors import OutputError, TrainingDiverged, UsageError
+from sb3_snake.common.paths import check_writable_dir
 from sb3_snake.common.system import capabilities, resolve_device
 from sb3_snake.dqn.snake_dqn import SnakeDQN
 from sb3_snake.envs import BatchedSnakeVecEnv
@@ -42,8 +43,9 @@ from sb3_snake.training.callbacks import EpisodeRecord, RunCallbacks, RunCancell
 from sb3_snake.training.config import MAX_TIMESTEPS, POLICY_ALIASES_BY_OPTION, TrainConfig
 from sb3_snake.training.memory import check_memory
 from sb3_snake.training.resume import apply_config
+from sb3_snake.training.roles import DEFAULT_LEARNER
 from sb3_snake.training.run_directory import claim_run_directory
-from sb3_snake.training.run_files import PROGRESS_NAME, ProgressCSV
+from sb3_snake.training.run_files import PROGRESS_NAME, ProgressCSV, check_run_files
 from sb3_snake.training.summary import Outcome, batch_size_source, build_summary, save_run, trained_hyperparameters
 from sb3_snake.training.tracking import WandbOptions, WandbOutput, WandbRun, resolve_mode
 
@@ -82,6 +84,7 @@ def train(
     check_before_measuring(config)
     config, settings = resolve_settings(config, settings, console)
     with claim_run_directory(run_dir, overwrite=overwrite, resuming=resumed, keep=_kept(resume)) as run_dir:
+        check_run_files(run_dir, tensorboard_folder(config, run_dir, resumed))  # what it would continue or write
         # The model, what it shows, and where it logs.
         model = build_model(config, settings, resume, trust_model)
         print_configuration(model, config, run_dir, console)
@@ -133,32 +136,36 @@ def _last_good(run_dir: Path) -> str:
 
 def check_before_measuring(config: TrainConfig) -> None:
     """Refuse a batch the buffer cannot hold, or a run that cannot fit in memory (with the largest
-    batch ``auto`` could choose), before anything is measured."""
+    batch ``auto`` could choose), before anything is measured (a PQN batch that does not divide
+    the rollout is the config's own refusal)."""
     if config.algo == "dqn":
         config.check_batch_size()
     check_memory(config)
 
 
 def resolve_settings(
-    config: TrainConfig, settings: OptimizationSettings, console: Console | None = None
+    config: TrainConfig, settings: OptimizationSettings, console: Console | None = None, allow_measure: bool = True
 ) -> tuple[TrainConfig, OptimizationSettings]:
     """``config``'s batch size and ``settings`` with each ``auto`` measured on this machine for
-    this run's policy (or read from the cache of an earlier measurement):
-    :func:`sb3_snake.autotune.resolve_auto`; the batch size's source says how. A PQN run measures
-    nothing: it applies none of what ``auto`` chooses between (``ActiveOptimizations.decide_eager``)."""
-    if config.algo == "pqn":
-        return config, settings
+    this run's learner and policy (or read from the cache of an earlier measurement; without
+    ``allow_measure``, the unmeasured values where nothing is cached):
+    :func:`sb3_snake.autotune.resolve_auto`; the batch size's source says how."""
     notify = (lambda line: console.print(line, highlight=False, soft_wrap=True)) if console else (lambda line: None)
     device = resolve_device(config.device)
+    pqn = config.algo == "pqn"
+    policy_kwargs = {"policy": POLICY_ALIASES_BY_OPTION[config.policy], **config.pqn_policy_kwargs()} if pqn else None
     settings, batch_size, batch_source = resolve_auto(
         settings,
         config.batch_size,
         device,
-        config.policy_kwargs(),
+        policy_kwargs or config.policy_kwargs(),
         config.board_size,
-        max_batch_size=config.buffer_size,
+        max_batch_size=config.max_batch_size,
         countdown=config.countdown,
         progress=notify,
+        learner=config.algo,
+        rollout=(config.n_envs, config.rollout_steps),
+        allow_measure=allow_measure,
     )
     if batch_source is not None:
         config = replace(config, batch_size=batch_size, sources={**config.sources, "batch_size": batch_source})
@@ -192,8 +199,10 @@ def build_model(
     if config.algo == "pqn":
         if resume is not None:
             raise UsageError("runs resume SnakeDQN models only, and this run's algo is pqn; start a new run")
+        policy = POLICY_ALIASES_BY_OPTION[config.policy]
+        kwargs = config.pqn_kwargs()
         return PQN(
-            POLICY_ALIASES_BY_OPTION[config.policy], env, optimizations=settings, device=device, **config.pqn_kwargs()
+            policy, env, optimizations=settings, device=device, policy_kwargs=config.pqn_policy_kwargs(), **kwargs
         )
     if resume is None:
         kwargs = config.dqn_kwargs()
@@ -240,11 +249,19 @@ def _load_saved_replay_buffer(model: SnakeDQN, model_path: Path, trusted: bool) 
 # ---------------------------------------------------------------------- what the run shows and logs
 
 
+def learner_line(config: TrainConfig) -> str:
+    """The learner and its network in words, and whether it is the default: ``PQN (MlpPolicy; the
+    default learner)``."""
+    name = {"dqn": "SnakeDQN", "pqn": "PQN"}[config.algo]
+    why = "the default learner" if config.algo == DEFAULT_LEARNER else "--algo " + config.algo
+    return f"{name} ({POLICY_ALIASES_BY_OPTION[config.policy]}; {why})"
+
+
 def print_configuration(model: SnakeDQN | PQN, config: TrainConfig, run_dir: Path, console: Console) -> None:
     """The configuration summary: each optimization as requested and as active, and the run."""
     extra = {
-        "learner": f"{type(model).__name__} ({POLICY_ALIASES_BY_OPTION[config.policy]})",
-        "batch size": f"{model.batch_size} (from {batch_size_source(model, config)})",
+        "learner": learner_line(config),
+        "batch size": f"{model.batch_size} (from {batch_size_source(config)})",
         "envs": config.n_envs,
         "board size": f"{config.board_size}x{config.board_size}",
         "run folder": run_dir,
@@ -279,13 +296,23 @@ def build_logger(
     outputs: list[KVWriter] = [ProgressCSV(run_dir / PROGRESS_NAME)]
     if config.verbose:
         outputs.append(HumanOutputFormat(console.file))
-    if config.tensorboard_log:
-        latest = get_latest_run_id(config.tensorboard_log, run_dir.name)
-        number = latest if resumed and latest > 0 else latest + 1
-        outputs.append(TensorBoardOutputFormat(str(Path(config.tensorboard_log) / f"{run_dir.name}_{number}")))
+    folder = tensorboard_folder(config, run_dir, resumed)
+    if folder is not None:
+        outputs.append(TensorBoardOutputFormat(str(folder)))
     if tracking.active:
         outputs.append(WandbOutput(tracking))
     return Logger(folder=str(run_dir), output_formats=outputs)
+
+
+def tensorboard_folder(config: TrainConfig, run_dir: Path, resumed: bool) -> Path | None:
+    """The folder SB3's TensorBoard output writes (``<run>_<n>``, numbered as SB3 numbers them;
+    a resumed run continues its last), or None without ``tensorboard_log``."""
+    if not config.tensorboard_log:
+        return None
+    check_writable_dir(Path(config.tensorboard_log), "TensorBoard folder", create=True)
+    latest = get_latest_run_id(config.tensorboard_log, run_dir.name)
+    number = latest if resumed and latest > 0 else latest + 1
+    return Path(config.tensorboard_log) / f"{run_dir.name}_{number}"
 
 
 def record_optimizations(model: SnakeDQN | PQN) -> None:
@@ -313,8 +340,7 @@ def learn(
     stop.phase, diverged = "training", None
     start = callbacks.budget.start_time = time.perf_counter()
     steps_before = model.num_timesteps
-    if isinstance(model, SnakeDQN):  # PQN's updates are a few minibatches: they end by themselves
-        model.update_interrupt = callbacks.budget.interrupts_updates
+    model.update_interrupt = callbacks.budget.interrupts_updates  # a long update ends within a second of a stop
     try:
         model.learn(
             MAX_TIMESTEPS,
@@ -326,8 +352,7 @@ def learn(
     except TrainingDiverged as error:
         diverged = error
     finally:
-        if isinstance(model, SnakeDQN):
-            model.update_interrupt = None
+        model.update_interrupt = None
         callbacks.progress.close()
         callbacks.monitor.close()
         model.logger.close()  # progress.csv, and TensorBoard's events flushed

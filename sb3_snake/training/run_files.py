@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import time
 import zipfile
 from pathlib import Path
@@ -22,11 +23,73 @@ from stable_baselines3.common.logger import CSVOutputFormat
 from stable_baselines3.common.monitor import ResultsWriter
 
 from sb3_snake.common.errors import UsageError
-from sb3_snake.common.paths import check_regular_file, output_errors, write_atomically
+from sb3_snake.common.paths import check_regular_file, check_writable_dir, output_errors, write_atomically
 
 PROGRESS_NAME, MONITOR_NAME, EVALUATIONS_NAME = "progress.csv", "monitor.csv", "evaluations.npz"
 #: The columns monitor.csv has beyond SB3's ``r``, ``l``, ``t`` (VecMonitor's ``info_keywords``).
 MONITOR_KEYS = ("score", "is_success", "long_start")
+
+
+#: A column every progress.csv of SB3's logger has (both learners log it with every row).
+PROGRESS_KEY = "time/total_timesteps"
+#: The bytes of a run file's first lines read to check whose file it is.
+HEADER_BYTES = 1 << 16
+
+
+def check_continuable(path: Path, what: str) -> None:
+    """Refuse, in one line and before training, a ``path`` this run could not continue: a
+    symbolic link (never followed: it may point at any file of the user's), a folder or other
+    non-regular file, or one this user cannot write. A missing file is fine: it is created."""
+    try:
+        status = os.lstat(path)
+    except FileNotFoundError:
+        return
+    move = f"move it away to resume into {path.parent}"
+    if stat.S_ISLNK(status.st_mode):
+        raise UsageError(f"{what} {path} is a symbolic link, which sb3-snake does not write through; {move}")
+    if not stat.S_ISREG(status.st_mode):
+        raise UsageError(f"{what} {path} is not a regular file (a folder, say); {move}")
+    if not os.access(path, os.W_OK) or not status.st_mode & stat.S_IWUSR:  # marked read-only: kept so, root or not
+        raise UsageError(f"{what} {path} is read-only; make it writable or {move}")
+
+
+def check_run_files(run_dir: Path, tensorboard: Path | None = None) -> None:
+    """Refuse, before training, a run folder whose SB3 files this run could not continue
+    (:class:`ProgressCSV`'s and :class:`MonitorFile`'s checks), or a ``tensorboard`` folder that
+    cannot be written (a file in its place, say)."""
+    check_progress_file(Path(run_dir) / PROGRESS_NAME)
+    MonitorFile(Path(run_dir) / MONITOR_NAME)
+    if tensorboard is not None:
+        check_writable_dir(tensorboard, "TensorBoard folder", create=True)
+
+
+def check_progress_file(path: Path) -> None:
+    """Refuse a ``progress.csv`` this run could not continue: not :func:`check_continuable`, or
+    not SB3's CSV of a run (another tool's file, bytes that are not text)."""
+    check_continuable(path, "progress file")
+    if path.exists() and path.stat().st_size:
+        expected = f"a progress.csv of SB3's logger (its first line names {PROGRESS_KEY})"
+        if PROGRESS_KEY not in _first_line(path, "progress file", expected).split(","):
+            raise UsageError(f"progress file {path} is not {expected}; move it away to resume into {path.parent}")
+
+
+def _first_line(path: Path, what: str, expected: str) -> str:
+    """The first line of ``path`` as text, or a :class:`UsageError` (saying it is not ``expected``)
+    when it is not text."""
+    with path.open("rb") as file:
+        head = file.read(HEADER_BYTES)
+    try:
+        return head.split(b"\n", 1)[0].decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError(
+            f"{what} {path} is not text, so not {expected}; move it away to resume into {path.parent}"
+        ) from None
+
+
+def _open_no_follow(path: Path, create: bool) -> Any:
+    """``path`` opened for reading and writing, never through a link (created when ``create``)."""
+    flags = os.O_RDWR | os.O_NOFOLLOW | (os.O_CREAT | os.O_EXCL if create else 0)
+    return open(os.open(path, flags, 0o644), "r+")
 
 
 def _drop_partial_line(path: Path) -> None:
@@ -47,6 +110,7 @@ class ProgressCSV(CSVOutputFormat):
 
     def __init__(self, path: Path):
         self.path, self.file, self.keys, self.separator, self.quotechar = Path(path), None, [], ",", '"'
+        check_progress_file(self.path)  # a resumed run's: SB3's CSV of a run, or refused
 
     def write(self, key_values: dict[str, Any], key_excluded: dict[str, Any], step: int = 0) -> None:
         with output_errors(self.path):
@@ -55,11 +119,11 @@ class ProgressCSV(CSVOutputFormat):
             super().write(key_values, key_excluded, step)
 
     def _open(self) -> None:
-        if not self.path.exists():
-            self.file = open(self.path, "w+")  # held until close(), as SB3's own
+        if not os.path.lexists(self.path):
+            self.file = _open_no_follow(self.path, create=True)  # held until close(), as SB3's own
             return
         _drop_partial_line(self.path)
-        self.file = open(self.path, "r+")
+        self.file = _open_no_follow(self.path, create=False)
         header = self.file.readline().rstrip("\n")
         self.keys = header.split(",") if header else []  # SB3 writes the keys unquoted, without commas
         self.file.seek(0, os.SEEK_END)
@@ -79,10 +143,10 @@ class MonitorFile:
 
     def __init__(self, path: Path):
         self.path, self.writer = Path(path), None
+        check_continuable(self.path, "monitor file")
         self.t_start = self._continued_start() if self.path.exists() else None
 
     def _continued_start(self) -> float:
-        check_regular_file(self.path, "monitor file")
         columns = ",".join(("r", "l", "t", *MONITOR_KEYS))
         try:
             with self.path.open() as file:

@@ -14,6 +14,7 @@ from sb3_snake.pqn import PQN
 from sb3_snake.training.callbacks import EpisodeRecord, RunCallbacks
 from sb3_snake.training.config import MODEL_FIELDS, POLICY_ALIASES_BY_OPTION, PQN_ARGUMENTS, TrainConfig, fields_of
 from sb3_snake.training.evaluation import latest_evaluation
+from sb3_snake.training.roles import DEFAULT_LEARNER, DEFAULT_LEARNER_REASON
 
 #: The option of each PQN argument that an option names otherwise (its rollout: ``rollout_steps``).
 PQN_OPTIONS = {argument: name for name, argument in PQN_ARGUMENTS.items() if argument != name}
@@ -29,10 +30,12 @@ class Outcome:
     diverged: TrainingDiverged | None
 
 
-def batch_size_source(model: SnakeDQN | PQN, config: TrainConfig) -> str:
-    """Where the batch size came from: the config's source for SnakeDQN; PQN's is its rollout split."""
-    if isinstance(model, PQN):
-        return f"{model.n_steps} moves x {model.n_envs} games / {model.n_minibatches} minibatches"
+def batch_size_source(config: TrainConfig) -> str:
+    """Where the batch size came from (the config's source); for PQN, also how it cuts a rollout."""
+    if config.algo == "pqn" and config.batch_size != "auto":
+        minibatches = config.rollout_samples // config.batch_size
+        rollout = f"{config.rollout_steps} moves x {config.n_envs} games in {minibatches} minibatches"
+        return f"{config.source('batch_size')}; {rollout}"
     return config.source("batch_size")
 
 
@@ -82,6 +85,11 @@ def build_summary(
     stopped_by = "diverged" if outcome.diverged is not None else budget.stopped_by
     selection = callbacks.selection
     return {
+        "learner": {
+            "name": model.description_name,
+            "policy": POLICY_ALIASES_BY_OPTION[config.policy],
+            "why": DEFAULT_LEARNER_REASON if config.algo == DEFAULT_LEARNER else f"asked for: --algo {config.algo}",
+        },
         "episodes": len(record),
         "target_episodes": config.episodes,
         "stopped_by": stopped_by,
@@ -97,7 +105,7 @@ def build_summary(
         "best_score": record.best_score,
         "mean_episode_steps_last_100": sum(record.lengths[-100:]) / max(1, len(record.lengths[-100:])),
         "hyperparameters": trained_hyperparameters(model, config),
-        "batch_size": {"value": model.batch_size, "source": batch_size_source(model, config)},
+        "batch_size": {"value": model.batch_size, "source": batch_size_source(config)},
         "optimizations": {
             name: {"value": value, "source": settings.source(name)} for name, value in settings.as_dict().items()
         },

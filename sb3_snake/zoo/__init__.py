@@ -5,7 +5,7 @@ RL Zoo (``pip install "sb3-snake[zoo]"``) reads a Python module's ``hyperparams`
 
     python -m rl_zoo3.train --algo dqn --env sb3_snake/Snake-v0 --gym-packages sb3_snake -conf sb3_snake.zoo.dqn
 
-Both modules configure :data:`ENV_IDS` with :class:`~sb3_snake.dqn.extractor.SnakeAttentionExtractor` at the
+Both modules configure :data:`ENV_IDS` with :class:`~sb3_snake.networks.attention.SnakeAttentionExtractor` at the
 sizes ``sb3-snake train`` trains. Neither imports RL Zoo, and ``import sb3_snake`` imports neither, so RL Zoo
 stays an optional extra. Design notes: docs/design-notes.md, "sb3_snake/zoo/__init__.py".
 """
@@ -22,9 +22,9 @@ ENV_IDS = (ENV_ID, EGOCENTRIC_ENV_ID)
 
 def extractor_policy_kwargs() -> dict:
     """``policy_kwargs`` with the attention extractor at ``sb3-snake train``'s sizes."""
-    from sb3_snake.dqn.extractor import SnakeAttentionExtractor
+    from sb3_snake.networks.attention import SnakeAttentionExtractor
 
     return {
         "features_extractor_class": SnakeAttentionExtractor,
-        "features_extractor_kwargs": TrainConfig().policy_kwargs()["features_extractor_kwargs"],
+        "features_extractor_kwargs": TrainConfig(algo="dqn").policy_kwargs()["features_extractor_kwargs"],
     }

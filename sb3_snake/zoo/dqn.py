@@ -13,7 +13,7 @@ egocentric id trains train's view with these same values. ``sb3-snake train`` is
 from sb3_snake.training.config import TrainConfig
 from sb3_snake.zoo import ENV_IDS, extractor_policy_kwargs
 
-_DEFAULTS = TrainConfig()
+_DEFAULTS = TrainConfig(algo="dqn")  # SnakeDQN's defaults: the learner SB3's DQN is
 _TIMESTEPS = 1_000_000
 
 hyperparams = {

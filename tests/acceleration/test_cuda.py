@@ -21,8 +21,9 @@ from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.autotune import Machine, resolve_auto
 from sb3_snake.benchmark.gradient_step import measure_halving_on_oom
 from sb3_snake.cli import app
+from sb3_snake.dqn.gradient_step import CapturedSteps
 from sb3_snake.dqn.replay import DeviceReplayBuffer
-from sb3_snake.dqn.update.steps import WARMUP_STEPS, CapturedSteps
+from sb3_snake.update.capture import WARMUP_STEPS
 from tests.conftest import SMALL_POLICY, cuda, fixed_batch, small_dqn
 
 pytestmark = cuda
@@ -106,7 +107,7 @@ def test_each_sdpa_backend_gives_the_q_values_of_the_math_kernel(backend):
 
 def test_on_the_gpu_nothing_compiles_in_training_and_the_step_is_captured(monkeypatch):
     started = []
-    monkeypatch.setattr("sb3_snake.dqn.update.compile.CompileJob", lambda *args, **kwargs: started.append(args))
+    monkeypatch.setattr("sb3_snake.update.compile.CompileJob", lambda *args, **kwargs: started.append(args))
     model = gpu_model(use_cuda_graph=True, use_torch_compile=True, compile_after=0)
     assert model.active_optimizations.compile == Decision.off(COMPILE_ON_CPU_ONLY)
     model.train(gradient_steps=WARMUP_STEPS + 2, batch_size=32)

@@ -32,10 +32,10 @@ from sb3_snake.acceleration.optimizations import (
 )
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.common.system import cpu_cores, cpu_has_native_bf16
-from sb3_snake.dqn.extractor import AttentionPool, SelfAttention
 from sb3_snake.dqn.snake_dqn import SnakeDQN
-from sb3_snake.dqn.update.compile import MAIN_THREAD_ONLY, WHOLE_UPDATE, Compile, Phase, decide_compiled_update
-from sb3_snake.dqn.update.steps import CompiledSteps, EagerSteps
+from sb3_snake.networks.attention import AttentionPool, SelfAttention
+from sb3_snake.update.compile import MAIN_THREAD_ONLY, WHOLE_UPDATE, Compile, Phase, decide_compiled_update
+from sb3_snake.update.steps import CompiledSteps, EagerSteps
 from tests.conftest import SMALL_POLICY, small_dqn
 
 FLASH_KERNEL = "aten::_scaled_dot_product_flash_attention_for_cpu"
@@ -246,7 +246,7 @@ def test_a_compiled_update_whose_first_call_fails_is_reported_off_and_training_g
     def fail(*arguments):
         raise RuntimeError("no C++ compiler\nmore detail")
 
-    monkeypatch.setattr("sb3_snake.dqn.update.compile.load", lambda path, *context: fail)
+    monkeypatch.setattr("sb3_snake.update.compile.load", lambda path, *context: fail)
     model = small_dqn(compiled_after(1), board_size=6, transitions=64)
     model.train(gradient_steps=1, batch_size=32)
     assert model.active_optimizations.compile.active and type(model.step_choice.current) is EagerSteps

@@ -156,6 +156,40 @@ def test_a_env_shared_with_other_tools_reads_ours_and_leaves_theirs(tmp_path, ca
     assert "0123456789abcdef" not in caplog.text and "hf_abc" not in caplog.text
 
 
+def test_a_bare_line_that_may_be_a_secret_is_named_by_its_line_only(tmp_path, caplog):
+    path = write_env(tmp_path, "WANDB_API_KEY=x\nghp_0123456789SECRETSECRET\nUSE_BF16=false\n")
+    with caplog.at_level("INFO", logger="sb3_snake"):
+        OptimizationSettings.load(path)
+    assert "ghp_0123456789SECRETSECRET" not in caplog.text and "SECRET" not in caplog.text
+    assert "left to other tools: WANDB_API_KEY, line 2 (no '=')" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["K" * 400_000 + "=1\n", "".join(f"OTHER_TOOL_KEY_{i}=1\n" for i in range(30_000))],
+    ids=["one-key-of-400k", "30k-keys"],
+)
+def test_long_or_many_keys_are_read_in_linear_time_and_listed_short(tmp_path, caplog, text):
+    from sb3_snake.acceleration import env_file
+
+    compared = []
+    real = env_file._edits
+    with pytest.MonkeyPatch.context() as patch:  # counts the edit distances computed (each O(len^2))
+        patch.setattr(env_file, "_edits", lambda a, b: compared.append(len(a) * len(b)) or real(a, b))
+        with caplog.at_level("INFO", logger="sb3_snake"):
+            OptimizationSettings.load(write_env(tmp_path, text))
+    # no comparison of a key far longer than ours, and a bounded one per key: linear in the file
+    assert sum(compared) <= 30 * 30 * len(SETTINGS) * text.count("\n")
+    listed = [record.getMessage() for record in caplog.records if "left to other tools" in record.getMessage()]
+    assert len(listed) == 1 and len(listed[0]) < 2_000  # at most 20 keys, each cut at 40 characters
+
+
+def test_a_file_too_large_for_a_env_is_refused_in_one_line(tmp_path):
+    path = write_env(tmp_path, "# padding\n" * 200_000)
+    with pytest.raises(SettingsError, match=r"has 2,000,000 bytes, more than the 1,048,576 a .env"):
+        OptimizationSettings.load(path)
+
+
 def test_cli_lists_other_tools_keys_at_verbose_only(tmp_path):
     from typer.testing import CliRunner
 

@@ -16,9 +16,9 @@ from sb3_snake.acceleration.optimizations import (
 )
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.acceleration.threads import AdaptiveThreads, ThreadTuner
-from sb3_snake.dqn.update.compile import WHOLE_UPDATE, Compile, Phase
 from sb3_snake.training.config import TrainConfig
 from sb3_snake.training.run import train
+from sb3_snake.update.compile import WHOLE_UPDATE, Compile, Phase
 from tests.conftest import small_dqn
 
 
@@ -249,7 +249,15 @@ def test_a_run_with_auto_threads_records_what_it_measured(tmp_path, monkeypatch)
     monkeypatch.setattr("sb3_snake.common.system.cpu_cores", lambda: 2)
     before = torch.get_num_threads()
     config = TrainConfig(
-        episodes=30, n_envs=4, board_size=5, seed=1, learning_starts=16, buffer_size=2_000, batch_size=16, device="cpu"
+        algo="dqn",
+        episodes=30,
+        n_envs=4,
+        board_size=5,
+        seed=1,
+        learning_starts=16,
+        buffer_size=2_000,
+        batch_size=16,
+        device="cpu",
     )
     settings = OptimizationSettings(use_torch_compile=False, use_bf16=False, use_flash_attention=False)
     summary = train(config, settings, tmp_path / "run", console=Console(file=io.StringIO()))

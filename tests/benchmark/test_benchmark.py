@@ -282,7 +282,9 @@ def test_plain_sb3_is_measured_at_its_default_replay_ratio_for_each_thread_count
 
 def test_our_loop_runs_at_the_requested_replay_ratio_and_restores_threads():
     threads = torch.get_num_threads()
-    config = TrainConfig(n_envs=4, board_size=5, learning_starts=32, buffer_size=2_000, batch_size=16, device="cpu")
+    config = TrainConfig(
+        algo="dqn", n_envs=4, board_size=5, learning_starts=32, buffer_size=2_000, batch_size=16, device="cpu"
+    )
     settings = OptimizationSettings(use_torch_compile=False, use_bf16=False, num_threads=1)
     result = measure_sb3_snake(settings, 8.0, warmup_steps=64, steps_per_repeat=64, repeats=2, config=config)
     setup = result.setup

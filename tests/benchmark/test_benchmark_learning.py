@@ -226,7 +226,7 @@ def test_plan_refuses_what_cannot_run():
 
 
 def test_the_report_records_every_run_its_curve_and_how_it_was_measured(tmp_path):
-    plan = LearningPlan(minutes=1.0, every_seconds=20.0, seeds=(0, 1), hyperparameters={"dueling": True})
+    plan = LearningPlan(minutes=1.0, every_seconds=20.0, seeds=(0, 1), hyperparameters={"algo": "dqn", "dueling": True})
     specs, caches = [], []
 
     def run(spec, cache_dir):
@@ -258,7 +258,7 @@ def test_the_report_records_every_run_its_curve_and_how_it_was_measured(tmp_path
     assert report["plain_sb3_total_timesteps"] == 250 * 60
     assert all(spec.total_timesteps == 15_000 for spec in specs if spec.system == "plain_sb3")
     assert all(spec.total_timesteps is None for spec in specs if spec.system == "sb3_snake")
-    assert all(spec.hyperparameters == {"dueling": True} for spec in specs if spec.system == "sb3_snake")
+    assert all(spec.hyperparameters == {"algo": "dqn", "dueling": True} for spec in specs if spec.system == "sb3_snake")
     assert all(
         spec.hyperparameters == {} and spec.total_timesteps is None for spec in specs if spec.system == "sb3_ppo"
     )
@@ -684,7 +684,7 @@ def test_a_comparison_runs_both_arms_in_turn_and_reports_b_minus_a_seed_by_seed(
         env_steps=1000,
         every_env_steps=500,
         seeds=(3, 4),
-        hyperparameters={"dueling": True},
+        hyperparameters={"algo": "dqn", "dueling": True},
         compare={"learning_rate": 1e-3},
         episodes=5,
     )
@@ -711,9 +711,9 @@ def test_a_comparison_runs_both_arms_in_turn_and_reports_b_minus_a_seed_by_seed(
 
     report = run_learning_benchmark(plan, tmp_path, run=run, evaluate_run=evaluate_run)
     assert [(spec.seed, spec.hyperparameters) for spec in specs] == [
-        (3, {"dueling": True}),
+        (3, {"algo": "dqn", "dueling": True}),
         (3, {"learning_rate": 1e-3}),
-        (4, {"dueling": True}),
+        (4, {"algo": "dqn", "dueling": True}),
         (4, {"learning_rate": 1e-3}),
     ]
     assert all(spec.system == "sb3_snake" and spec.budget_unit == "env_steps" for spec in specs)

@@ -63,7 +63,7 @@ def test_flops_are_counted_per_sample_and_cover_both_passes_and_the_backward():
 def test_the_benchmarks_time_the_step_sb3_snake_train_trains_with():
     eager = OptimizationSettings(use_bf16=False, use_flash_attention=False, use_torch_compile=False)
     model = train_step_model(eager, "cpu", board_size=6, transitions=64, batch_size=16)
-    config = TrainConfig()
+    config = TrainConfig(algo="dqn")  # the step benchmark-grad times is SnakeDQN's
     assert model.action_space.n == (3 if config.egocentric else 4)
     assert model.symmetry_augmentation == config.symmetry_augmentation and model.batch_size == 16
     assert model.policy_kwargs["features_extractor_kwargs"] == config.policy_kwargs()["features_extractor_kwargs"]

@@ -7,6 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 import sb3_snake.cli.benchmark as cli_benchmark
+import sb3_snake.cli.learning as cli_learning
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.benchmark import results
 from sb3_snake.cli import app
@@ -111,7 +112,7 @@ def test_benchmark_learning_writes_json_and_picture_from_its_plan(tmp_path, monk
     from sb3_snake.benchmark import learning
 
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "hp.json").write_text('{"dueling": true}')
+    (tmp_path / "hp.json").write_text('{"algo": "dqn", "dueling": true}')
     plans = []
 
     def fake_benchmark(plan, work_dir, progress):
@@ -126,7 +127,7 @@ def test_benchmark_learning_writes_json_and_picture_from_its_plan(tmp_path, monk
         }
 
     monkeypatch.setattr(learning, "run_learning_benchmark", fake_benchmark)
-    for module in (cli_benchmark, results):  # both benchmarks start, and finish, in the same second
+    for module in (cli_learning, results):  # both benchmarks start, and finish, in the same second
         monkeypatch.setattr(module, "utc_stamp", lambda: "20261123T202313Z")
     arguments = ["benchmark-learning", "--quick", "--seeds", "2", "--first-seed", "3", "--no-baseline"]
     for peer in ("--ppo", "--no-ppo"):
@@ -135,7 +136,7 @@ def test_benchmark_learning_writes_json_and_picture_from_its_plan(tmp_path, monk
     assert plans[0][0].systems == ("sb3_snake", "sb3_ppo")
     plan, work_dir = plans[1]
     assert (plan.minutes, plan.every_seconds, plan.seeds, plan.systems) == (2.0, 10.0, (3, 4), ("sb3_snake",))
-    assert plan.hyperparameters == {"dueling": True} and plan.cold_cache
+    assert plan.hyperparameters == {"algo": "dqn", "dueling": True} and plan.cold_cache
     assert [work_dir.as_posix() for _, work_dir in plans] == [
         "runs/benchmark-learning/20261123T202313Z",
         "runs/benchmark-learning/20261123T202313Z-2",
@@ -220,7 +221,7 @@ def test_benchmark_learning_builds_the_research_loop_from_its_options(tmp_path, 
     from sb3_snake.benchmark import learning
 
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "a.json").write_text('{"dueling": true}')
+    (tmp_path / "a.json").write_text('{"algo": "dqn", "dueling": true}')
     (tmp_path / "b.json").write_text('{"learning_rate": 0.001}')
     plans = []
 
@@ -245,7 +246,7 @@ def test_benchmark_learning_builds_the_research_loop_from_its_options(tmp_path, 
     assert result.exit_code == 0, result.output
     plan = plans[0]
     assert (plan.env_steps, plan.every_env_steps, plan.minutes, plan.parallel, plan.threads) == (5000, 1000, None, 2, 1)
-    assert plan.hyperparameters == {"dueling": True} and plan.compare == {"learning_rate": 0.001}
+    assert plan.hyperparameters == {"algo": "dqn", "dueling": True} and plan.compare == {"learning_rate": 0.001}
     assert plan.systems == ("sb3_snake",) and plan.final_episodes == 200
     assert "4 runs of 5,000 env steps, a checkpoint every 1,000 env steps (arms A and B; seeds [0, 1], 2 at once)" in (
         result.output

@@ -25,6 +25,8 @@ FAST_SETTINGS = OptimizationSettings(use_torch_compile=False, use_bf16=False, nu
 # ---------------------------------------------------------------- train, eval, play
 
 TINY = [
+    "--algo",
+    "dqn",
     "--device",
     "cpu",
     "--n-envs",
@@ -115,7 +117,7 @@ def test_eval_json(trained_run):
 @pytest.mark.parametrize("command", [["eval", "--episodes", "2"], ["play", "--fps", "0"]])
 def test_eval_and_play_never_compile_even_when_the_env_file_says_so(trained_run, tmp_path, monkeypatch, command):
     compiled = []
-    monkeypatch.setattr("sb3_snake.dqn.update.compile.CompileJob", lambda *args, **kwargs: compiled.append(args))
+    monkeypatch.setattr("sb3_snake.update.compile.CompileJob", lambda *args, **kwargs: compiled.append(args))
     env_file = tmp_path / "compile.env"
     env_file.write_text("USE_TORCH_COMPILE=true\n")
     model = str(trained_run[0] / "model.zip")

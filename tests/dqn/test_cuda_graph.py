@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from sb3_snake.acceleration.settings import OptimizationSettings
+from sb3_snake.dqn.gradient_step import CapturedSteps
 from sb3_snake.dqn.replay import DeviceReplayBuffer
-from sb3_snake.dqn.update.steps import CapturedSteps, EagerSteps
+from sb3_snake.update.steps import EagerSteps
 from tests.conftest import small_dqn
 
 PLAIN = OptimizationSettings(use_bf16=False, use_flash_attention=False, use_torch_compile=False, num_threads=1)

@@ -11,8 +11,9 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 from sb3_snake import BatchedSnakeVecEnv, SnakeDQN, SnakeEnv
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.dqn.replay import DeviceReplayBuffer
-from sb3_snake.dqn.targets import food_potential, shaping_rewards, td_targets
+from sb3_snake.dqn.targets import td_targets
 from sb3_snake.envs.rules import BASE_CHANNELS, FOOD, HEAD
+from sb3_snake.q_learning.targets import food_potential, shaping_rewards
 from sb3_snake.training.config import TrainConfig
 from tests.conftest import SMALL_POLICY
 

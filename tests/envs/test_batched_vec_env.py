@@ -316,3 +316,47 @@ def test_step_tensors_checks_dtype_and_values_on_the_cpu():
     with pytest.raises(UsageError, match=r"expected actions of shape \(2,\), got \(3,\); pass one action per game"):
         env.step_tensors(torch.tensor([0, 1, 2]))
     env.step_tensors(torch.tensor([0, 1]))
+
+
+@pytest.mark.parametrize("count", [2**70, 10**9, 3 * 10**7])
+@pytest.mark.parametrize("kind", ["vec_env", "vector_env"])
+def test_more_games_than_the_bound_are_one_value_error_naming_it_and_the_memory(count, kind):
+    from sb3_snake.envs.vector_env import SnakeVectorEnv
+
+    make = BatchedSnakeVecEnv if kind == "vec_env" else SnakeVectorEnv
+    with pytest.raises(
+        ValueError, match=r"num_envs must be at most 1,048,576, got [0-9,]+: .* would need about [0-9,.]+ GiB"
+    ):
+        make(count)
+
+
+def test_games_that_would_not_fit_in_memory_are_refused_with_what_they_need(monkeypatch):
+    monkeypatch.setattr("sb3_snake.envs.batched_vec_env.available_memory_bytes", lambda: 2**30)
+    with pytest.raises(
+        ValueError, match=r"1,000,000 games of 10x10 would need about [0-9.]+ GiB of memory and 1.0 GiB"
+    ):
+        BatchedSnakeVecEnv(1_000_000)
+
+
+def test_get_attr_refuses_an_index_out_of_range_and_set_attr_what_cannot_change():
+    env = BatchedSnakeVecEnv(3, seed=0)
+    with pytest.raises(IndexError, match="game index 99 is out of range for 3 games"):
+        env.get_attr("num_envs", indices=[99])
+    assert env.get_attr("num_envs", indices=[-1]) == [3]
+    with pytest.raises(ValueError, match="cannot set 'num_envs': it is fixed once the games are built"):
+        env.set_attr("num_envs", 2)
+    with pytest.raises(ValueError, match="render_mode must be one of"):
+        env.set_attr("render_mode", "bogus")
+    env.set_attr("render_mode", "ansi")
+    assert env.render_mode == "ansi" and env.num_envs == 3
+
+
+def test_actions_take_sb3_s_shape_or_a_column_and_a_row_of_several_games_is_refused():
+    env = BatchedSnakeVecEnv(3, seed=0)
+    env.reset()
+    env.step(np.zeros(3, dtype=np.int64))
+    env.step(np.zeros((3, 1), dtype=np.int64))  # argmax(dim=1, keepdim=True)'s shape
+    with pytest.raises(
+        ValueError, match=r"expected actions of shape \(3,\) or \(3, 1\), one per game, got shape \(1, 3\)"
+    ):
+        env.step(np.zeros((1, 3), dtype=np.int64))

@@ -144,7 +144,14 @@ def test_training_uses_long_starts_and_evaluation_never_does(monkeypatch, tmp_pa
     from sb3_snake.training.run import build_model
 
     config = TrainConfig(
-        timesteps=100, n_envs=4, long_starts=1.0, batch_size=32, learning_starts=10, embed_dim=8, head_view_dim=8
+        algo="dqn",
+        timesteps=100,
+        n_envs=4,
+        long_starts=1.0,
+        batch_size=32,
+        learning_starts=10,
+        embed_dim=8,
+        head_view_dim=8,
     )
     settings = OptimizationSettings(use_bf16=False, use_flash_attention=False, use_torch_compile=False, num_threads=1)
     model = build_model(config, settings)

@@ -92,7 +92,14 @@ def test_a_model_keeps_its_channel_and_is_refused_where_it_cannot_apply(tmp_path
     from sb3_snake.training.run import train
 
     config = TrainConfig(
-        episodes=None, timesteps=64, n_envs=4, board_size=5, learning_starts=16, buffer_size=512, batch_size=16
+        algo="dqn",
+        episodes=None,
+        timesteps=64,
+        n_envs=4,
+        board_size=5,
+        learning_starts=16,
+        buffer_size=512,
+        batch_size=16,
     )
     train(TrainConfig(**{**config.__dict__, "reachable": True, "sources": {}}), FAST, tmp_path / "run")
     path = tmp_path / "run" / "model.zip"

@@ -3,7 +3,7 @@
 Scanned: module, class, function and method docstrings, and ``#:`` attribute comments. Checked:
 the roles :data:`ROLES` (``:func:`X```, with or without ``~``, or ``:meth:`title <X>```), every
 ````sb3_snake.a.b```` in double backquotes, and every ````sibling.name```` whose first part is a
-module of the same package (``steps.StepChoice`` in ``sb3_snake/dqn/update/__init__.py``) unless
+module of the same package (``steps.StepChoice`` in ``sb3_snake/update/__init__.py``) unless
 it ends like a file's name, and every ````module.Class````; none whose first part is a parameter
 or local of the function around.
 
@@ -265,7 +265,7 @@ def test_resolver_tells_good_references_from_bad():
     text = "``steps.StepChoice``, ``summary.json``, ``plan.parallel``, ``step.EagerSteps``"
     assert list(references(text, siblings, local)) == [("steps.StepChoice", True), ("step.EagerSteps", False)]
     assert not resolves("step.EagerSteps", {})
-    package = {"__package__": "sb3_snake.dqn.update"}
+    package = {"__package__": "sb3_snake.update"}
     assert [resolves(target, package) for target in ("~.steps.StepChoice", ".step.EagerSteps")] == [True, False]
 
 

@@ -1,8 +1,10 @@
 """Imports point down, folder by folder, and no module imports itself back through others.
 
 The layers are the package's folders (and its few top-level modules), bottom to top: what every
-layer shares; the rules of the game; the speed switches and their decisions; the learners
-(``SnakeDQN``, its gradient step and the ways to run it; ``PQN``); what saves, loads or measures a model
+layer shares; the rules of the game; the speed switches and their decisions; the networks both
+learners build on; what both learners do (the gradient step's machinery, and Q-learning's targets,
+exploration, symmetries and save format); the learners (``SnakeDQN``, ``PQN``), which never import
+each other (nor does any folder import another of its own layer); what saves, loads or measures a model
 (``persistence``, ``auto``'s measurement); what reports on the machine (the capability report) and
 the training run with all around it; RL Zoo's hyperparameter modules (the benchmarks' PPO peer
 trains with them); the benchmarks; the command line. A module may import from its own folder or
@@ -22,9 +24,12 @@ LAYERS = [
     {"common"},
     {"envs"},
     {"acceleration"},
+    {"networks"},
+    {"update", "q_learning"},
     {"dqn", "pqn"},
     {"persistence", "autotune"},
-    {"capabilities", "training"},
+    {"training"},
+    {"capabilities"},
     {"zoo"},
     {"benchmark"},
     {"cli", "__init__"},
@@ -71,6 +76,16 @@ def test_imports_point_down(path):
     assert own is not None, f"{module} has no layer in this test; add it"
     upward = {name for name in imported_modules(path) if (layer_of(name) or -1) > own}
     assert not upward, f"{path.relative_to(PACKAGE)} imports {sorted(upward)} from a higher layer"
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_folder_imports_another_of_its_own_layer(path):
+    """Siblings stay apart: above all the two learners, ``dqn`` and ``pqn``, which share what they
+    share through the layers below them."""
+    module = module_name(path)
+    own, folder = layer_of(module), module.split(".")[0]
+    sideways = {name for name in imported_modules(path) if layer_of(name) == own and name.split(".")[0] != folder}
+    assert not sideways, f"{path.relative_to(PACKAGE)} imports {sorted(sideways)} from its own layer's other folders"
 
 
 def test_every_listed_layer_names_a_module():

@@ -1,8 +1,4 @@
-"""The scripts of ``scripts/`` run on today's package: each once, at tiny sizes, into a temporary folder.
-
-The two that compile the update take ``aot_eager`` for the compile child's backend (as the compile
-tests do: no C++ is built), set before the script runs, so they test the script, not inductor.
-"""
+"""The scripts of ``scripts/`` run on today's package: each once, at tiny sizes, into a temporary folder."""
 
 import json
 import os
@@ -16,22 +12,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "scripts"
-#: The compile child's backend in these tests: dynamo's trace and AOTAutograd, no inductor.
-GRAPH_ONLY = "aot_eager"
 
 
-def run_script(name: str, *arguments: str, graph_only: bool = False) -> subprocess.CompletedProcess:
+def run_script(name: str, *arguments: str) -> subprocess.CompletedProcess:
     """``scripts/name`` with ``arguments`` in a fresh process that imports this checkout's package."""
-    script = str(SCRIPTS / name)
-    if graph_only:
-        code = (
-            "import runpy, sys; import sb3_snake.dqn.update.compile as compile; "
-            f"compile.COMPILE_BACKEND = {GRAPH_ONLY!r}; sys.argv[0] = {script!r}; "
-            f"runpy.run_path({script!r}, run_name='__main__')"
-        )
-        command = [sys.executable, "-c", code, *arguments]
-    else:
-        command = [sys.executable, script, *arguments]
+    command = [sys.executable, str(SCRIPTS / name), *arguments]
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "PYTHONPATH": path}
     return subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
@@ -91,47 +76,6 @@ def test_eager_step_rate_appends_one_line_per_run(tmp_path):
         assert len(line["shaping_1.0"]["rates"]) == 2 and line["shaping_1.0"]["median"] > 0
 
 
-TINY_MODEL = ["--batch-size", "8", "--board-size", "5", "--transitions", "64", "--rounds", "1", "--seconds", "0.01"]
-
-
-def test_eager_step_breakdown_times_every_part(tmp_path):
-    output = tmp_path / "breakdown.json"
-    tiny = ["--threads", "1", "--batch-size", "8", "--board-size", "5", "--transitions", "64"]
-    done = run_script("eager_step_breakdown.py", "--output", str(output), *tiny, "--steps", "2", "--warmup", "1")
-    assert done.returncode == 0, done.stderr
-    report = json.loads(output.read_text())
-    parts = ["sampling", "TD targets", "online forward", "loss", "zero_grad", "backward", "clipping", "Adam"]
-    assert list(report["milliseconds"]) == parts and report["batch_size"] == 8 and report["threads"] == 1
-    assert all(value >= 0 for value in report["milliseconds"].values()) and report["whole_step_median_milliseconds"] > 0
-
-
-def test_eager_step_variants_times_every_variant_in_each_round(tmp_path):
-    output = tmp_path / "variants.json"
-    tiny = ["--batch-size", "8", "--board-size", "5", "--transitions", "64", "--rounds", "2", "--block", "1"]
-    done = run_script("eager_step_variants.py", "--output", str(output), "--label", "smoke", *tiny)
-    assert done.returncode == 0, done.stderr
-    report = json.loads(output.read_text())
-    assert report["label"] == "smoke" and report["batch_size"] == 8
-    assert {name: len(blocks) for name, blocks in report["block_milliseconds"].items()} == {
-        "sdpa_pool": 2,
-        "matmul_pool": 2,
-        "one_thread": 2,
-    }
-    # The pool without SDPA is the same function: the variant changes the speed, not the network.
-    assert report["pool_max_abs_difference"] < 1e-5
-    assert all(value > 0 for value in report["median_milliseconds"].values()) and report["date"]
-
-
-def test_pqn_prototype_trains_and_evaluates(tmp_path):
-    output = tmp_path / "pqn.json"
-    arguments = ["--board", "4", "--env-steps", "512", "--envs", "16", "--eval-every", "256", "--eval-games", "8"]
-    done = run_script("pqn_prototype.py", *arguments, "--out", str(output))
-    assert done.returncode == 0, done.stderr
-    log = json.loads(output.read_text())["log"]
-    assert [row["env_steps"] for row in log][:2] == [0, 512] and log[-1]["final"]
-    assert all(0 <= row["wins"] <= 1 and row["greedy"] >= 0 for row in log)
-
-
 def test_pqn_curve_checkpoints_the_package_s_pqn(tmp_path):
     output = tmp_path / "arm.json"
     arguments = ["--board", "4", "--env-steps", "512", "--envs", "16", "--eval-every", "256", "--eval-games", "4"]
@@ -162,37 +106,24 @@ def test_every_script_has_a_smoke_test_here():
 
 
 @pytest.mark.slow
-def test_compiled_step_breakdown_times_every_part(tmp_path):
-    output = tmp_path / "breakdown.json"
-    done = run_script("compiled_step_breakdown.py", "--output", str(output), *TINY_MODEL, graph_only=True)
-    assert done.returncode == 0, done.stderr
-    report = json.loads(output.read_text())
-    assert report["benchmark"] == "compiled_step_breakdown" and report["steps_per_call"] == 4
-    assert "in a child process" in report["compile"]
-    parts = {"whole call (train)", "sampling", "compiled function", "guards and a wrapper", "matmuls alone"}
-    assert set(report["milliseconds_per_call"]) == parts
-    assert all(value > 0 for value in report["milliseconds_per_call"].values())
-
-
-@pytest.mark.slow
-def test_steps_per_compiled_call_ab_compiles_both_arms_and_compares_them(tmp_path):
-    output = tmp_path / "ab.json"
-    done = run_script(
-        "steps_per_compiled_call_ab.py", "--processes", "1", "--output", str(output), *TINY_MODEL, graph_only=True
-    )
-    assert done.returncode == 0, done.stderr
-    report = json.loads(output.read_text())
-    assert [(run["steps_per_call"], run["compiled_as"]) for run in report["runs"]] == [(1, 1), (4, 2)]
-    assert all(run["compile_seconds"] > 0 and len(run["samples_per_second"]) == 1 for run in report["runs"])
-    assert len(report["summary"]["ratio_4_to_1"]["each_round"]) == 1
-
-
-@pytest.mark.slow
 def test_compile_child_runs_records_each_run(tmp_path):
     if shutil.which("sb3-snake") is None:
         pytest.skip("sb3-snake is not installed as a program (pip install -e .)")
     output = tmp_path / "runs.json"
-    train = ["--episodes", "1", "--device", "cpu", "--board-size", "5", "--n-envs", "2", "--learning-starts", "16"]
+    train = [
+        "--algo",
+        "dqn",
+        "--episodes",
+        "1",
+        "--device",
+        "cpu",
+        "--board-size",
+        "5",
+        "--n-envs",
+        "2",
+        "--learning-starts",
+        "16",
+    ]
     train += ["--batch-size", "8", "--no-compile", "--no-bf16", "--no-flash-attention", "--threads", "1"]
     train += ["--buffer-size", "500"]
     done = run_script("compile_child_runs.py", "--runs", "1", "--output", str(output), "--", *train)

@@ -10,11 +10,11 @@ from stable_baselines3.common.vec_env import VecNormalize
 
 from sb3_snake import BatchedSnakeVecEnv, TrainConfig
 from sb3_snake.common.errors import UsageError
-from sb3_snake.dqn.targets import fatal_move_values, food_potential, shaping_rewards
 from sb3_snake.envs.action_masks import action_masks
 from sb3_snake.envs.rules import DEATH_REWARD
 from sb3_snake.persistence import load_model, save_model
 from sb3_snake.pqn import PQN
+from sb3_snake.q_learning.targets import fatal_move_values, food_potential, shaping_rewards
 
 
 def pqn(egocentric=True, n_envs=32, seed=0, env_kwargs=None, **kwargs):

@@ -197,7 +197,13 @@ def test_any_discrete_gymnasium_env_trains():
 @pytest.mark.parametrize(
     ("kwargs", "words"),
     [
-        ({"n_minibatches": 200}, "n_minibatches must be from 1 to the rollout's 128 samples"),
+        (
+            {"n_minibatches": 200},
+            r"n_minibatches must divide the rollout's 128 samples .* got 200 \(divisors near it: 128\)",
+        ),
+        ({"n_minibatches": 100}, r"n_minibatches must divide .* got 100 \(divisors near it: 64 or 128\)"),
+        ({"n_minibatches": 3}, r"n_minibatches must divide .* got 3 \(divisors near it: 2 or 4\)"),
+        ({"n_epochs": 101}, "n_epochs must be an integer from 1 to 100, got 101"),
         ({"q_lambda": 1.5}, "q_lambda must be from 0 to 1, got 1.5"),
         ({"n_steps": 0}, "n_steps must be a positive integer, got 0"),
         ({"averaging_half_life": -1}, "averaging_half_life must be 0 or more env steps, got -1"),
@@ -309,3 +315,42 @@ def test_a_pqn_file_without_an_averaged_network_is_refused_in_one_line(tmp_path)
     with pytest.raises(UsageError, match=r"hyperparameters lacks \['averaging_half_life'\]") as error:
         load_model(tmp_path / "edited.zip")
     assert "\n" not in str(error.value)
+
+
+def test_an_update_counts_exactly_the_gradient_steps_it_ran():
+    model = snake_pqn(n_envs=16, n_minibatches=4, n_epochs=3)  # rollouts of 128 samples: minibatches of 32
+    model.learn(128)
+    assert model._n_updates == 3 * 4 and model.batch_size == 32
+    assert model.logger.name_to_value["train/n_updates"] == 12
+
+
+def test_a_long_update_ends_between_minibatches_when_asked_and_counts_what_ran():
+    from sb3_snake.pqn.pqn import UPDATE_CHUNK
+
+    model = snake_pqn(n_envs=16, n_minibatches=64, n_epochs=100)  # 6,400 gradient steps a rollout
+    asked = []
+    model.update_interrupt = lambda: asked.append(model._n_updates) or len(asked) > 3
+    model.learn(128)
+    assert model._n_updates == 4 * UPDATE_CHUNK  # four calls ran; asked before the fifth, it stopped
+    assert all(p.isfinite().all() for p in model.q_net.parameters())
+
+
+@pytest.mark.slow
+def test_pqn_learns_on_sb3_s_cartpole():
+    """An env it was not tuned for: SB3's CartPole, 30,000 env steps of 8 games."""
+    from stable_baselines3.common.env_util import make_vec_env
+
+    env = make_vec_env("CartPole-v1", n_envs=8, seed=0)
+    model = PQN("MlpPolicy", env, n_steps=16, n_minibatches=4, exploration_steps=5_000, seed=0, device="cpu")
+    model.learn(30_000)
+    rewards = []
+    for episode in range(5):
+        single = gym.make("CartPole-v1")
+        obs, _ = single.reset(seed=episode)
+        total, done = 0.0, False
+        while not done:
+            action, _ = model.predict(obs, deterministic=True)
+            obs, reward, terminated, truncated, _ = single.step(int(action))
+            total, done = total + reward, terminated or truncated
+        rewards.append(total)
+    assert np.mean(rewards) > 50  # a random policy plays about 22

@@ -26,6 +26,7 @@ from sb3_snake.training.config import (
 from sb3_snake.training.memory import check_memory, memory_estimate
 from sb3_snake.training.resume import EXTRACTOR_DEFAULTS
 from sb3_snake.training.roles import DQN, ENVIRONMENT, LEARNER, PQN_DEFAULTS, PQN_GROUP, RUN, Role
+from sb3_snake.training.schedule import schedule_kwargs, update_schedule
 from tests.conftest import FAST, tiny_config
 
 
@@ -67,21 +68,21 @@ def test_bad_config(changes, message):
 
 
 def test_update_schedule_meets_the_replay_ratio():
-    config = TrainConfig(n_envs=16, replay_ratio=32)
-    assert replace(config, batch_size=512).update_schedule() == (1, 1)  # 512 samples per 16 env steps
-    assert replace(config, batch_size=4096).update_schedule() == (8, 1)
-    assert replace(config, batch_size=64).update_schedule() == (1, 8)
-    assert TrainConfig(n_envs=16, train_freq=3, gradient_steps=2, batch_size=512).update_schedule() == (3, 2)
+    config = TrainConfig(algo="dqn", n_envs=16, replay_ratio=32)
+    assert update_schedule(replace(config, batch_size=512)) == (1, 1)  # 512 samples per 16 env steps
+    assert update_schedule(replace(config, batch_size=4096)) == (8, 1)
+    assert update_schedule(replace(config, batch_size=64)) == (1, 8)
+    assert update_schedule(TrainConfig(algo="dqn", n_envs=16, train_freq=3, gradient_steps=2, batch_size=512)) == (3, 2)
 
 
 def test_an_auto_batch_size_plans_for_the_largest_it_may_choose_and_schedules_nothing_until_resolved():
-    auto = TrainConfig(batch_size="auto", buffer_size=1_000)
+    auto = TrainConfig(algo="dqn", batch_size="auto", buffer_size=1_000)
     assert auto.planned_batch_size == 512  # the largest candidate that fits the buffer
-    assert TrainConfig(batch_size="auto").planned_batch_size == 2048
+    assert TrainConfig(algo="dqn", batch_size="auto").planned_batch_size == 2048
     with pytest.raises(UsageError, match="batch_size is auto: resolve it first"):
         auto.dqn_kwargs()
     with pytest.raises(UsageError, match="batch size 64 is larger than the replay buffer \\(32 transitions\\)"):
-        TrainConfig(batch_size=64, buffer_size=32).check_batch_size()
+        TrainConfig(algo="dqn", batch_size=64, buffer_size=32).check_batch_size()
 
 
 @pytest.mark.parametrize(
@@ -125,7 +126,7 @@ def test_memory_estimate_grows_with_what_it_holds():
 )
 def test_early_replay_ratio_is_a_fraction_of_the_scheduled_updates(changes, batch_size, fraction):
     """The early ratio over the ratio the update schedule really gives (16 games)."""
-    kwargs = TrainConfig(**changes, batch_size=batch_size).dqn_kwargs()
+    kwargs = TrainConfig(algo="dqn", **changes, batch_size=batch_size).dqn_kwargs()
     assert kwargs["batch_size"] == batch_size
     assert kwargs["early_update_fraction"] == pytest.approx(fraction)
     assert kwargs["early_steps"] == TrainConfig.early_steps
@@ -178,6 +179,9 @@ def test_every_field_declares_its_role_and_the_sorts_follow_from_it():
         "food_shaping",
         "learning_rate_half_life",
         "safe_exploration",
+        "fatal_move_targets",
+        "stall_as_death",
+        "averaging_half_life",
     }
     assert set(roles) - set(HYPERPARAMETER_FIELDS) == set(panels[RUN]) | {"device"}
     assert set(EXTRACTOR_SIZES) == {"embed_dim", "num_layers", "head_view_dim", "conv_stem"}
@@ -203,7 +207,7 @@ def test_model_fields_are_saved_snake_dqn_arguments_and_extractor_sizes_its_keyw
 
 
 def test_the_network_folds_the_head_view_switch_into_its_size():
-    assert TrainConfig().network() == {
+    assert TrainConfig(algo="dqn").network() == {
         "board_size": 10,
         "countdown": False,
         "reachable": False,
@@ -215,8 +219,8 @@ def test_the_network_folds_the_head_view_switch_into_its_size():
         "conv_stem": 0,
         "n_steps": 1,
     }
-    assert TrainConfig(head_view=False).network()["head_view_dim"] == 0
-    assert TrainConfig(head_view=False).policy_kwargs()["features_extractor_kwargs"]["head_view_dim"] == 0
+    assert TrainConfig(algo="dqn", head_view=False).network()["head_view_dim"] == 0
+    assert TrainConfig(algo="dqn", head_view=False).policy_kwargs()["features_extractor_kwargs"]["head_view_dim"] == 0
 
 
 def test_an_option_may_name_its_env_key_flag_and_values():
@@ -231,8 +235,8 @@ def test_an_option_may_name_its_env_key_flag_and_values():
 
 
 def test_the_batch_size_is_a_learning_value_that_env_may_set_declared_once():
-    """``OPTIMAL_BATCH_SIZE`` and ``--batch-size`` set one TrainConfig field, a hyperparameter the
-    model saves, whose default is SnakeDQN's own."""
+    """``OPTIMAL_BATCH_SIZE`` and ``--batch-size`` set one TrainConfig field, for either learner (a
+    hyperparameter SnakeDQN saves; PQN's minibatches follow from it), whose default is SnakeDQN's own."""
     from sb3_snake.acceleration.settings import OptimizationSettings
     from sb3_snake.dqn.snake_dqn import DEFAULT_BATCH_SIZE
 
@@ -240,7 +244,7 @@ def test_the_batch_size_is_a_learning_value_that_env_may_set_declared_once():
     declared = OPTIONS[name]
     assert (name, declared.key, TrainConfig.batch_size) == ("batch_size", "OPTIMAL_BATCH_SIZE", 128)
     assert DEFAULT_BATCH_SIZE == 128 and "batch_size" in HYPERPARAMETER_FIELDS and "batch_size" in MODEL_FIELDS
-    assert declared.values.parse("AUTO") == "auto" and declared.role.group == DQN
+    assert declared.values.parse("AUTO") == "auto" and declared.role.group == LEARNER and declared.role.learner is None
     assert "batch_size" not in OptimizationSettings.__dataclass_fields__
 
 
@@ -254,18 +258,18 @@ def test_the_batch_size_is_a_learning_value_that_env_may_set_declared_once():
 )
 def test_absurd_update_sizes_are_refused_up_front(changes, message):
     with pytest.raises(UsageError, match=message):
-        TrainConfig(**changes)
+        TrainConfig(algo="dqn", **changes)
 
 
 @pytest.mark.parametrize("changes", [{"embed_dim": 10**12}, {"head_view_dim": 10**12}, {"embed_dim": int(1e300)}])
 def test_networks_too_large_are_a_range_error_up_front(changes):
     with pytest.raises(UsageError, match="must be .* to 65536, got"):
-        TrainConfig(**changes)
+        TrainConfig(algo="dqn", **changes)
 
 
 def test_networks_within_range_that_do_not_fit_are_a_memory_error_up_front():
     with pytest.raises(UsageError, match="GiB are available"):
-        check_memory(TrainConfig(embed_dim=65536, head_view_dim=65536), available=24 * 2**30)
+        check_memory(TrainConfig(algo="dqn", embed_dim=65536, head_view_dim=65536), available=24 * 2**30)
 
 
 # ---------------------------------------------------------------- what a run saves, a model file holds
@@ -274,9 +278,9 @@ def test_networks_within_range_that_do_not_fit_are_a_memory_error_up_front():
 def saved_ranges():
     """The save format's range of each TrainConfig field whose value a model file holds."""
     from sb3_snake.common.options import Values
-    from sb3_snake.dqn.save_format import MAX_BOARD_SIZE
-    from sb3_snake.dqn.save_schema import EXTRACTOR_SCHEMA, HYPERPARAMETER_SCHEMA, MAX_ENVS
     from sb3_snake.envs.rules import MIN_BOARD_SIZE
+    from sb3_snake.q_learning.save_format import MAX_BOARD_SIZE
+    from sb3_snake.q_learning.save_schema import EXTRACTOR_SCHEMA, HYPERPARAMETER_SCHEMA, MAX_ENVS
 
     ranges = {"n_envs": (1, MAX_ENVS), "board_size": (MIN_BOARD_SIZE, MAX_BOARD_SIZE)}
     for name in OPTIONS:
@@ -309,8 +313,9 @@ def test_every_value_a_model_file_holds_is_taken_within_the_files_range():
 
 
 def learner_of(name):
-    """The learner an option needs to be given at all: PQN's options are refused in a DQN run."""
-    return {"algo": "pqn"} if OPTIONS[name].role.learner == "pqn" else {}
+    """The learner an option needs to be given at all (each learner refuses the other's options);
+    SnakeDQN for the options both take, as its replay options stand beside them here."""
+    return {"algo": OPTIONS[name].role.learner or "dqn"}
 
 
 @pytest.mark.parametrize("replay_ratio", [MIN_REPLAY_RATIO, 8.0, MAX_REPLAY_RATIO])
@@ -321,9 +326,10 @@ def test_the_schedule_at_either_end_of_the_ratios_is_one_a_model_file_holds(
 ):
     """What the schedule computes is saved too: its train_freq, gradient_steps and early fraction
     at the ratios' ends, on one game or the most, at the smallest batch or the largest."""
-    from sb3_snake.dqn.save_schema import hyperparameter_problem
+    from sb3_snake.q_learning.save_schema import hyperparameter_problem
 
     config = TrainConfig(
+        algo="dqn",
         replay_ratio=replay_ratio,
         early_replay_ratio=early_replay_ratio,
         n_envs=n_envs,
@@ -331,7 +337,7 @@ def test_the_schedule_at_either_end_of_the_ratios_is_one_a_model_file_holds(
         buffer_size=1 << 20,
     )
     try:
-        schedule = config.schedule_kwargs()
+        schedule = schedule_kwargs(config)
     except UsageError as error:  # a schedule a model file cannot hold is refused before training
         assert str(error).startswith("the update schedule of replay ratio") and "must be" in str(error)
         assert replay_ratio * n_envs / batch_size > 100_000  # only more gradient steps per update than any
@@ -340,7 +346,9 @@ def test_the_schedule_at_either_end_of_the_ratios_is_one_a_model_file_holds(
 
 
 def test_a_given_schedule_a_model_file_cannot_hold_is_refused_in_one_line():
-    config = TrainConfig(train_freq=1 << 31, gradient_steps=1, batch_size=1, buffer_size=1, early_replay_ratio=4096)
+    config = TrainConfig(
+        algo="dqn", train_freq=1 << 31, gradient_steps=1, batch_size=1, buffer_size=1, early_replay_ratio=4096
+    )
     with pytest.raises(UsageError, match=r"gives hyperparameters.early_update_fraction .* must be a number from 0 to"):
         config.dqn_kwargs()
 
@@ -348,6 +356,7 @@ def test_a_given_schedule_a_model_file_cannot_hold_is_refused_in_one_line():
 #: A run of a few env steps on the smallest board, learning nothing (its first update is never due),
 #: so that a model at each end of each option is trained, saved and loaded in moments.
 PROPERTY_RUN = {
+    "algo": "dqn",
     "episodes": None,
     "timesteps": 16,
     "n_envs": 2,
@@ -394,12 +403,12 @@ def test_a_model_trained_at_either_end_of_an_options_range_saves_and_loads(tmp_p
     from sb3_snake.persistence import load_model
     from sb3_snake.training.run import train
 
-    if learner_of(name):
+    if OPTIONS[name].role.learner == "pqn":
         pqn_option_end_saves_and_loads(tmp_path, name, value)
         return
     config = TrainConfig(**{**PROPERTY_RUN, name: value, **COMPANIONS.get((name, value), {})})
     if sum(memory_estimate(config).values()) > TRAINABLE_BYTES:
-        from sb3_snake.dqn.save_format import metadata_problem
+        from sb3_snake.q_learning.save_format import metadata_problem
 
         assert metadata_problem(described_without_building(config)) == ""
         return
@@ -413,8 +422,8 @@ def test_a_model_trained_at_either_end_of_an_options_range_saves_and_loads(tmp_p
 def pqn_option_end_saves_and_loads(tmp_path, name, value):
     """A PQN option's end: at the low end a run saves a model the safe loader loads with it; the
     high ends (rollouts of 2**31 moves, 100,000 passes) are checked against the file's range."""
-    from sb3_snake.dqn.save_schema import PQN_HYPERPARAMETER_SCHEMA
     from sb3_snake.persistence import load_model
+    from sb3_snake.q_learning.save_schema import PQN_HYPERPARAMETER_SCHEMA
     from sb3_snake.training.config import PQN_ARGUMENTS
     from sb3_snake.training.run import train
 
@@ -422,7 +431,9 @@ def pqn_option_end_saves_and_loads(tmp_path, name, value):
     if value != option_bounds(name)[0]:
         assert PQN_HYPERPARAMETER_SCHEMA[argument].check(value) == ""
         return
-    run = {"algo": "pqn", "timesteps": 8, "n_envs": 2, "board_size": 4, "rollout_steps": 2, "n_minibatches": 1}
+    run = {"algo": "pqn", "timesteps": 8, "n_envs": 2, "board_size": 4, "rollout_steps": 2, "batch_size": 4}
+    if name == "rollout_steps":
+        run["batch_size"] = 2 * value  # a minibatch of the whole rollout
     train(TrainConfig(**{**run, "device": "cpu", "episodes": None, name: value}), FAST, tmp_path / "run")
     assert load_model(tmp_path / "run" / "model.zip").hyperparameters()[argument] == pytest.approx(value)
 
@@ -433,9 +444,9 @@ def described_without_building(config):
     from gymnasium import spaces
 
     from sb3_snake import SnakeDQN
-    from sb3_snake.dqn import save_format
     from sb3_snake.dqn.policies import POLICY_ALIASES
     from sb3_snake.envs.rules import board_space
+    from sb3_snake.q_learning import save_format
 
     model = SnakeDQN("AttentionPolicy", None, optimizations=FAST, _init_setup_model=False, **config.dqn_kwargs())
     model._convert_train_freq()

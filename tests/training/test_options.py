@@ -21,9 +21,9 @@ def no_batch_size_in_the_environment(monkeypatch, tmp_path):
 
 def test_options_over_a_hyperparameter_file_over_the_defaults(tmp_path):
     path = tmp_path / "hyper.json"
-    path.write_text(json.dumps({"gamma": 0.9, "dueling": True, "batch_size": 64}))
+    path.write_text(json.dumps({"algo": "dqn", "gamma": 0.9, "dueling": True, "batch_size": 64}))
     config, settings = configure_run({"gamma": 0.5, "episodes": 3}, OptimizationSettings(), hyperparameters=path)
-    assert config == TrainConfig(gamma=0.5, episodes=3, dueling=True, batch_size=64)
+    assert config == TrainConfig(algo="dqn", gamma=0.5, episodes=3, dueling=True, batch_size=64)
     assert (config.batch_size, config.source("batch_size")) == (64, "hyperparams file")
     assert settings == OptimizationSettings()
     assert configure_run({}, FAST) == (TrainConfig(), FAST)

@@ -4,6 +4,7 @@
 resumed run."""
 
 import json
+import re
 import shutil
 
 import numpy as np
@@ -20,8 +21,7 @@ from sb3_snake.envs.rules import board_options
 from sb3_snake.persistence import load_model
 from sb3_snake.training.evaluation import egocentric
 from sb3_snake.training.run import train
-from sb3_snake.training.run_directory import RunDirectoryError, claim_run_directory
-from sb3_snake.training.run_files import EvaluationsFile, MonitorFile, ProgressCSV
+from sb3_snake.training.run_files import ProgressCSV
 from tests.conftest import FAST, tiny_config
 
 #: Greedy games per evaluation; the run's evaluation at the end of training plays them.
@@ -119,28 +119,91 @@ def test_a_run_resumed_into_its_folder_continues_the_files(run, tmp_path):
 
 def test_progress_csv_continues_a_file_and_takes_new_columns(tmp_path):
     path = tmp_path / "progress.csv"
-    path.write_text("a,b\n1,2\n3,")  # the last row cut off by a kill
+    path.write_text("time/total_timesteps,b\n1,2\n3,")  # the last row cut off by a kill
     output = ProgressCSV(path)
-    output.write({"a": 5, "c": "x"}, {"a": None, "c": None})
+    output.write({"time/total_timesteps": 5, "c": "x"}, {"time/total_timesteps": None, "c": None})
     output.close()
-    assert path.read_text() == 'a,b,c\n1,2,\n5,,"x"\n'
+    assert path.read_text() == 'time/total_timesteps,b,c\n1,2,\n5,,"x"\n'
 
 
-def test_a_file_the_resumed_run_cannot_continue_is_refused_in_one_line(tmp_path):
-    five_games = {"results": [[0.0] * 5], "ep_lengths": [[1] * 5], "successes": [[False] * 5]}
-    np.savez(tmp_path / "evaluations.npz", timesteps=[1], **five_games)
-    with pytest.raises(UsageError, match="into another folder; pass select_episodes=5 or change run_dir"):
-        EvaluationsFile(tmp_path / "evaluations.npz", games=GAMES)
-    (tmp_path / "monitor.csv").write_text("r,l,t\n1,2,3\n")  # no header line
-    with pytest.raises(UsageError, match="not a monitor.csv of sb3-snake"):
-        MonitorFile(tmp_path / "monitor.csv")
+def resumed_into_a_copy(run, tmp_path, spoil):
+    """Resume the run into a copy of its folder after ``spoil(folder)``: the UsageError it raises,
+    and the bytes of every file of the folder before and after (which must not change)."""
+    first_dir, _ = run
+    run_dir = tmp_path / "run"
+    shutil.copytree(first_dir, run_dir)
+    spoil(run_dir)
+    before = {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file() and not path.is_symlink()}
+    with pytest.raises(UsageError) as error:
+        train(tiny_config(select_episodes=GAMES), FAST, run_dir, resume=run_dir / "model.zip")
+    after = {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file() and not path.is_symlink()}
+    assert "\n" not in str(error.value)
+    return str(error.value), before, after
 
 
-def test_the_sb3_files_mark_a_folder_as_holding_a_run(tmp_path):
-    (tmp_path / "monitor.csv").write_text("#{}\n")
-    (tmp_path / "evaluations.npz").write_bytes(b"")
-    with pytest.raises(RunDirectoryError, match=r"already holds a run \(monitor.csv, evaluations.npz\)"):
-        with claim_run_directory(tmp_path):
-            pass
-    with claim_run_directory(tmp_path, overwrite=True):
-        assert not (tmp_path / "monitor.csv").exists() and not (tmp_path / "evaluations.npz").exists()
+def replace_with_folder(name):
+    def spoil(run_dir):
+        (run_dir / name).unlink()
+        (run_dir / name).mkdir()
+
+    return spoil
+
+
+def read_only(name):
+    def spoil(run_dir):
+        (run_dir / name).chmod(0o444)
+
+    return spoil
+
+
+def written(name, data):
+    def spoil(run_dir):
+        (run_dir / name).write_bytes(data)
+
+    return spoil
+
+
+@pytest.mark.parametrize(
+    ("spoil", "words"),
+    [
+        (replace_with_folder("progress.csv"), "progress file .*progress.csv is not a regular file"),
+        (replace_with_folder("monitor.csv"), "monitor file .*monitor.csv is not a regular file"),
+        (read_only("progress.csv"), "progress file .*progress.csv is read-only"),
+        (read_only("monitor.csv"), "monitor file .*monitor.csv is read-only"),
+        (written("progress.csv", b"\xff\xfe" * 512), "progress file .*progress.csv is not text"),
+        (written("progress.csv", b"name,score\nalice,3\nbob,4"), "is not a progress.csv of SB3's logger"),
+    ],
+    ids=["progress-folder", "monitor-folder", "progress-read-only", "monitor-read-only", "progress-bytes", "other-csv"],
+)
+def test_a_run_file_the_resumed_run_cannot_continue_is_refused_before_training_and_nothing_changes(
+    run, tmp_path, spoil, words
+):
+    message, before, after = resumed_into_a_copy(run, tmp_path, spoil)
+    assert re.search(words, message) and "move it away" in message or "make it writable" in message
+    assert after == before  # monitor.csv gained no rows, progress.csv kept its lines
+
+
+def test_a_progress_csv_that_links_to_another_file_is_not_followed(run, tmp_path):
+    users_file = tmp_path / "notes.csv"
+    users_file.write_text("mine,keep\n1,2\n3")
+
+    def link(run_dir):
+        (run_dir / "progress.csv").unlink()
+        (run_dir / "progress.csv").symlink_to(users_file)
+
+    message, _, _ = resumed_into_a_copy(run, tmp_path, link)
+    assert "is a symbolic link, which sb3-snake does not write through" in message
+    assert users_file.read_text() == "mine,keep\n1,2\n3"
+
+
+def test_a_file_where_tensorboard_continues_its_folder_is_refused_in_one_line_before_training(run, tmp_path):
+    first_dir, _ = run
+    run_dir, tensorboard = tmp_path / "run", tmp_path / "tb"
+    shutil.copytree(first_dir, run_dir)
+    tensorboard.mkdir()
+    (tensorboard / "run_1").write_text("not a folder")  # where a resumed run continues its TensorBoard log
+    before = (run_dir / "monitor.csv").read_bytes()
+    config = tiny_config(select_episodes=GAMES, tensorboard_log=str(tensorboard))
+    with pytest.raises(UsageError, match=r"TensorBoard folder .*run_1 is a file, not a folder") as error:
+        train(config, FAST, run_dir, resume=run_dir / "model.zip")
+    assert "\n" not in str(error.value) and (run_dir / "monitor.csv").read_bytes() == before

@@ -13,7 +13,8 @@ FAST = OptimizationSettings(use_torch_compile=False, use_bf16=False, num_threads
 
 
 def tiny_config(**changes):
-    values = {"episodes": 12, "n_envs": 4, "board_size": 5, "seed": 1, "learning_starts": 16, "buffer_size": 2_000}
+    values = {"algo": "dqn", "episodes": 12, "n_envs": 4, "board_size": 5, "seed": 1, "learning_starts": 16}
+    values["buffer_size"] = 2_000
     return TrainConfig(**{**values, "batch_size": 16, "device": "cpu", **changes})
 
 

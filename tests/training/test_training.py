@@ -14,8 +14,8 @@ from stable_baselines3.common.callbacks import BaseCallback
 
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.common.errors import TrainingDiverged
-from sb3_snake.dqn.extractor import HeadView
 from sb3_snake.envs import BatchedSnakeVecEnv
+from sb3_snake.networks.attention import HeadView
 from sb3_snake.persistence import load_model
 from sb3_snake.training.callbacks import RunCallbacks, RunCancelled, StopRequest
 from sb3_snake.training.config import TrainConfig
@@ -59,7 +59,7 @@ def test_a_compile_deferred_past_the_end_of_the_run_is_reported_not_active(tmp_p
 
 @pytest.mark.slow
 def test_symmetry_augmentation_is_used_in_training_and_kept_on_save(tmp_path, monkeypatch):
-    import sb3_snake.dqn.symmetry as symmetry
+    import sb3_snake.q_learning.symmetry as symmetry
 
     augmented = []
     original_call = symmetry.SymmetryAugmentation.__call__
@@ -211,6 +211,7 @@ class RandomPolicy:
 def test_training_beats_a_random_policy_by_a_clear_margin(tmp_path):
     settings = OptimizationSettings(use_torch_compile=False, use_bf16=False, num_threads=1)
     config = TrainConfig(
+        algo="dqn",
         episodes=None,
         timesteps=8_000,
         n_envs=16,

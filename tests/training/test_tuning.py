@@ -36,7 +36,7 @@ from tests.conftest import scripted_games
 
 FAST = OptimizationSettings(use_torch_compile=False, use_bf16=False, num_threads=1)
 TINY_TRIAL = TrainConfig(
-    episodes=None, timesteps=48, board_size=4, n_envs=4, learning_starts=16, buffer_size=2048, device="cpu"
+    algo="dqn", episodes=None, timesteps=48, board_size=4, n_envs=4, learning_starts=16, buffer_size=2048, device="cpu"
 )
 #: The same tiny trial, as tune's options.
 TINY_OPTIONS = ["--timesteps", "48", "--board-size", "4", "--n-envs", "4", "--eval-episodes", "2"]
@@ -66,7 +66,7 @@ def test_search_space_covers_the_documented_hyperparameters_and_fits_train():
     values = sample_hyperparameters(trial)
     config_values = check_hyperparameters(values)
     assert config_values["batch_size"] == 256  # a learning value like the others, no longer a setting
-    TrainConfig(**config_values)  # every drawn value is a valid config value
+    TrainConfig(algo="dqn", **config_values)  # every drawn value is a valid config value (tune searches dqn)
     assert set(values) >= {"learning_rate", "gamma", "replay_ratio", "target_update_interval", "exploration_steps"}
     assert {"exploration_final_eps", "n_steps", "double_dqn", "dueling", "symmetry_augmentation"} <= set(values)
     assert {"embed_dim", "num_layers", "head_view_dim", "food_shaping", "countdown", "reachable"} <= set(values)
@@ -79,7 +79,7 @@ def scripted_evaluations(monkeypatch, values):
 
 
 def test_a_trial_without_a_budget_trains_the_default_minutes():
-    assert trial_config() == TrainConfig(episodes=None, time_limit_minutes=2.0) == TuneConfig().trial
+    assert trial_config() == TrainConfig(algo="dqn", episodes=None, time_limit_minutes=2.0) == TuneConfig().trial
     steps = trial_config(timesteps=500, board_size=6)
     assert (steps.timesteps, steps.time_limit_minutes, steps.episodes, steps.board_size) == (500, None, None, 6)
     both = trial_config(timesteps=500, time_limit_minutes=1.0)
@@ -193,8 +193,8 @@ def test_report_files_and_the_hyperparameter_round_trip(tmp_path):
     rows = (config.folder / "trials.csv").read_text().splitlines()
     assert rows[0].startswith("number,state,value,duration_seconds,") and len(rows) == 3
     best = json.loads((config.folder / "best_hyperparameters.json").read_text())
-    # Trials train one ratio throughout; the study's board and games go with its best values.
-    assert best == {"board_size": 4, "n_envs": 4, **study.best_trial.params, "early_steps": 0}
+    # Trials train one ratio throughout; the study's learner, board and games go with its best values.
+    assert best == {"algo": "dqn", "board_size": 4, "n_envs": 4, **study.best_trial.params, "early_steps": 0}
     trial_run = json.loads((config.folder / "trial_0000" / "summary.json").read_text())["hyperparameters"]
     assert trial_run["early_steps"] == 0 and trial_run["replay_ratio"] == study.trials[0].params["replay_ratio"]
 

@@ -17,7 +17,7 @@ QUICK = {
 
 
 def test_each_module_configures_the_env_with_the_attention_extractor():
-    from sb3_snake.dqn.extractor import SnakeAttentionExtractor
+    from sb3_snake.networks.attention import SnakeAttentionExtractor
 
     for module in (dqn, ppo):
         assert tuple(module.hyperparams) == ENV_IDS == (ENV_ID, EGOCENTRIC_ENV_ID)
@@ -49,7 +49,7 @@ def test_rl_zoo_trains_and_saves_a_model_that_plays(tmp_path, algo):
     import gymnasium as gym
     from stable_baselines3 import DQN, PPO
 
-    from sb3_snake.dqn.extractor import SnakeAttentionExtractor
+    from sb3_snake.networks.attention import SnakeAttentionExtractor
 
     model = {"dqn": DQN, "ppo": PPO}[algo].load(saved, device="cpu")
     assert isinstance(model.policy.features_extractor, SnakeAttentionExtractor) or isinstance(

@@ -64,9 +64,9 @@ def write_report(study: optuna.Study, folder: Path) -> list[Path]:
     completed = [trial for trial in trials if trial.state == TrialState.COMPLETE]
     if completed:
         best = folder / "best_hyperparameters.json"
-        # The games the study was run on go with it, so train --hyperparams replays it on the same board.
+        # The learner and games the study was run on go with it, so train --hyperparams replays it as tuned.
         games = {name: study.user_attrs[name] for name in GAME_ATTRIBUTES if name in study.user_attrs}
-        best.write_text(json.dumps({**games, **study.best_trial.params, **ONE_RATIO}, indent=2) + "\n")
+        best.write_text(json.dumps({"algo": "dqn", **games, **study.best_trial.params, **ONE_RATIO}, indent=2) + "\n")
         written.append(best)
     written += _plots(study, folder)
     return written

@@ -61,6 +61,7 @@ def trial_config(timesteps: int | None = None, time_limit_minutes: float | None 
     :class:`TrainConfig` fields (board size, games)."""
     if timesteps is None and time_limit_minutes is None:
         time_limit_minutes = DEFAULT_TRIAL_MINUTES
+    changes = {"algo": "dqn", **changes}  # the learner whose space :func:`suggest` searches
     return TrainConfig(episodes=None, timesteps=timesteps, time_limit_minutes=time_limit_minutes, **changes)
 
 

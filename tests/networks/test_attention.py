@@ -7,8 +7,14 @@ import torch
 from stable_baselines3 import DQN
 
 from sb3_snake import BatchedSnakeVecEnv
-from sb3_snake.dqn.extractor import AttentionPool, HeadView, SnakeAttentionExtractor, cut_patches, default_patch_size
 from sb3_snake.envs.rules import COUNTDOWN, HEAD, board_space
+from sb3_snake.networks.attention import (
+    AttentionPool,
+    HeadView,
+    SnakeAttentionExtractor,
+    cut_patches,
+    default_patch_size,
+)
 
 
 @pytest.mark.parametrize("board_size", [4, 5, 8, 10, 13, 20])

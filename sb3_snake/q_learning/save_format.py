@@ -5,7 +5,8 @@ zip :meth:`SnakeDQN.save <sb3_snake.dqn.snake_dqn.SnakeDQN.save>` and ``PQN.save
 holds :data:`METADATA_ENTRY`: the model in plain JSON (its ``algorithm`` one of
 :data:`ALGORITHMS`), written by :func:`write_metadata` and read back, checked, by
 :func:`read_metadata`. ``policy_kwargs`` may name classes from :data:`PORTABLE_CLASSES` only.
-Duck-typed (a model with ``hyperparameters()``), so the models and the loader import it.
+Duck-typed (a model with ``description_name`` and ``hyperparameters()``), so both learners and the
+loader import it.
 """
 
 from __future__ import annotations
@@ -23,22 +24,6 @@ from torch import nn
 
 from sb3_snake.common import system
 from sb3_snake.common.errors import UsageError
-from sb3_snake.dqn.extractor import SnakeAttentionExtractor
-from sb3_snake.dqn.policies import POLICY_ALIASES
-from sb3_snake.dqn.save_schema import (
-    COUNTER_SCHEMA,
-    COUNTERS,
-    HYPERPARAMETER_SCHEMA,
-    MAX_ENTRY_BYTES,
-    MAX_ENVS,
-    MAX_METADATA_BYTES,
-    PQN_COUNTERS,
-    PQN_HYPERPARAMETER_SCHEMA,
-    PQN_REQUIRED_HYPERPARAMETERS,
-    REQUIRED_HYPERPARAMETERS,
-    policy_kwargs_problem,
-    section_problem,
-)
 from sb3_snake.envs.rules import (
     CHANNEL_COUNTS,
     MIN_BOARD_SIZE,
@@ -46,18 +31,39 @@ from sb3_snake.envs.rules import (
     channel_options,
     observation_channels,
 )
-from sb3_snake.pqn.policies import PQN_POLICY_ALIASES, SnakeCnnExtractor
+from sb3_snake.networks.attention import SnakeAttentionExtractor
+from sb3_snake.networks.cnn import SnakeCnnExtractor
+from sb3_snake.networks.patch_attention import PatchAttentionExtractor
+from sb3_snake.q_learning.save_schema import (
+    COUNTER_SCHEMA,
+    COUNTERS,
+    DQN_POLICIES,
+    HYPERPARAMETER_SCHEMA,
+    MAX_ENTRY_BYTES,
+    MAX_ENVS,
+    MAX_METADATA_BYTES,
+    PQN_COUNTERS,
+    PQN_HYPERPARAMETER_SCHEMA,
+    PQN_POLICIES,
+    PQN_REQUIRED_HYPERPARAMETERS,
+    REQUIRED_HYPERPARAMETERS,
+    policy_kwargs_problem,
+    section_problem,
+)
 
 #: The zip entry of a saved model that describes it in plain JSON.
 METADATA_ENTRY = "sb3_snake.json"
 METADATA_FORMAT = "sb3-snake model"
-METADATA_VERSION = 1
+#: 2: PQN's ``AttentionPolicy`` is :class:`~sb3_snake.networks.patch_attention.PatchAttentionExtractor`'s
+#: (a version-1 PQN file of that policy naming no extractor was built on ``SnakeAttentionExtractor``).
+METADATA_VERSION = 2
 
-#: The learners a description may name, with the policies each takes by name and its counters
-#: (a description without ``algorithm`` was written by SnakeDQN before PQN existed).
-ALGORITHMS: dict[str, tuple[dict[str, type], tuple[str, ...]]] = {
-    "SnakeDQN": (POLICY_ALIASES, COUNTERS),
-    "PQN": (PQN_POLICY_ALIASES, PQN_COUNTERS),
+#: The learners a description may name (a learner's ``description_name``), with the names of the
+#: policies each takes and its counters (a description without ``algorithm`` was written by
+#: SnakeDQN before PQN existed).
+ALGORITHMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "SnakeDQN": (DQN_POLICIES, COUNTERS),
+    "PQN": (PQN_POLICIES, PQN_COUNTERS),
 }
 
 #: The largest board a model file may describe (the head view alone grows with its square).
@@ -72,10 +78,18 @@ TRUSTED = {"trusted": True}
 
 
 def _portable_classes() -> dict[str, type]:
-    classes = [SnakeAttentionExtractor, SnakeCnnExtractor, FlattenExtractor, NatureCNN, torch.optim.Adam]
+    classes = [SnakeAttentionExtractor, PatchAttentionExtractor, SnakeCnnExtractor, FlattenExtractor, NatureCNN]
+    classes += [torch.optim.Adam]
     classes.append(torch.optim.AdamW)
     classes += [nn.ReLU, nn.Tanh, nn.GELU, nn.SiLU, nn.ELU, nn.LeakyReLU, torch.optim.SGD, torch.optim.RMSprop]
-    return {f"{cls.__module__}.{cls.__qualname__}": cls for cls in classes}
+    return {f"{cls.__module__}.{cls.__qualname__}": cls for cls in classes} | MOVED_CLASSES
+
+
+#: The names files written before the networks moved to :mod:`sb3_snake.networks` give their classes.
+MOVED_CLASSES = {
+    "sb3_snake.dqn.extractor.SnakeAttentionExtractor": SnakeAttentionExtractor,
+    "sb3_snake.pqn.policies.SnakeCnnExtractor": SnakeCnnExtractor,
+}
 
 
 #: Classes that may appear in ``policy_kwargs`` of a model loaded without unpickling, by name.
@@ -110,7 +124,7 @@ def encode_policy_kwargs(value: Any) -> Any:
 def metadata(model: Any) -> dict[str, Any]:
     """``model`` in plain JSON: enough to rebuild it without unpickling (:func:`read_metadata`)."""
     policy = next((name for name, cls in model.policy_aliases.items() if cls is type(model.policy)), None)
-    algorithm = "PQN" if model.policy_aliases is PQN_POLICY_ALIASES else "SnakeDQN"
+    algorithm = model.description_name
     return {
         "format": METADATA_FORMAT,
         "version": METADATA_VERSION,
@@ -160,32 +174,62 @@ def read_metadata(path: Path) -> dict[str, Any]:
     return described
 
 
-def _memory_problem(described: dict[str, Any]) -> str:
-    """A network the description asks for that would not fit in memory, stated before it is built:
-    its parameters counted on the meta device (shapes only), times the copies a model keeps."""
-    shape = described["observation_shape"]
+#: Each learner's policies by name: the features extractor they build and the head's hidden layers
+#: where ``policy_kwargs`` give none, and whether those layers carry LayerNorm (PQN's). The memory
+#: estimate sizes a file's network from it (a test holds it to the policies themselves).
+NETWORKS: dict[tuple[str, str], tuple[type, list[int], bool]] = {
+    ("SnakeDQN", "AttentionPolicy"): (SnakeAttentionExtractor, [], False),
+    ("SnakeDQN", "MlpPolicy"): (FlattenExtractor, [64, 64], False),
+    ("SnakeDQN", "CnnPolicy"): (NatureCNN, [64, 64], False),
+    ("PQN", "MlpPolicy"): (FlattenExtractor, [256, 256], True),
+    ("PQN", "CnnPolicy"): (SnakeCnnExtractor, [], True),
+    ("PQN", "AttentionPolicy"): (PatchAttentionExtractor, [256], True),
+}
+
+
+def described_policy_kwargs(described: dict[str, Any]) -> dict[str, Any]:
+    """A description's ``policy_kwargs`` as classes, with the extractor an older file was built on
+    named where the file names none: a version-1 PQN ``AttentionPolicy`` file's
+    ``SnakeAttentionExtractor`` (PQN's attention network until version 2). Written by 0.2.0; drop in 0.4.0."""
     kwargs = decode_policy_kwargs(described["policy_kwargs"])
-    extractor_class = kwargs.get("features_extractor_class", SnakeAttentionExtractor)
+    old_pqn_attention = (described.get("algorithm"), described["policy"]) == ("PQN", "AttentionPolicy")
+    if old_pqn_attention and described.get("version", 1) < 2 and "features_extractor_class" not in kwargs:
+        kwargs["features_extractor_class"] = SnakeAttentionExtractor
+    return kwargs
+
+
+def trained_parameters(described: dict[str, Any]) -> int:
+    """The trained parameters of the Q-network a description asks for, counted from shapes alone
+    (its extractor laid out on the meta device), before anything is built: ValueError where it
+    cannot be laid out at all."""
+    shape = described["observation_shape"]
+    kwargs = described_policy_kwargs(described)
+    extractor_class, net_arch, layer_norm = NETWORKS[(described.get("algorithm", "SnakeDQN"), described["policy"])]
+    extractor_class = kwargs.get("features_extractor_class", extractor_class)
     space = gym.spaces.Box(0, 1, tuple(shape), dtype="uint8")
     try:
-        with torch.device("meta"):
-            if extractor_class is SnakeAttentionExtractor or described["policy"] == "AttentionPolicy":
-                extractor = SnakeAttentionExtractor(space, **kwargs.get("features_extractor_kwargs", {}))
-                features = extractor.features_dim
-                parameters = sum(p.numel() for p in extractor.parameters())
-            elif extractor_class is SnakeCnnExtractor or (
-                described.get("algorithm") == "PQN" and described["policy"] == "CnnPolicy"
-            ):
-                extractor = SnakeCnnExtractor(space, **kwargs.get("features_extractor_kwargs", {}))
-                features = extractor.features_dim
-                parameters = sum(p.numel() for p in extractor.parameters())
-            else:
-                features, parameters = int(torch.tensor(shape).prod()), 0
+        with torch.device("meta"):  # shapes only: no memory is taken, however large
+            extractor = extractor_class(space, **kwargs.get("features_extractor_kwargs", {}))
     except Exception as error:  # noqa: BLE001 - sizes that cannot be laid out at all
-        return f"its network cannot be laid out ({type(error).__name__}: {error})"
-    widths = [features, *kwargs.get("net_arch", []), 4]
-    parameters += sum(a * b + b for a, b in zip(widths, widths[1:], strict=False))
-    needed, available = 5 * 4 * parameters, system.available_memory_bytes()  # online, target, grads, Adam's two
+        raise ValueError(f"its network cannot be laid out ({type(error).__name__}: {error})") from None
+    heads = 2 if kwargs.get("dueling") else 1  # a dueling head adds a value stream of the same layers
+    hidden = kwargs.get("net_arch") if kwargs.get("net_arch") is not None else net_arch
+    widths = [extractor.features_dim, *hidden]
+    norms = sum(2 * w for w in hidden) if kwargs.get("layer_norm", layer_norm) else 0
+    head = sum(a * b + b for a, b in zip(widths, widths[1:], strict=False)) + norms
+    outputs = widths[-1] * described["n_actions"] + described["n_actions"] + (widths[-1] + 1) * (heads - 1)
+    return sum(p.numel() for p in extractor.parameters()) + heads * head + outputs
+
+
+def _memory_problem(described: dict[str, Any]) -> str:
+    """A network the description asks for that would not fit in memory, stated before it is built:
+    its trained parameters (:func:`trained_parameters`) times the copies a model keeps."""
+    try:
+        parameters = trained_parameters(described)
+    except ValueError as error:
+        return str(error)
+    # the trained network and its copy (target or average), gradients, Adam's two moments
+    needed, available = 5 * 4 * parameters, system.available_memory_bytes()
     if available is not None and needed > available:
         return f"its network needs about {needed / 2**30:.1f} GiB and {available / 2**30:.1f} GiB are available"
     return ""

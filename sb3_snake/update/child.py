@@ -1,7 +1,7 @@
 """The compile child and its artifact: the update compiled in a process of its own, which training survives.
 
 :class:`CompileJob` is the training process's side: it writes the
-:class:`~sb3_snake.dqn.update.graph.UpdateGraph`, one call's arguments and the compile's options
+:class:`~sb3_snake.update.graph.UpdateGraph` (either learner's), one call's arguments and the compile's options
 to a private folder and starts :func:`main` as a child process. :func:`main` finds the compiled
 update in the cache folder or compiles it (:func:`compile_graph`, ``aot_compile``), saves it
 (:func:`save`), loads and runs it once, and exits 0; anything else is a failure, in one line
@@ -26,7 +26,8 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ from sb3_snake.acceleration.optimizations import forward_context
 from sb3_snake.common.child_process import ChildProcess, tie_to_parent
 from sb3_snake.common.errors import UsageError
 from sb3_snake.common.paths import (
+    UntrustedCacheError,
     cache_dir,
     check_writable_dir,
     private_dir,
@@ -45,7 +47,7 @@ from sb3_snake.common.paths import (
     write_text_atomically,
 )
 from sb3_snake.common.system import process_gone
-from sb3_snake.dqn.update.graph import UpdateGraph
+from sb3_snake.update.graph import UpdateGraph
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +57,8 @@ COMPILE_TIMEOUT = 900.0
 FOLDER_PREFIX = "sb3-snake-compile-"
 #: ``crash``, ``hang`` or ``fail``: the child does that instead of compiling (for tests).
 FAULT_ENV = "SB3_SNAKE_COMPILE_FAULT"
+#: Inductor's own variable for the folder of its kernel cache.
+INDUCTOR_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
 
 
 class CompileJob:
@@ -89,7 +93,12 @@ class CompileJob:
             {"graph": graph, "arguments": arguments, "options": options},
             request,
         )
-        environment = {"TORCHINDUCTOR_COMPILE_THREADS": str(max(1, compile_threads))}
+        #: Inductor's cache folder the child writes its kernels to, and training loads them from.
+        self.inductor_cache = private_inductor_cache()
+        environment = {
+            "TORCHINDUCTOR_COMPILE_THREADS": str(max(1, compile_threads)),
+            "TORCHINDUCTOR_CACHE_DIR": str(self.inductor_cache),
+        }
         self.child = ChildProcess(
             __name__,
             [str(request), str(self.artifact)],
@@ -129,6 +138,40 @@ class CompileJob:
         """Stop the child if it still runs, reap it, and remove the job's folder (a compiled
         update kept there, when the cache folder could not take it, goes with it)."""
         self._close()
+
+
+def private_inductor_cache() -> Path:
+    """The folder of inductor's kernel cache a compile may use: the one configured
+    (``TORCHINDUCTOR_CACHE_DIR``, else inductor's default in the temporary folder) where it is
+    this user's alone, else, with a one-line warning, a folder of the package's private cache.
+    Compiled kernels are shared libraries that are loaded, and so run: one planted in a folder
+    another user owns or can write would run in the child and in training."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    configured = Path(os.environ.get(INDUCTOR_CACHE_ENV) or default_cache_dir())
+    try:
+        if configured.is_symlink():
+            raise UntrustedCacheError(f"cache folder {configured} is a symbolic link; not used")
+        return private_dir(configured)
+    except OSError as error:
+        own = cache_dir() / "inductor"
+        logger.warning("inductor's cache: %s; compiling with %s instead", " ".join(str(error).split()), own)
+        return private_dir(own)
+
+
+@contextmanager
+def inductor_cache(folder: Path) -> Iterator[None]:
+    """Inductor's cache folder set to ``folder`` inside (the variable restored on leaving): the
+    kernels a compiled update loads are read from the folder its child wrote them to."""
+    before = os.environ.get(INDUCTOR_CACHE_ENV)
+    os.environ[INDUCTOR_CACHE_ENV] = str(folder)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(INDUCTOR_CACHE_ENV, None)
+        else:
+            os.environ[INDUCTOR_CACHE_ENV] = before
 
 
 def remove_orphaned_folders() -> None:
@@ -203,8 +246,6 @@ def main(argv: list[str]) -> int:
 ARTIFACT_VERSION = 1
 #: The largest compiled update a file may hold (a few megabytes in practice).
 MAX_ARTIFACT_BYTES = 1 << 30
-#: The package's modules whose code a compiled update runs (their sources enter the key).
-_TRACED_MODULES = ("dqn/update/graph.py", "dqn/targets.py", "dqn/extractor.py", "dqn/policies.py", "envs/rules.py")
 
 
 def compile_graph(graph: UpdateGraph, arguments: tuple[Any, ...], mode: str = "default", backend: str = "inductor"):
@@ -273,8 +314,8 @@ def artifact_key(graph: UpdateGraph, arguments: tuple[Any, ...], options: dict[s
         _layouts(arguments),
     ):
         digest.update(repr(part).encode())
-    package = Path(__file__).resolve().parents[2]
-    for module in _TRACED_MODULES:
+    package = Path(__file__).resolve().parents[1]
+    for module in graph.sources:  # the code the graph runs: an edit compiles it again
         digest.update((package / module).read_bytes())
     return digest.hexdigest()[:32]
 

@@ -5,7 +5,7 @@ actions turned with it, so ``Q(g(s), g(a)) = Q(s, a)`` for each symmetry ``g``, 
 shown under a random one of the eight. A symmetry is a permutation of the board's cells, applied to every
 observation channel alike, and a permutation of the four actions. Egocentric boards keep one symmetry besides
 the identity: the mirror image, which swaps left and right.
-Design notes: docs/design-notes.md, "sb3_snake/dqn/symmetry.py".
+Design notes: docs/design-notes.md, "sb3_snake/q_learning/symmetry.py".
 """
 
 from __future__ import annotations

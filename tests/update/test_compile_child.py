@@ -1,12 +1,13 @@
-"""The compile child (``sb3_snake.dqn.update.child``): the update compiled in a process of its
+"""The compile child (``sb3_snake.update.child``): the update compiled in a process of its
 own and adopted by training, and what training does when the child crashes, hangs or fails, or
 when training stops while it runs. The child compiles with AOTAutograd's eager backend here
-(no C++ build); tests/dqn/test_compiled_update.py compares inductor's kernels with the eager step."""
+(no C++ build); tests/update/test_compiled_update.py compares inductor's kernels with the eager step."""
 
 import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -21,10 +22,10 @@ from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.capabilities import capability_report, format_capability_report
 from sb3_snake.common import system
 from sb3_snake.common.compile_record import last_compile
-from sb3_snake.dqn.update.child import FAULT_ENV
-from sb3_snake.dqn.update.steps import CompiledSteps
+from sb3_snake.update.child import FAULT_ENV
+from sb3_snake.update.steps import CompiledSteps
 from tests.conftest import small_dqn
-from tests.dqn.test_compiled_update import EAGER, assert_same_training_state, serve_rows
+from tests.update.test_compiled_update import EAGER, assert_same_training_state, serve_rows
 
 COMPILED = OptimizationSettings(
     use_bf16=False, use_flash_attention=False, use_torch_compile=True, num_threads=1, compile_after=0
@@ -34,7 +35,7 @@ COMPILED = OptimizationSettings(
 @pytest.fixture(autouse=True)
 def graph_only_child(monkeypatch, tmp_path):
     """The child compiles with ``aot_eager``, into a cache folder of the test's own."""
-    monkeypatch.setattr("sb3_snake.dqn.update.compile.COMPILE_BACKEND", "aot_eager")
+    monkeypatch.setattr("sb3_snake.update.compile.COMPILE_BACKEND", "aot_eager")
     monkeypatch.setenv("SB3_SNAKE_CACHE_DIR", str(tmp_path / "cache"))
 
 
@@ -104,7 +105,7 @@ def test_a_child_that_crashes_or_fails_leaves_training_eager_and_says_so(fault, 
 
 def test_a_child_past_its_timeout_is_stopped_and_reaped(monkeypatch):
     monkeypatch.setenv(FAULT_ENV, "hang")
-    monkeypatch.setattr("sb3_snake.dqn.update.child.COMPILE_TIMEOUT", 0.5)
+    monkeypatch.setattr("sb3_snake.update.child.COMPILE_TIMEOUT", 0.5)
     model = compiling_model()
     model.train(gradient_steps=2, batch_size=32)  # waits for the child, which its timeout stops
     decision = model.optimizations_in_effect().compile
@@ -156,7 +157,7 @@ def test_a_child_dies_with_its_parent(tmp_path):
             sys.executable,
             "-c",
             "import sys, time; from pathlib import Path; from sb3_snake.common.child_process import ChildProcess;"
-            f"child = ChildProcess('sb3_snake.dqn.update.child', ['x', 'y'], Path({str(tmp_path)!r}) / 'log');"
+            f"child = ChildProcess('sb3_snake.update.child', ['x', 'y'], Path({str(tmp_path)!r}) / 'log');"
             "print(child.pid, flush=True); time.sleep(600)",
         ],
         stdout=subprocess.PIPE,
@@ -186,7 +187,7 @@ def test_a_run_stopped_while_the_child_compiles_exits_as_documented_with_the_chi
     if program is None:
         pytest.skip("sb3-snake is not installed as a program (pip install -e .)")
     limit = ["--time-limit", "0.3"] if how == "time limit" else ["--episodes", "1000000"]
-    arguments = [program, "train", *limit, "--device", "cpu", "--n-envs", "4", "--board-size", "5"]
+    arguments = [program, "train", "--algo", "dqn", *limit, "--device", "cpu", "--n-envs", "4", "--board-size", "5"]
     arguments += ["--learning-starts", "16", "--batch-size", "16", "--no-bf16", "--threads", "1"]
     arguments += ["--compile", "--compile-after", "0", "--output", str(tmp_path / "run")]
     environment = {**os.environ, FAULT_ENV: "hang", "SB3_SNAKE_CACHE_DIR": str(tmp_path / "cache")}
@@ -266,7 +267,7 @@ def test_a_compile_that_cannot_start_is_declined_with_its_reason(monkeypatch):
     def unpicklable(*arguments, **keywords):
         raise TypeError("cannot pickle 'generator' object")
 
-    monkeypatch.setattr("sb3_snake.dqn.update.child.torch.save", unpicklable)
+    monkeypatch.setattr("sb3_snake.update.child.torch.save", unpicklable)
     model = compiling_model()
     model.train(gradient_steps=2, batch_size=32)
     assert model._n_updates == 2
@@ -304,7 +305,7 @@ def test_an_artifact_that_is_not_the_users_own_is_refused_before_it_is_read(plan
     import pickle
 
     from sb3_snake.common.paths import UntrustedCacheError
-    from sb3_snake.dqn.update.child import load
+    from sb3_snake.update.child import load
 
     folder, marker = tmp_path / "compiled", tmp_path / "payload-ran"
     folder.mkdir(mode=0o700)
@@ -324,7 +325,7 @@ def test_an_artifact_that_is_not_the_users_own_is_refused_before_it_is_read(plan
 
 
 def test_a_compile_cache_folder_others_may_write_is_not_used(tmp_path, caplog):
-    from sb3_snake.dqn.update.child import _artifact_place
+    from sb3_snake.update.child import _artifact_place
 
     shared = tmp_path / "cache" / "compiled"
     shared.mkdir(parents=True)
@@ -344,3 +345,77 @@ def test_the_compile_record_replaces_a_link_in_its_place_rather_than_writing_thr
     record_path().symlink_to(target)
     record_compile("compiled", compiled=True)
     assert target.read_text() == "mine" and last_compile()["outcome"] == "compiled"
+
+
+PLANTED_LIBRARY = r"""
+#include <stdio.h>
+#include <stdlib.h>
+__attribute__((constructor)) static void planted(void) {
+    FILE *marker = fopen(getenv("PLANTED_MARKER"), "a");
+    if (marker) { fputs("ran\n", marker); fclose(marker); }
+}
+"""
+
+PROBE = "from torch._inductor import cpu_vec_isa; cpu_vec_isa.valid_vec_isa_list()"
+
+
+def run_probe(code, environment):
+    return subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc to build the planted library")
+def test_a_library_planted_in_a_shared_inductor_cache_never_runs(tmp_path):
+    # A folder others may write, holding inductor's CPU probe libraries swapped for one whose
+    # constructor leaves a mark: inductor loads such a file without building it again.
+    shared, marker = tmp_path / "shared", tmp_path / "marker"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    environment = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(shared), "PLANTED_MARKER": str(marker)}
+    environment["SB3_SNAKE_CACHE_DIR"] = str(tmp_path / "own")
+    assert run_probe(PROBE, environment).returncode == 0  # the probe's own libraries, at their names
+    source = tmp_path / "planted.c"
+    source.write_text(PLANTED_LIBRARY)
+    subprocess.run(["gcc", "-shared", "-fPIC", str(source), "-o", str(tmp_path / "planted.so")], check=True)
+    probes = list(shared.rglob("*.so"))
+    assert probes
+    for library in probes:
+        shutil.copy(tmp_path / "planted.so", library)
+    assert run_probe(PROBE, environment).returncode == 0 and marker.exists()  # planted: it runs there
+    marker.unlink()
+    # What a compile child and training do: the cache folder chosen by private_inductor_cache.
+    private = (
+        "import os; from sb3_snake.update.child import private_inductor_cache; "
+        f"os.environ['TORCHINDUCTOR_CACHE_DIR'] = str(private_inductor_cache()); {PROBE}"
+    )
+    result = run_probe(private, environment)
+    assert result.returncode == 0, result.stderr
+    assert not marker.exists()
+    assert "can be written by others" in result.stderr and str(tmp_path / "own" / "inductor") in result.stderr
+
+
+def test_the_compile_child_and_training_use_a_private_inductor_cache(tmp_path, monkeypatch):
+    from sb3_snake.update.child import private_inductor_cache
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(shared))
+    assert private_inductor_cache() == Path(os.environ["SB3_SNAKE_CACHE_DIR"]) / "inductor"
+    own = tmp_path / "mine"
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(own))
+    assert private_inductor_cache() == own and stat.S_IMODE(own.stat().st_mode) == 0o700  # private: used
+    link = tmp_path / "link"
+    link.symlink_to(own)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(link))
+    assert private_inductor_cache() != link
+    monkeypatch.setenv(FAULT_ENV, "hang")
+    job_model = compiling_model(background=True)
+    job_model.train(gradient_steps=2, batch_size=32)  # the child starts, and hangs
+    job = job_model.compile_state.job
+    try:
+        variables = Path(f"/proc/{job.child.pid}/environ").read_bytes().split(b"\0")
+        assert job.inductor_cache != link
+        assert f"TORCHINDUCTOR_CACHE_DIR={job.inductor_cache}".encode() in variables
+    finally:
+        job_model.step_choice.close()

@@ -7,7 +7,7 @@ learned query pools the tokens (:class:`AttentionPool`); all attention is
 ``torch.nn.functional.scaled_dot_product_attention``, so the optimization layer's SDPA backend applies. Beside
 it a :class:`HeadView` (the board re-centred on the head, one linear layer); the two feature vectors are
 concatenated. Every input channel is scaled into [0, 1] by the observation space's finite upper bound.
-Design notes: docs/design-notes.md, "sb3_snake/dqn/extractor.py".
+Design notes: docs/design-notes.md, "sb3_snake/networks/attention.py".
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ class AttentionPool(nn.Module):
     normalised tokens) and the value map ``W_v`` is applied once to each head's pooled vector: the same
     function of the same parameters (``query``, ``norm``, ``kv``; saved models load unchanged), without
     the ``(batch, tokens, 2 * embed_dim)`` keys and values. Design notes: docs/design-notes.md,
-    "sb3_snake/dqn/extractor.py".
+    "sb3_snake/networks/attention.py".
     """
 
     def __init__(self, embed_dim: int, num_heads: int):
@@ -126,7 +126,7 @@ class HeadView(nn.Module):
     The view is one ``scatter`` of each channel's ``H x W`` values into zeros (what lies beyond the walls),
     at the cell's landing with the head on cell 0 less the head's shift, so nothing grows with the board
     squared; the on-board channel is ones scattered the same way. Design notes: docs/design-notes.md,
-    "sb3_snake/dqn/extractor.py".
+    "sb3_snake/networks/attention.py".
 
     :param board_shape: ``(C, H, W)`` of the observations; channel :data:`~sb3_snake.envs.rules.HEAD`
         marks the head.
@@ -196,7 +196,7 @@ class SnakeAttentionExtractor(BaseFeaturesExtractor):
 
     The default sizes are small on purpose, and ``sb3-snake train`` passes ``num_layers=0`` (the tokens go
     straight to the pooling query); the default here stays one block, which models saved before that option
-    were built with. Why: docs/design-notes.md, "sb3_snake/dqn/extractor.py".
+    were built with. Why: docs/design-notes.md, "sb3_snake/networks/attention.py".
 
     :param observation_space: a ``Box`` of shape ``(C, H, W)``, any board size from 4 up.
     :param features_dim: size of the output vector.

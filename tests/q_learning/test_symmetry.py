@@ -5,9 +5,9 @@ import pytest
 import torch
 from stable_baselines3.common.type_aliases import ReplayBufferSamples
 
-from sb3_snake.dqn.symmetry import NUM_SYMMETRIES, SymmetryAugmentation, action_permutations, cell_permutations
 from sb3_snake.envs import SnakeEnv
 from sb3_snake.envs.rules import FOOD
+from sb3_snake.q_learning.symmetry import NUM_SYMMETRIES, SymmetryAugmentation, action_permutations, cell_permutations
 from tests.conftest import random_state
 
 BOARD = 6

@@ -1,9 +1,10 @@
-"""``Compile``: the life of one model's compiled update, as a state machine.
+"""``Compile``: the life of one learner's compiled update, as a state machine.
 
 :class:`Phase` names its states: WAITING (asked for, its gradient step not reached), COMPILING
-(a child process compiles it: :class:`~sb3_snake.dqn.update.child.CompileJob`), RUNNING (the
-training process loaded what the child saved; :class:`~sb3_snake.dqn.update.steps.CompiledSteps`
+(a child process compiles it: :class:`~sb3_snake.update.child.CompileJob`), RUNNING (the
+training process loaded what the child saved; :class:`~sb3_snake.update.steps.CompiledSteps`
 runs it) and OFF (not asked for, not available, or failed: :attr:`Compile.failure` says why).
+It serves either learner through its :class:`~sb3_snake.update.protocols.LearnerUpdate`.
 Only :class:`Compile` changes the phase, and it alone says in words what is in effect
 (:attr:`Compile.planned`, :meth:`Compile.in_effect`). Nothing is traced or compiled in the
 training process, so a crash of the compiler costs the compile, not the run. The design:
@@ -26,11 +27,11 @@ from stable_baselines3.common.preprocessing import is_image_space
 from sb3_snake.acceleration.optimizations import Decision
 from sb3_snake.common import system
 from sb3_snake.common.compile_record import record_compile
-from sb3_snake.dqn.update.child import CompileJob, load, prepare_load
-from sb3_snake.dqn.update.graph import UpdateGraph, graph_arguments, sample, split
+from sb3_snake.update.child import CompileJob, inductor_cache, load, prepare_load
+from sb3_snake.update.graph import graph_arguments, split
 
 if TYPE_CHECKING:
-    from stable_baselines3 import DQN
+    from sb3_snake.update.protocols import LearnerUpdate
 
 logger = logging.getLogger(__name__)
 
@@ -88,12 +89,13 @@ class Compile:
             self.phase, self.failure = Phase.OFF, self.whole_update.reason
 
     @classmethod
-    def for_model(cls, model: DQN) -> Compile:
-        """The compile of a model just built, from its ``active_optimizations``: a compile
-        deferred by ``compile_after`` gradient steps counts from the model's own."""
+    def for_update(cls, update: LearnerUpdate) -> Compile:
+        """The compile of a model just built (``update.model``), from its ``active_optimizations``:
+        a compile deferred by ``compile_after`` gradient steps counts from the model's own."""
+        model = update.model
         active, settings = model.active_optimizations, model.active_optimizations.settings
         after = settings.compile_after if settings.compile_after > model._n_updates else 0
-        whole = decide_compiled_update(unsupported_reason(model))
+        whole = decide_compiled_update(unsupported_reason(update))
         return cls(active.compile, whole, after, settings.compile_mode, settings.compile_in_background)
 
     @property
@@ -110,13 +112,14 @@ class Compile:
         """Whether the compile child starts at the next call, with ``n_updates`` trained."""
         return self.phase is Phase.WAITING and n_updates >= self.after
 
-    def advance(self, model: DQN, batch_size: int, gradient_steps: int) -> tuple[Any, ...] | None:
+    def advance(self, update: LearnerUpdate, batch_size: int, gradient_steps: int) -> tuple[Any, ...] | None:
         """Move on at a call of ``gradient_steps`` steps of ``batch_size``: start the child when
         due (and wait for it, without ``background``), adopt what it saved once it has ended.
-        Returns :class:`~sb3_snake.dqn.update.steps.CompiledSteps`' arguments after ``model``
+        Returns :class:`~sb3_snake.update.steps.CompiledSteps`' arguments after ``update``
         when the compiled update was adopted now; else None (a failure moves the phase to OFF)."""
+        model = update.model
         if self.due(model._n_updates):
-            self._start(model, batch_size, gradient_steps)
+            self._start(update, batch_size, gradient_steps)
             interrupt = getattr(model, "update_interrupt", None) or (lambda: False)
             if self.job is not None and not self.background and self.job.wait(interrupt):
                 return self._adopt(model)
@@ -124,11 +127,12 @@ class Compile:
             return self._adopt(model)
         return None
 
-    def _start(self, model: DQN, batch_size: int, gradient_steps: int) -> None:
+    def _start(self, update: LearnerUpdate, batch_size: int, gradient_steps: int) -> None:
         if threading.current_thread() is not threading.main_thread():
             self.turn_off(MAIN_THREAD_ONLY)  # loading compiled code, as any use of the compiler, is the main thread's
             return
-        hooks = network_hooks(model)
+        model = update.model
+        hooks = network_hooks(update)
         if hooks:
             hooks = "; ".join(hooks)
             self.turn_off(
@@ -138,9 +142,10 @@ class Compile:
         started = time.perf_counter()
         prepare_load()  # first, while training has the cores to itself
         steps, active = steps_per_call_for(gradient_steps), model.active_optimizations
-        graph = UpdateGraph(model)
-        learning_rate = torch.full((), model.policy.optimizer.param_groups[0]["lr"], device=model.device)
-        arguments = (split(sample(model, steps, batch_size), steps), learning_rate, *graph_arguments(model, graph))
+        graph, optimizer = update.graph(), model.policy.optimizer
+        learning_rate = torch.full((), optimizer.param_groups[0]["lr"], device=model.device)
+        batches = split(update.example(steps, batch_size), steps)
+        arguments = (batches, learning_rate, *graph_arguments(optimizer, graph, update.frozen()))
         # Where the thread count is the run's to choose, training leaves the child a core while it
         # compiles: on a small CPU, intra-op threads on every core beside a busy compiler collapse.
         threads = torch.get_num_threads()
@@ -170,7 +175,7 @@ class Compile:
             model._n_updates,
         )
 
-    def _adopt(self, model: DQN) -> tuple[Any, ...] | None:
+    def _adopt(self, model: Any) -> tuple[Any, ...] | None:
         """The child ended: load what it saved (RUNNING), or turn off with its failure (OFF)."""
         job, self.job = self.job, None
         started = time.perf_counter()
@@ -179,7 +184,8 @@ class Compile:
         if not failure:
             try:
                 active = model.active_optimizations
-                function = load(job.artifact, model.device.type, active.bf16.active, active.sdpa_backends)
+                with inductor_cache(job.inductor_cache):  # its kernels, from where the child wrote them
+                    function = load(job.artifact, model.device.type, active.bf16.active, active.sdpa_backends)
             except Exception as error:  # noqa: BLE001 - reported as the reason compile is off
                 failure = compile_failure(error)
         result = job.result()
@@ -272,15 +278,16 @@ def steps_per_call_for(gradient_steps: int) -> int:
     return max(steps for steps in range(1, MAX_STEPS_PER_CALL + 1) if gradient_steps % steps == 0)
 
 
-def unsupported_reason(model: DQN) -> str:
-    """Why ``model``'s update cannot be compiled whole, or ``""`` when it can."""
+def unsupported_reason(update: LearnerUpdate) -> str:
+    """Why a learner's update (``update``) cannot be compiled whole, or ``""`` when it can."""
+    model = update.model
     optimizer = model.policy.optimizer
     if type(optimizer) is not torch.optim.Adam:
         return f"the whole update is compiled for Adam only, not {type(optimizer).__name__}"
     if len(optimizer.param_groups) != 1:
         return "the whole update is compiled for one parameter group only"
     group = optimizer.param_groups[0]
-    if {id(p) for p in group["params"]} != {id(p) for p in model.q_net.parameters()}:
+    if {id(p) for p in group["params"]} != {id(p) for p in update.networks()["q_net"].parameters()}:
         return "the whole update is compiled for an optimizer of exactly the online network's parameters"
     for option in ("amsgrad", "maximize", "differentiable", "weight_decay"):
         if group.get(option):
@@ -305,11 +312,11 @@ _HOOK_KINDS = {
 }
 
 
-def network_hooks(model: DQN) -> list[str]:
-    """The hooks on the modules of ``model``'s Q-networks, each named with its module (``forward
+def network_hooks(update: LearnerUpdate) -> list[str]:
+    """The hooks on the modules of a learner's Q-networks, each named with its module (``forward
     hook <lambda> on q_net.q_net.0``): the compiled update never calls them, so any declines it."""
     found = []
-    for network_name, network in (("q_net", model.q_net), ("q_net_target", model.q_net_target)):
+    for network_name, network in update.networks().items():
         for name, module in network.named_modules():
             for attribute, kind in _HOOK_KINDS.items():
                 for hook in getattr(module, attribute, {}).values():

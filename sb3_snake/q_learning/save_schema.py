@@ -1,5 +1,5 @@
 """What a model file may hold: the names of each section of its plain-JSON description
-(:mod:`sb3_snake.dqn.save_format`) and the range of every value, for SnakeDQN's files and PQN's.
+(:mod:`sb3_snake.q_learning.save_format`) and the range of every value, for SnakeDQN's files and PQN's.
 The reader checks a description against these before anything is built (``metadata_problem``),
 and a run checks what it will save against them first (:func:`hyperparameter_problem`), so that
 whatever a run saves loads again.
@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from sb3_snake.common.options import Values, number
+from sb3_snake.envs.batched_vec_env import MAX_GAMES
 
 #: DQN hyperparameters kept in the metadata and reported as what a run really trained with.
 HYPERPARAMETERS = (
@@ -35,7 +36,13 @@ HYPERPARAMETERS = (
     "food_shaping",
     "learning_rate_half_life",
     "safe_exploration",
+    "fatal_move_targets",
+    "stall_as_death",
+    "averaging_half_life",
 )
+#: The policies a SnakeDQN file may name (``SnakeDQN.policy_aliases``), and a PQN file (``PQN.policy_aliases``).
+DQN_POLICIES = ("MlpPolicy", "CnnPolicy", "MultiInputPolicy", "AttentionPolicy")
+PQN_POLICIES = ("MlpPolicy", "CnnPolicy", "AttentionPolicy")
 #: Counters that a resumed run continues from.
 COUNTERS = ("num_timesteps", "_n_updates", "_n_calls", "_episode_num", "exploration_rate")
 #: PQN's hyperparameters kept in the metadata (its constructor's names), and its counters.
@@ -71,13 +78,17 @@ PQN_COUNTERS = ("num_timesteps", "_n_updates", "_episode_num", "exploration_rate
 MAX_METADATA_BYTES = 1 << 20
 #: Bytes one weights entry may take unpacked: far above any Snake policy, far below a zip bomb.
 MAX_ENTRY_BYTES = 1 << 31
-#: The most games a model may say it trained with (the batched env's games are tensors of that size).
-MAX_ENVS = 1 << 20
+#: The most games a model may say it trained with: the most a batched env holds.
+MAX_ENVS = MAX_GAMES
 #: The largest width of any layer a model file may describe, and the most layers.
 MAX_WIDTH, MAX_LAYERS = 1 << 16, 64
 #: The most gradient steps of one update, replay samples of one step, and env steps between updates
 #: a model file may hold: far beyond what learns (an update of that many steps outlasts any run).
 MAX_GRADIENT_STEPS, MAX_BATCH_SIZE, MAX_TRAIN_FREQ = 100_000, 1 << 20, 1 << 31
+#: The most passes PQN makes over a rollout: each pass is a gradient sample per env step (the
+#: paper's runs make 1 to 4); a hundred is far past what learns, and more makes one update outlast
+#: any time limit.
+MAX_EPOCHS = 100
 #: The largest share of the scheduled updates a model may train in its early phase: an early
 #: replay ratio over the ratio after it. ``sb3-snake train``'s ratios (a thousandth to 4,096
 #: samples per env step) give at most about 8 million, rounding included; above this is no run's.
@@ -124,6 +135,9 @@ HYPERPARAMETER_SCHEMA: dict[str, Any] = {
     "food_shaping": number(0, 1e6),
     "learning_rate_half_life": _COUNT,
     "safe_exploration": _choice(False, True),
+    "fatal_move_targets": _choice(False, True),
+    "stall_as_death": _choice(False, True),
+    "averaging_half_life": _COUNT,
     "train_freq": number(1, MAX_TRAIN_FREQ, integer=True),
     "train_freq_unit": _choice("step", "episode"),
 }
@@ -132,7 +146,7 @@ PQN_HYPERPARAMETER_SCHEMA: dict[str, Any] = {
     "seed": HYPERPARAMETER_SCHEMA["seed"],
     "learning_rate": HYPERPARAMETER_SCHEMA["learning_rate"],
     "n_steps": number(1, MAX_TRAIN_FREQ, integer=True),
-    "n_epochs": _GRADIENT_STEPS,
+    "n_epochs": number(1, MAX_EPOCHS, integer=True),
     "n_minibatches": number(1, MAX_TRAIN_FREQ, integer=True),
     "gamma": _SHARE,
     "q_lambda": _SHARE,
@@ -201,6 +215,7 @@ POLICY_KWARGS = {
     "normalize_images",
     "dueling",
     "layer_norm",
+    "averaged",
 }
 #: The keys of the attention extractor a model file may set, and their ranges.
 EXTRACTOR_SCHEMA: dict[str, Any] = {
@@ -259,7 +274,7 @@ def policy_kwargs_problem(kwargs: Any) -> str:
             problem = section_problem(f"policy_kwargs.{key}", kwargs[key], schema, ())
             if problem:
                 return problem
-    for key in ("normalize_images", "dueling", "layer_norm"):
+    for key in ("normalize_images", "dueling", "layer_norm", "averaged"):
         if key in kwargs and not isinstance(kwargs[key], bool):
             return f"policy_kwargs.{key} must be true or false"
     return ""

@@ -1,7 +1,7 @@
 """The whole update compiled as one graph (CPU): the same steps as the eager EagerSteps, on the
 optimizer's own state, through the saved file the training process loads, and refused where it
 would differ. The compile runs here in the test's main thread (what the compile child runs);
-tests/dqn/test_compile_child.py has the child itself."""
+tests/update/test_compile_child.py has the child itself."""
 
 import pytest
 import torch
@@ -10,10 +10,11 @@ from stable_baselines3.common.type_aliases import ReplayBufferSamples
 from sb3_snake.acceleration.optimizations import forward_context
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.common.system import cpu_has_native_bf16
-from sb3_snake.dqn.update.child import artifact_key, compile_graph, load, save
-from sb3_snake.dqn.update.compile import Phase, steps_per_call_for, unsupported_reason
-from sb3_snake.dqn.update.graph import UpdateGraph, graph_arguments, split
-from sb3_snake.dqn.update.steps import CompiledSteps, EagerSteps
+from sb3_snake.dqn.gradient_step import DQNUpdate, DQNUpdateGraph
+from sb3_snake.update.child import artifact_key, compile_graph, load, save
+from sb3_snake.update.compile import Phase, steps_per_call_for, unsupported_reason
+from sb3_snake.update.graph import graph_arguments, split
+from sb3_snake.update.steps import CompiledSteps
 from tests.conftest import small_dqn
 
 EAGER = OptimizationSettings(use_bf16=False, use_flash_attention=False, use_torch_compile=False, num_threads=1)
@@ -24,19 +25,24 @@ COMPILED = OptimizationSettings(use_bf16=False, use_flash_attention=False, use_t
 GRAPH_ONLY = "aot_eager"
 
 
+def dqn_graph_arguments(model, graph):
+    """The graph's tensor arguments on ``model``'s own tensors, as training passes them."""
+    return graph_arguments(model.policy.optimizer, graph, DQNUpdate(model).frozen())
+
+
 def adopt_compiled(model, folder, steps=1, batch_size=32, backend="inductor"):
     """Compile ``model``'s update for calls of ``steps`` batches of ``batch_size`` as the compile
     child does, save it, load it back, and make it the model's update."""
-    graph = UpdateGraph(model)
+    graph = DQNUpdateGraph(model)
     learning_rate = torch.zeros(())
-    batches = split(EagerSteps(model).sample(steps, batch_size), steps)
-    arguments = (batches, learning_rate, *graph_arguments(model, graph))
+    batches = split(DQNUpdate(model).sample(steps, batch_size), steps)
+    arguments = (batches, learning_rate, *dqn_graph_arguments(model, graph))
     active = model.active_optimizations
     with forward_context("cpu", active.bf16.active, active.sdpa_backends):
         path = folder / f"update-{artifact_key(graph, arguments, {'backend': backend})}.bin"
         save(compile_graph(graph, arguments, backend=backend), path)
     function = load(path, "cpu", active.bf16.active, active.sdpa_backends)  # as training loads it
-    update = CompiledSteps(model, graph, function, steps, batch_size)
+    update = CompiledSteps(model.step_choice.update, graph, function, steps, batch_size)
     model.step_choice.current, model.step_choice.compile.phase = update, Phase.RUNNING
     return update
 
@@ -82,7 +88,7 @@ def step_both(eager, compiled, steps=3, rtol=1e-4, per_call=1):
         batches = [
             ReplayBufferSamples(*(f if f is None else f[k * 32 : (k + 1) * 32] for f in data)) for k in range(per_call)
         ]
-        eager_loss = torch.stack([eager.step_choice.current.gradient_step(batch) for batch in batches]).mean()
+        eager_loss = torch.stack([eager.step_choice.update.gradient_step(batch) for batch in batches]).mean()
         compiled_loss = compiled.step_choice.current.graph_call(data, per_call)
         torch.testing.assert_close(compiled_loss, eager_loss, rtol=rtol, atol=1e-7)
 
@@ -121,9 +127,9 @@ def test_a_graph_loaded_outside_any_autocast_runs_in_the_context_it_was_compiled
     # the training process loads with no autocast entered; the guards must expect the context of
     # the calls (bf16 autocast needs no native bf16 to be entered, so this runs on every CPU)
     model = small_dqn(EAGER, board_size=6, transitions=96)
-    graph = UpdateGraph(model)
-    batches = split(EagerSteps(model).sample(1, 32), 1)
-    arguments = (batches, torch.zeros(()), *graph_arguments(model, graph))
+    graph = DQNUpdateGraph(model)
+    batches = split(DQNUpdate(model).sample(1, 32), 1)
+    arguments = (batches, torch.zeros(()), *dqn_graph_arguments(model, graph))
     with forward_context("cpu", bf16, ["MATH"]):
         save(compile_graph(graph, arguments, backend=GRAPH_ONLY), tmp_path / "update.bin")
     function = load(tmp_path / "update.bin", "cpu", bf16, ["MATH"])
@@ -223,30 +229,30 @@ def test_a_graph_holds_the_most_steps_that_divide_the_first_count():
 
 def test_the_artifact_key_changes_with_what_the_code_is_compiled_for():
     model = small_dqn(EAGER, board_size=5)
-    graph = UpdateGraph(model)
-    batches = split(EagerSteps(model).sample(2, 32), 2)
-    arguments = (batches, torch.zeros(()), *graph_arguments(model, graph))
+    graph = DQNUpdateGraph(model)
+    batches = split(DQNUpdate(model).sample(2, 32), 2)
+    arguments = (batches, torch.zeros(()), *dqn_graph_arguments(model, graph))
     key = artifact_key(graph, arguments, {"backend": "inductor"})
     assert key == artifact_key(graph, arguments, {"backend": "inductor"})
     assert key != artifact_key(graph, arguments, {"backend": "aot_eager"})
     assert key != artifact_key(graph, arguments, {"backend": "inductor", "threads": 2})  # guarded, compiled in
-    other_batch = (split(EagerSteps(model).sample(2, 16), 2), *arguments[1:])
+    other_batch = (split(DQNUpdate(model).sample(2, 16), 2), *arguments[1:])
     assert key != artifact_key(graph, other_batch, {"backend": "inductor"})
     model.gamma = 0.5
-    assert key != artifact_key(UpdateGraph(model), arguments, {"backend": "inductor"})
+    assert key != artifact_key(DQNUpdateGraph(model), arguments, {"backend": "inductor"})
 
 
 def test_only_plain_adam_and_float_observations_are_compiled_whole():
     model = small_dqn(EAGER, board_size=5)
-    assert unsupported_reason(model) == ""
+    assert unsupported_reason(DQNUpdate(model)) == ""
     model.policy.optimizer.param_groups[0]["amsgrad"] = True
-    assert unsupported_reason(model) == "the whole update is not compiled with Adam's amsgrad"
+    assert unsupported_reason(DQNUpdate(model)) == "the whole update is not compiled with Adam's amsgrad"
     partial = small_dqn(EAGER, board_size=5)
     partial.policy.optimizer.param_groups[0]["params"] = list(partial.q_net.parameters())[:-1]
     expected = "the whole update is compiled for an optimizer of exactly the online network's parameters"
-    assert unsupported_reason(partial) == expected
+    assert unsupported_reason(DQNUpdate(partial)) == expected
     other = small_dqn(EAGER, board_size=5, policy_kwargs={"optimizer_class": torch.optim.AdamW})
-    assert unsupported_reason(other) == "the whole update is compiled for Adam only, not AdamW"
+    assert unsupported_reason(DQNUpdate(other)) == "the whole update is compiled for Adam only, not AdamW"
     compiled = small_dqn(COMPILED, board_size=5, policy_kwargs={"optimizer_class": torch.optim.AdamW})
     decision = compiled.active_optimizations.compile  # on a CPU nothing else is compiled
     assert not decision.active and decision.reason == "the whole update is compiled for Adam only, not AdamW"

@@ -26,7 +26,7 @@ from sb3_snake.common import system
 from sb3_snake.common.compile_record import last_compile
 from sb3_snake.common.options import flag_of
 from sb3_snake.training.config import OPTIONS, TrainConfig
-from sb3_snake.training.roles import ALGORITHMS, DEFAULT_LEARNER
+from sb3_snake.training.roles import ALGORITHMS, DEFAULT_LEARNER, POLICY_ALIASES_BY_OPTION
 from sb3_snake.training.run import learner_line, resolve_settings
 from sb3_snake.training.summary import batch_size_source
 from sb3_snake.update.compile import Compile, decide_compiled_update
@@ -81,6 +81,8 @@ def _learner_report(
     config = replace(config, device=target.type)
     resolved_config, resolved = resolve_settings(config, settings, allow_measure=measure_auto)
     active = _active_when_training(resolved, target)
+    if config.algo == "pqn" and config.policy != "attention":  # as PQN decides for its network
+        active = active.without_attention(POLICY_ALIASES_BY_OPTION[config.policy])
     batch_size = f"{resolved_config.batch_size} (from {batch_size_source(resolved_config)})"
     return {
         "learner": learner_line(config),

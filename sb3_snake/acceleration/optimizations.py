@@ -16,7 +16,7 @@ import contextlib
 import logging
 import warnings
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -301,6 +301,17 @@ class ActiveOptimizations:
             device_buffer = use_device_replay_buffer(device.type)[0]
         graph = decide_cuda_graph(settings.use_cuda_graph, device.type, device_buffer)
         return cls(settings, str(device), bf16, flash, compile_decision, threads, why, sdpa, graph, adaptive)
+
+    def without_attention(self, network: str) -> ActiveOptimizations:
+        """These decisions for ``network``, which runs no ``scaled_dot_product_attention`` (an MLP,
+        the CNN): an attention kernel asked for is reported off, with the reason, since choosing
+        one changes nothing it runs."""
+        idle = f"{network} has no attention, so no SDPA call for a kernel to run"
+        return replace(
+            self,
+            flash=Decision.off(idle) if self.flash.requested else self.flash,
+            sdpa=Decision.off(idle) if self.sdpa.requested else self.sdpa,
+        )
 
     @property
     def sdpa_backends(self) -> list[SDPBackend]:

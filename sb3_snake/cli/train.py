@@ -60,7 +60,7 @@ def train(
     ] = None,
     **options: Any,
 ) -> None:
-    """Train SnakeDQN (attention) or PQN (--algo pqn) until the first of --episodes, --timesteps, --time-limit."""
+    """Train PQN (the default) or SnakeDQN (--algo dqn) until the first of --episodes, --timesteps, --time-limit."""
     from sb3_snake.acceleration.optimizations import threads_for, torch_threads
     from sb3_snake.common.errors import TrainingDiverged
     from sb3_snake.training.callbacks import RunCancelled, StopRequest

@@ -116,7 +116,8 @@ class SnakeDQN(TensorRollouts, DQN):
         the rules' rewards).
     :param averaging_half_life: greedy play uses an exponential moving average of the trained
         weights whose past halves every this many env steps (:mod:`sb3_snake.q_learning.averaging`;
-        0: the trained weights). These three are PQN's rules, shared; each needs Snake boards.
+        0: the trained weights). PQN's rules, shared; each needs Snake boards and is off here: in
+        SnakeDQN's shorter runs the average, near its random start, played far worse (docs/benchmarks.md).
     :param kwargs: any other ``DQN`` argument (``n_steps`` gives n-step returns; a dueling
         head is ``policy_kwargs={"dueling": True}``).
 

@@ -53,6 +53,9 @@ def cut_patches(board: torch.Tensor, patch_size: int) -> torch.Tensor:
 class SelfAttention(nn.Module):
     """Multi-head self-attention through ``scaled_dot_product_attention``."""
 
+    #: Runs SDPA, so the optimization layer's attention kernel acts on it (:func:`calls_sdpa`).
+    calls_sdpa = True
+
     def __init__(self, embed_dim: int, num_heads: int):
         super().__init__()
         if embed_dim % num_heads:
@@ -95,6 +98,8 @@ class AttentionPool(nn.Module):
     "sb3_snake/networks/attention.py".
     """
 
+    calls_sdpa = True
+
     def __init__(self, embed_dim: int, num_heads: int):
         super().__init__()
         self.num_heads = num_heads
@@ -113,6 +118,13 @@ class AttentionPool(nn.Module):
         pooled = F.scaled_dot_product_attention(queries, normed, normed, scale=head_dim**-0.5)
         values = torch.einsum("bhe,hde->bhd", pooled.view(batch, self.num_heads, dim), value_weight)
         return (values + value_bias.to(values.dtype)).reshape(batch, dim)
+
+
+def calls_sdpa(network: nn.Module) -> bool:
+    """Whether ``network`` runs ``scaled_dot_product_attention`` anywhere, so that an attention
+    kernel (FlashAttention, a named SDPA backend) can change what it runs: a network without one
+    (an MLP, the CNN) reports the kernel as not active rather than as a choice that did nothing."""
+    return any(getattr(module, "calls_sdpa", False) for module in network.modules())
 
 
 class HeadView(nn.Module):

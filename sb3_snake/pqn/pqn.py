@@ -33,6 +33,7 @@ from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.common.errors import TrainingDiverged, UsageError, divisors_near
 from sb3_snake.common.schedules import averaging_rate, half_life_factor, scale_learning_rate
 from sb3_snake.envs.action_masks import is_snake_board
+from sb3_snake.networks.attention import calls_sdpa
 from sb3_snake.pqn.gradient_step import PQNUpdate, Samples
 from sb3_snake.pqn.policies import PQN_POLICY_ALIASES, PQNPolicy
 from sb3_snake.pqn.rollout import collect_rollout
@@ -220,6 +221,9 @@ class PQN(BaseAlgorithm):
                 ", ".join(OptimizationSettings.env_key(name) for name in settings.auto_fields),
             )
         active = ActiveOptimizations.decide(settings, self.device, device_buffer=True)
+        if not calls_sdpa(self.policy):
+            aliases = {policy: alias for alias, policy in self.policy_aliases.items()}
+            active = active.without_attention(aliases.get(type(self.policy), type(self.policy).__name__))
         for network in q_networks(self.policy):
             network.forward_context = active.forward_context
         return active

@@ -13,12 +13,16 @@ from sb3_snake.dqn.snake_dqn import SnakeDQN
 from sb3_snake.envs.rules import board_options
 from sb3_snake.networks.attention import SnakeAttentionExtractor
 from sb3_snake.persistence import saved_board_options, saved_metadata
+from sb3_snake.pqn.pqn import PQN
+from sb3_snake.q_learning.save_schema import PQN_HYPERPARAMETERS
 from sb3_snake.training.config import (
     EXTRACTOR_SIZES,
     MODEL_FIELDS,
+    OPTIONS,
     TrainConfig,
     fields_of,
 )
+from sb3_snake.training.roles import POLICY_ALIASES_BY_OPTION
 from sb3_snake.training.schedule import schedule_kwargs, update_schedule
 
 #: What the extractor builds for a keyword that a saved model's ``policy_kwargs`` leave out.
@@ -27,6 +31,15 @@ EXTRACTOR_DEFAULTS = {
     for name, parameter in inspect.signature(SnakeAttentionExtractor).parameters.items()
     if parameter.default is not parameter.empty
 }
+#: The learners a run resumes, by the name a model file gives (its ``algorithm``), and their ``--algo``.
+RESUMABLE = {"SnakeDQN": "dqn", "PQN": "pqn"}
+#: ``--policy`` of each policy alias a PQN file names.
+OPTION_OF_POLICY = {alias: option for option, alias in POLICY_ALIASES_BY_OPTION.items()}
+#: TrainConfig fields that a saved PQN's hyperparameters hold under the same name (not SnakeDQN's
+#: ``n_steps``, its n-step returns, which PQN's rollout length shares a name with).
+PQN_CONFIG_FIELDS = tuple(
+    name for name in PQN_HYPERPARAMETERS if name in OPTIONS and OPTIONS[name].role.learner in (None, "pqn")
+)
 #: What a loaded model takes from a resumed run's config: its SnakeDQN arguments that do not shape it.
 CHANGEABLE_ON_RESUME = fields_of(lambda role: role.model_argument and not role.fixed)
 
@@ -34,23 +47,47 @@ CHANGEABLE_ON_RESUME = fields_of(lambda role: role.model_argument and not role.f
 def resume_config(path: Path, trusted: bool = False, **changes: Any) -> TrainConfig:
     """The config the saved model at ``path`` trained with, with ``changes`` applied.
 
+    Either learner's model resumes as the learner it is (``changes`` may not ask for the other).
     Run limits and run options are not part of a model and come from ``changes`` or the
-    defaults; the batch size is the model's unless ``changes`` has one. The update schedule is
-    kept as the replay ratio, so it follows a new batch size or number of games; ``train_freq``
-    and ``gradient_steps`` are kept as such only where the model had them set explicitly (they
-    differ from what its replay ratio gives).
+    defaults; the batch size is the model's unless ``changes`` has one. SnakeDQN's update
+    schedule is kept as the replay ratio, so it follows a new batch size or number of games;
+    ``train_freq`` and ``gradient_steps`` are kept as such only where the model had them set
+    explicitly (they differ from what its replay ratio gives). PQN's batch size is its rollout cut
+    into its minibatches.
     """
     metadata = saved_metadata(path, trusted)
-    if metadata.get("algorithm", "SnakeDQN") != "SnakeDQN":
+    learner = metadata.get("algorithm", "SnakeDQN")
+    algo = RESUMABLE.get(learner)
+    if algo is None:
+        raise UsageError(f"model {path} is a {learner} model, which sb3-snake train cannot continue")
+    if changes.get("algo", algo) != algo:
         raise UsageError(
-            f"model {path} is a {metadata['algorithm']} model, and runs resume SnakeDQN models only; "
-            f"continue it from Python ({metadata['algorithm']}.load(path, env).learn(...))"
-        )
-    if changes.get("algo", "dqn") != "dqn":
-        raise UsageError(
-            f"model {path} is a SnakeDQN model, and the learner cannot change on resume: "
+            f"model {path} is a {learner} model, and the learner cannot change on resume: "
             "leave algo out, or start a new run"
         )
+    values = _pqn_values(metadata) if algo == "pqn" else _dqn_values(metadata)
+    return TrainConfig(**{**values, **changes})
+
+
+def _pqn_values(metadata: dict[str, Any]) -> dict[str, Any]:
+    """The TrainConfig values of a saved PQN."""
+    saved, n_envs = metadata["hyperparameters"], metadata["n_envs"]
+    return {
+        **{name: saved[name] for name in PQN_CONFIG_FIELDS if name in saved},
+        "algo": "pqn",
+        "policy": OPTION_OF_POLICY[metadata["policy"]],
+        "n_envs": n_envs,
+        "board_size": metadata["observation_shape"][-1],
+        **saved_board_options(metadata),
+        "egocentric": metadata["n_actions"] == 3,
+        "seed": saved.get("seed") or 0,
+        "rollout_steps": saved["n_steps"],
+        "batch_size": saved["n_steps"] * n_envs // saved["n_minibatches"],
+    }
+
+
+def _dqn_values(metadata: dict[str, Any]) -> dict[str, Any]:
+    """The TrainConfig values of a saved SnakeDQN."""
     saved, policy_kwargs = metadata["hyperparameters"], metadata["policy_kwargs"] or {}
     extractor = trained_extractor(policy_kwargs)
     values = {name: saved[name] for name in MODEL_FIELDS if name in saved}
@@ -80,7 +117,7 @@ def resume_config(path: Path, trusted: bool = False, **changes: Any) -> TrainCon
     schedule = (saved["train_freq"], saved["gradient_steps"])
     if update_schedule(TrainConfig(**values)) != schedule:
         values.update(train_freq=schedule[0], gradient_steps=schedule[1])
-    return TrainConfig(**{**values, **changes})
+    return values
 
 
 def trained_extractor(policy_kwargs: dict[str, Any]) -> dict[str, int]:
@@ -89,6 +126,32 @@ def trained_extractor(policy_kwargs: dict[str, Any]) -> dict[str, int]:
     out (``num_layers`` before sb3-snake had the option)."""
     given = policy_kwargs.get("features_extractor_kwargs") or {}
     return {name: given.get(name, EXTRACTOR_DEFAULTS[name]) for name in EXTRACTOR_SIZES}
+
+
+def apply_pqn_config(model: PQN, config: TrainConfig) -> None:
+    """Make a loaded PQN train as ``config`` says: a new learning rate is taken; any other value
+    that differs from the model's is refused (UsageError), since its rollout, minibatches, targets
+    and captured step were built for the values it has."""
+    wanted = config.pqn_kwargs()
+    if wanted["learning_rate"] != model.learning_rate:
+        model.learning_rate = wanted["learning_rate"]
+        model._setup_lr_schedule()
+    fixed = {"policy": (config.policy, OPTION_OF_POLICY.get(_alias(model), None))}
+    fixed |= {name: (wanted[name], getattr(model, name)) for name in PQN_HYPERPARAMETERS if name in wanted}
+    fixed.pop("seed", None)
+    fixed.pop("learning_rate", None)
+    for name, (asked, trained) in fixed.items():
+        if asked != trained:
+            config_name = {"n_steps": "rollout_steps", "n_minibatches": "batch_size"}.get(name, name)
+            flag = short_flag(flag_of(TrainConfig, config_name))
+            raise UsageError(
+                f"{flag} cannot change when a PQN model resumes: it was trained with {trained}, this run asks for "
+                f"{asked}; leave {flag} out or start a new run (only --learning-rate may change)"
+            )
+
+
+def _alias(model: PQN) -> str | None:
+    return next((alias for alias, policy in model.policy_aliases.items() if policy is type(model.policy)), None)
 
 
 def apply_config(model: SnakeDQN, config: TrainConfig) -> None:

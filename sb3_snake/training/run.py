@@ -42,7 +42,7 @@ from sb3_snake.pqn import PQN
 from sb3_snake.training.callbacks import EpisodeRecord, RunCallbacks, RunCancelled, StopRequest
 from sb3_snake.training.config import MAX_TIMESTEPS, POLICY_ALIASES_BY_OPTION, TrainConfig
 from sb3_snake.training.memory import check_memory
-from sb3_snake.training.resume import apply_config
+from sb3_snake.training.resume import apply_config, apply_pqn_config
 from sb3_snake.training.roles import DEFAULT_LEARNER
 from sb3_snake.training.run_directory import claim_run_directory
 from sb3_snake.training.run_files import PROGRESS_NAME, ProgressCSV, check_run_files
@@ -189,7 +189,7 @@ def build_model(
     (:meth:`OptimizationSettings.load`: environment, then ``.env``, then the defaults). What
     ``train`` adds around the model is the run: its limits, folder, logging, callbacks and files.
     ``config.algo`` chooses the learner: :class:`SnakeDQN` with the attention policy, or
-    :class:`~sb3_snake.pqn.pqn.PQN` with ``config.policy`` (runs resume SnakeDQN models only).
+    :class:`~sb3_snake.pqn.pqn.PQN` with ``config.policy``; a resumed model is the learner it was saved as.
     """
     config = config if config is not None else TrainConfig()
     settings = settings if settings is not None else OptimizationSettings.load()
@@ -198,7 +198,9 @@ def build_model(
     env = build_env(config)
     if config.algo == "pqn":
         if resume is not None:
-            raise UsageError("runs resume SnakeDQN models only, and this run's algo is pqn; start a new run")
+            model = load_model(resume, settings, trusted=trusted, env=env, device=device, for_training=True)
+            apply_pqn_config(model, config)
+            return model
         policy = POLICY_ALIASES_BY_OPTION[config.policy]
         kwargs = config.pqn_kwargs()
         return PQN(

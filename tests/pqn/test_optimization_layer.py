@@ -143,8 +143,8 @@ PQN_RUN += ["--rollout-steps", "8", "--timesteps", "96"]
         (["--batch-size", "4"], {"rows": 4}),
         (["--bf16"], {"bf16": True}),
         (["--no-bf16"], {"bf16": False}),
-        (["--flash-attention"], {"flash": True, "math": False}),
-        (["--no-flash-attention"], {"flash": False, "math": True}),
+        (["--flash-attention", "--policy", "attention"], {"flash": True, "math": False}),
+        (["--no-flash-attention", "--policy", "attention"], {"flash": False, "math": True}),
     ],
 )
 def test_the_cards_flags_change_what_the_pqn_run_runs_in_its_gradient_steps(flags, expected, tmp_path, monkeypatch):
@@ -157,6 +157,17 @@ def test_the_cards_flags_change_what_the_pqn_run_runs_in_its_gradient_steps(flag
     assert steps and all(seen[key] == value for seen in steps for key, value in expected.items())
     acting = [seen for seen in recorder.seen if not seen["training"]]  # the rollout's forward passes too
     assert all(seen[key] == value for seen in acting for key, value in expected.items() if key != "rows")
+
+
+@pytest.mark.parametrize(("policy", "kernel_runs"), [("mlp", False), ("cnn", False), ("attention", True)])
+def test_an_attention_kernel_is_reported_active_only_for_a_network_with_attention(policy, kernel_runs, tmp_path):
+    flags = ["--no-compile", "--batch-size", "8", "--no-bf16", "--flash-attention", "--policy", policy]
+    result = runner.invoke(app, [*PQN_RUN, *flags, "--output", str(tmp_path / "run")])
+    assert result.exit_code == 0, result.output
+    active = json.loads((tmp_path / "run" / "summary.json").read_text())["active"]
+    assert active["flash_attention_requested"] is True
+    assert active["flash_attention_active"] is kernel_runs
+    assert kernel_runs or "has no attention" in active["flash_attention_reason"]
 
 
 def test_the_compile_flag_runs_pqns_steps_compiled_and_no_compile_eagerly(tmp_path, monkeypatch, instant_compile):

@@ -10,6 +10,7 @@ from stable_baselines3.common.vec_env import VecEnvWrapper
 from torch import nn
 
 from sb3_snake import BatchedSnakeVecEnv
+from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.common.errors import UsageError
 from sb3_snake.common.schedules import averaging_rate
 from sb3_snake.envs.action_masks import action_masks
@@ -278,13 +279,46 @@ def test_the_safe_loader_rebuilds_a_pqn_that_plays_as_the_saved_one(tmp_path, po
     assert evaluate(loaded, 4, seed=1) == evaluate(model, 4, seed=1)
 
 
-def test_a_pqn_file_is_refused_for_resuming_a_run_in_one_line(tmp_path):
-    from sb3_snake.training.resume import resume_config
+RUN = ["train", "--n-envs", "4", "--board-size", "6", "--device", "cpu", "--threads", "1", "--no-compile"]
+RUN += ["--rollout-steps", "8", "--batch-size", "8", "--eval-every", "0", "--wandb-mode", "disabled"]
 
-    model = snake_pqn()
-    save_model(model, tmp_path / "pqn.zip")
-    with pytest.raises(UsageError, match=r"is a PQN model, and runs resume SnakeDQN models only; continue it from"):
-        resume_config(tmp_path / "pqn.zip")
+
+def test_a_pqn_run_resumes_with_its_weights_counters_and_hyperparameters(tmp_path):
+    from typer.testing import CliRunner
+
+    from sb3_snake.cli import app
+
+    runner = CliRunner()
+    first = runner.invoke(app, [*RUN, "--timesteps", "256", "--n-epochs", "3", "--output", str(tmp_path / "a")])
+    assert first.exit_code == 0, first.output
+    saved = load_model(tmp_path / "a" / "model.zip")
+    resumed = runner.invoke(
+        app,
+        ["train", "--resume", str(tmp_path / "a" / "model.zip"), "--timesteps", "256", "--threads", "1"]
+        + ["--no-compile", "--eval-every", "0", "--wandb-mode", "disabled", "--output", str(tmp_path / "b")],
+    )
+    assert resumed.exit_code == 0, resumed.output
+    model = load_model(tmp_path / "b" / "model.zip")
+    assert isinstance(model, PQN) and model.n_epochs == 3 and model.n_envs == 4  # the saved run's, not the defaults
+    assert model.num_timesteps == 512 and model._n_updates > saved._n_updates
+    assert model.hyperparameters() == {**saved.hyperparameters(), "learning_rate": model.learning_rate}
+
+
+def test_a_resumed_pqn_takes_a_new_learning_rate_and_refuses_other_changes_in_one_line(tmp_path):
+    from sb3_snake.training.resume import resume_config
+    from sb3_snake.training.run import build_model
+
+    save_model(snake_pqn(n_envs=8, n_epochs=3), tmp_path / "pqn.zip")
+    config = resume_config(tmp_path / "pqn.zip", learning_rate=1e-4, device="cpu")
+    assert (config.algo, config.policy, config.n_envs, config.n_epochs) == ("pqn", "mlp", 8, 3)
+    settings = OptimizationSettings(use_bf16=False, use_flash_attention=False, use_torch_compile=False, num_threads=1)
+    model = build_model(config, settings, resume=tmp_path / "pqn.zip")
+    assert isinstance(model, PQN) and model.learning_rate == 1e-4 and model.lr_schedule(1.0) == 1e-4
+    changed = resume_config(tmp_path / "pqn.zip", n_epochs=5, device="cpu")
+    with pytest.raises(UsageError, match=r"--n-epochs cannot change when a PQN model resumes: it was trained with 3"):
+        build_model(changed, settings, resume=tmp_path / "pqn.zip")
+    with pytest.raises(UsageError, match=r"is a PQN model, and the learner cannot change on resume"):
+        resume_config(tmp_path / "pqn.zip", algo="dqn")
 
 
 def test_a_pqn_description_with_a_dqn_hyperparameter_is_refused(tmp_path):

@@ -65,7 +65,7 @@ def test_each_learner_takes_its_own_defaults_and_a_given_value_wins():
         ({"algo": "pqn", "dueling": True}, "dueling is for the dqn learner"),
         ({"algo": "pqn", "save_replay_buffer": True}, "save_replay_buffer is for the dqn learner"),
         ({"algo": "dqn", "q_lambda": 0.9}, "q_lambda is for the pqn learner, and this run's algo is dqn"),
-        ({"algo": "dqn", "n_epochs": 4}, "n_epochs is for the pqn learner"),
+        ({"algo": "dqn", "n_epochs": 3}, "n_epochs is for the pqn learner"),
         ({"algo": "dqn", "rollout_steps": 8}, "rollout_steps is for the pqn learner"),
         ({"algo": "dqn", "policy": "cnn"}, "policy cnn is for the pqn learner (dqn's is attention)"),
         ({"algo": "ppo"}, "algo must be one of dqn, pqn, got 'ppo'"),

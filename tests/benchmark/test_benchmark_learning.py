@@ -352,7 +352,8 @@ def test_a_run_whose_checkpoints_fail_to_play_is_listed_and_the_others_are_kept(
 @pytest.mark.slow
 def test_every_system_trains_saves_on_the_clock_and_its_checkpoints_play(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # no .env here: sb3_snake runs on the built-in defaults
-    hyperparameters = {"algo": "dqn", "n_envs": 4, "learning_starts": 50, "batch_size": 32, "embed_dim": 8, "head_view_dim": 8}
+    hyperparameters = {"algo": "dqn", "n_envs": 4, "learning_starts": 50, "batch_size": 32}
+    hyperparameters |= {"embed_dim": 8, "head_view_dim": 8}
     runs = []
     for system in SYSTEMS:
         own = hyperparameters if system == "sb3_snake" else {}
@@ -824,7 +825,8 @@ def test_runs_side_by_side_learn_exactly_what_they_learn_one_after_another(tmp_p
     monkeypatch.chdir(tmp_path)
     env_file = tmp_path / "settings.env"
     env_file.write_text("USE_TORCH_COMPILE=false\nUSE_BF16=false\nUSE_FLASH_ATTENTION=false\nTORCH_NUM_THREADS=1\n")
-    hyperparameters = {"algo": "dqn", "n_envs": 4, "learning_starts": 50, "batch_size": 32, "embed_dim": 8, "head_view_dim": 8}
+    hyperparameters = {"algo": "dqn", "n_envs": 4, "learning_starts": 50, "batch_size": 32}
+    hyperparameters |= {"embed_dim": 8, "head_view_dim": 8}
     results = {}
     for parallel in (1, 2):
         plan = LearningPlan(

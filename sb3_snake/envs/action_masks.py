@@ -29,7 +29,9 @@ def action_masks(observations: torch.Tensor | np.ndarray, egocentric: bool) -> t
     """
     boards = torch.as_tensor(observations)
     games, n = boards.shape[0], boards.shape[-1]
-    head = boards[:, HEAD].flatten(1).argmax(dim=1)
+    # argmax of float, not of the uint8 boards: inductor on CPU miscompiles a uint8 argmax (torch
+    # 2.13), so a compiled gradient step that reads these masks read the wrong cells.
+    head = boards[:, HEAD].flatten(1).float().argmax(dim=1)
     head_cell = torch.stack((head // n, head % n), dim=1)  # (N, 2)
     if egocentric:
         deltas = torch.tensor(EGOCENTRIC_DELTAS, device=boards.device).expand(games, -1, -1)
@@ -45,7 +47,7 @@ def action_masks(observations: torch.Tensor | np.ndarray, egocentric: bool) -> t
 def _absolute_deltas(boards: torch.Tensor, head_cell: torch.Tensor) -> torch.Tensor:
     """The head's move for each of the four directions, the one back into the neck going straight."""
     n = boards.shape[-1]
-    neck = boards[:, NECK].flatten(1).argmax(dim=1)
+    neck = boards[:, NECK].flatten(1).float().argmax(dim=1)  # float: see action_masks
     heading = head_cell - torch.stack((neck // n, neck % n), dim=1)  # (N, 2), one of the four deltas
     table = torch.as_tensor(DIRECTION_DELTAS, device=boards.device)  # (4, 2)
     backwards = (table[None, :, :] == -heading[:, None, :]).all(dim=2)  # (N, 4)

@@ -85,3 +85,15 @@ def test_sb3_contribs_maskable_ppo_trains_on_the_batched_env_and_plays_only_safe
     assert len(actions) == 8 * 32 and not masks.all()  # the masks did forbid moves
     chosen_allowed = masks[np.arange(len(actions)), actions]
     assert chosen_allowed[masks.any(axis=1)].all()
+
+
+@pytest.mark.parametrize("egocentric", [True, False])
+def test_compiled_masks_are_the_eager_ones(egocentric):
+    """SnakeDQN's compiled gradient step reads the masks inside its graph: inductor once
+    miscompiled the uint8 argmax that finds the head, and the fatal moves' targets fitted the
+    wrong moves (a greedy 0 after 25,000 env steps where the eager step played 30)."""
+    boards = torch.as_tensor(
+        BatchedSnakeVecEnv(64, board_size=8, seed=3, egocentric=egocentric, long_starts=1.0).reset()
+    )
+    compiled = torch.compile(lambda observations: action_masks(observations, egocentric), fullgraph=True)
+    torch.testing.assert_close(compiled(boards), action_masks(boards, egocentric))

@@ -21,6 +21,14 @@ from sb3_snake.envs.rules import BODY, CHANNEL_COUNTS, DIRECTION_DELTAS, HEAD, N
 EGOCENTRIC_DELTAS = ((0, -1), (-1, 0), (0, 1))
 
 
+def cell_index(boards: torch.Tensor, channel: int) -> torch.Tensor:
+    """``(N,)``: the flat index (row * n + column) of the cell that ``channel`` marks on each of
+    the ``(N, C, n, n)`` boards (the head, the neck, the food). An argmax of floats, not of the
+    uint8 boards: compiled for the CPU (torch 2.13), inductor miscompiles an argmax over uint8, and
+    a compiled gradient step read the wrong cells."""
+    return boards[:, channel].flatten(1).float().argmax(dim=1)
+
+
 def action_masks(observations: torch.Tensor | np.ndarray, egocentric: bool) -> torch.Tensor:
     """``(N, 3)`` (``egocentric``) or ``(N, 4)`` booleans: True where the move of a game in
     ``observations`` (``(N, C, n, n)`` Snake boards of games in play) does not die at once.
@@ -29,9 +37,7 @@ def action_masks(observations: torch.Tensor | np.ndarray, egocentric: bool) -> t
     """
     boards = torch.as_tensor(observations)
     games, n = boards.shape[0], boards.shape[-1]
-    # argmax of float, not of the uint8 boards: inductor on CPU miscompiles a uint8 argmax (torch
-    # 2.13), so a compiled gradient step that reads these masks read the wrong cells.
-    head = boards[:, HEAD].flatten(1).float().argmax(dim=1)
+    head = cell_index(boards, HEAD)
     head_cell = torch.stack((head // n, head % n), dim=1)  # (N, 2)
     if egocentric:
         deltas = torch.tensor(EGOCENTRIC_DELTAS, device=boards.device).expand(games, -1, -1)
@@ -47,7 +53,7 @@ def action_masks(observations: torch.Tensor | np.ndarray, egocentric: bool) -> t
 def _absolute_deltas(boards: torch.Tensor, head_cell: torch.Tensor) -> torch.Tensor:
     """The head's move for each of the four directions, the one back into the neck going straight."""
     n = boards.shape[-1]
-    neck = boards[:, NECK].flatten(1).float().argmax(dim=1)  # float: see action_masks
+    neck = cell_index(boards, NECK)
     heading = head_cell - torch.stack((neck // n, neck % n), dim=1)  # (N, 2), one of the four deltas
     table = torch.as_tensor(DIRECTION_DELTAS, device=boards.device)  # (4, 2)
     backwards = (table[None, :, :] == -heading[:, None, :]).all(dim=2)  # (N, 4)

@@ -222,8 +222,7 @@ class PQN(BaseAlgorithm):
             )
         active = ActiveOptimizations.decide(settings, self.device, device_buffer=True)
         if not calls_sdpa(self.policy):
-            aliases = {policy: alias for alias, policy in self.policy_aliases.items()}
-            active = active.without_attention(aliases.get(type(self.policy), type(self.policy).__name__))
+            active = active.without_attention(save_format.policy_alias(self) or type(self.policy).__name__)
         for network in q_networks(self.policy):
             network.forward_context = active.forward_context
         return active

@@ -121,9 +121,15 @@ def encode_policy_kwargs(value: Any) -> Any:
         return None
 
 
+def policy_alias(model: Any) -> str | None:
+    """The name under which ``model``'s learner knows its policy (``"MlpPolicy"``, ...), or None
+    for a policy class given directly."""
+    return next((name for name, cls in model.policy_aliases.items() if cls is type(model.policy)), None)
+
+
 def metadata(model: Any) -> dict[str, Any]:
     """``model`` in plain JSON: enough to rebuild it without unpickling (:func:`read_metadata`)."""
-    policy = next((name for name, cls in model.policy_aliases.items() if cls is type(model.policy)), None)
+    policy = policy_alias(model)
     algorithm = model.description_name
     return {
         "format": METADATA_FORMAT,

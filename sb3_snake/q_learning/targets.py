@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import torch
 
+from sb3_snake.envs.action_masks import cell_index
 from sb3_snake.envs.rules import DEATH_REWARD, FOOD, HEAD
 
 
@@ -23,9 +24,7 @@ def food_potential(observations: torch.Tensor) -> torch.Tensor:
     distance from the head to the food. A board without food (a won game) counts as ``d = 0``;
     its transition is terminal, where :func:`shaping_rewards` uses zero."""
     *_, height, width = observations.shape
-    # As float: compiled for the CPU (torch 2.13), an argmax over uint8 returned 0 for every row.
-    flat = observations.flatten(2)
-    head, food = flat[:, HEAD].float().argmax(dim=1), flat[:, FOOD].float().argmax(dim=1)
+    head, food = cell_index(observations, HEAD), cell_index(observations, FOOD)
     distance = (head // width - food // width).abs() + (head % width - food % width).abs()
     return 1 - distance.float() / (height + width - 2)
 

@@ -14,6 +14,7 @@ from sb3_snake.envs.rules import board_options
 from sb3_snake.networks.attention import SnakeAttentionExtractor
 from sb3_snake.persistence import saved_board_options, saved_metadata
 from sb3_snake.pqn.pqn import PQN
+from sb3_snake.q_learning.save_format import policy_alias
 from sb3_snake.q_learning.save_schema import PQN_HYPERPARAMETERS
 from sb3_snake.training.config import (
     EXTRACTOR_SIZES,
@@ -136,7 +137,7 @@ def apply_pqn_config(model: PQN, config: TrainConfig) -> None:
     if wanted["learning_rate"] != model.learning_rate:
         model.learning_rate = wanted["learning_rate"]
         model._setup_lr_schedule()
-    fixed = {"policy": (config.policy, OPTION_OF_POLICY.get(_alias(model), None))}
+    fixed = {"policy": (config.policy, OPTION_OF_POLICY.get(policy_alias(model)))}
     fixed |= {name: (wanted[name], getattr(model, name)) for name in PQN_HYPERPARAMETERS if name in wanted}
     fixed.pop("seed", None)
     fixed.pop("learning_rate", None)
@@ -148,10 +149,6 @@ def apply_pqn_config(model: PQN, config: TrainConfig) -> None:
                 f"{flag} cannot change when a PQN model resumes: it was trained with {trained}, this run asks for "
                 f"{asked}; leave {flag} out or start a new run (only --learning-rate may change)"
             )
-
-
-def _alias(model: PQN) -> str | None:
-    return next((alias for alias, policy in model.policy_aliases.items() if policy is type(model.policy)), None)
 
 
 def apply_config(model: SnakeDQN, config: TrainConfig) -> None:

@@ -81,7 +81,7 @@ def _learner_report(
     config = replace(config, device=target.type)
     resolved_config, resolved = resolve_settings(config, settings, allow_measure=measure_auto)
     active = _active_when_training(resolved, target)
-    if config.algo == "pqn" and config.policy != "attention":  # as PQN decides for its network
+    if config.policy != "attention":  # as the learner decides for its network (SnakeDQN's is attention)
         active = active.without_attention(POLICY_ALIASES_BY_OPTION[config.policy])
     batch_size = f"{resolved_config.batch_size} (from {batch_size_source(resolved_config)})"
     return {

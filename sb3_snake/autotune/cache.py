@@ -45,9 +45,11 @@ def cache_key(
     *,
     batch_size: int | str,
     learner: str = "dqn",
+    divides: bool = False,
 ) -> dict[str, Any]:
     """What a measurement depends on: machine, software, threads, the learner and its policy (and
     the boards it reads) and what was asked for: ``settings`` and ``batch_size`` (a size, or ``auto``).
+    ``divides``: the batch sizes tried must divide the rollout (a learner that cuts its batches from it).
 
     A CPU is named by its generation as well as its name: "AMD EPYC" is a Zen 2 without bf16
     one day and a Zen 5 with it the next, in a home folder that outlives the machine."""
@@ -76,9 +78,7 @@ def cache_key(
         "countdown": countdown,
         "policy_kwargs": json.loads(json.dumps(policy_kwargs, sort_keys=True, default=str)),
         "asked": asked,
-        "batch_candidates": (
-            list(batch_candidates(max_batch_size, divides=learner == "pqn")) if batch_size == AUTO else None
-        ),
+        "batch_candidates": (list(batch_candidates(max_batch_size, divides=divides)) if batch_size == AUTO else None),
     }
 
 

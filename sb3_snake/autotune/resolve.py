@@ -69,10 +69,9 @@ def resolve_auto(
     that must not spend the time) the unmeasured values stand in
     (:data:`~sb3_snake.acceleration.settings.UNMEASURED`), and the sources say so.
     ``max_batch_size`` (the replay buffer's size) bounds the batch sizes tried; ``countdown``
-    says whether the boards carry the countdown channel. ``learner`` is the learner that will
-    train: ``"dqn"`` (SnakeDQN's step on ``policy_kwargs``' attention policy) or ``"pqn"`` (PQN's
-    minibatch step on ``policy_kwargs["policy"]`` with the rest as its ``policy_kwargs``, on a
-    rollout of ``rollout = (n_envs, n_steps)``, whose minibatches must divide it).
+    says whether the boards carry the countdown channel. ``learner`` (``"dqn"`` or ``"pqn"``) is
+    the learner whose own step is measured (:data:`METERS`, on ``policy_kwargs``); ``rollout =
+    (n_envs, n_steps)``, given for a learner that cuts its batches from it, makes them divide it.
 
     A measurement during which other processes (or the host of a virtual machine) took
     :data:`CONTENDED_CORES` or more (``load_meter``, by default
@@ -84,7 +83,15 @@ def resolve_auto(
         return Resolved(settings, batch_size)
     device = torch.device(device)
     key = cache_key(
-        settings, device, policy_kwargs, board_size, max_batch_size, countdown, batch_size=batch_size, learner=learner
+        settings,
+        device,
+        policy_kwargs,
+        board_size,
+        max_batch_size,
+        countdown,
+        batch_size=batch_size,
+        learner=learner,
+        divides=rollout is not None,
     )
     path = cache_path(key)
     entry = read_cache(path, key)
@@ -100,9 +107,9 @@ def resolve_auto(
         keys += [OptimizationSettings.env_key(name) for name in settings.auto_fields]
         progress(f"measuring auto settings ({', '.join(keys)}) on this machine; cached in {path}")
         machine = machine or Machine.probe(device)
-        measure = measure or _meter(learner, device, policy_kwargs, board_size, countdown, rollout, settings)
+        measure = measure or METERS[learner](device, policy_kwargs, board_size, countdown, rollout, settings)
         started, taken = time.perf_counter(), (load_meter or system.other_load_meter)()
-        candidates = batch_candidates(max_batch_size, divides=learner == "pqn")
+        candidates = batch_candidates(max_batch_size, divides=rollout is not None)
         result = search(settings, machine, measure, candidates, batch_size=batch_size)
         result["seconds"] = time.perf_counter() - started
         others = taken()
@@ -116,8 +123,7 @@ def resolve_auto(
     return apply_choice(settings, batch_size, entry, f"cache {path}")
 
 
-def _meter(
-    learner: str,
+def _pqn_meter(
     device: torch.device,
     policy_kwargs: dict[str, Any],
     board_size: int,
@@ -125,24 +131,38 @@ def _meter(
     rollout: tuple[int, int] | None,
     settings: OptimizationSettings,
 ) -> Measure:
-    """The measurement of the learner that will train: its own step, network and shapes."""
-    if learner == "pqn":
-        kwargs = dict(policy_kwargs)
-        policy = kwargs.pop("policy")
-        n_envs, n_steps = rollout or (128, 32)
-        return PQNStepMeter(
-            device,
-            policy,
-            kwargs,
-            board_size,
-            n_envs,
-            n_steps,
-            use_cuda_graph=settings.use_cuda_graph,
-            countdown=countdown,
-        )
+    """PQN's minibatch step on its own network, on a rollout of its games."""
+    kwargs = dict(policy_kwargs)
+    policy = kwargs.pop("policy")
+    n_envs, n_steps = rollout or (128, 32)
+    return PQNStepMeter(
+        device,
+        policy,
+        kwargs,
+        board_size,
+        n_envs,
+        n_steps,
+        use_cuda_graph=settings.use_cuda_graph,
+        countdown=countdown,
+    )
+
+
+def _dqn_meter(
+    device: torch.device,
+    policy_kwargs: dict[str, Any],
+    board_size: int,
+    countdown: bool,
+    rollout: tuple[int, int] | None,
+    settings: OptimizationSettings,
+) -> Measure:
+    """SnakeDQN's gradient step on its attention policy, with batches from a replay buffer."""
     return GradientStepMeter(
         device, policy_kwargs, board_size, countdown=countdown, use_cuda_graph=settings.use_cuda_graph
     )
+
+
+#: The measurement of each learner that may train: its own step, network and shapes.
+METERS = {"dqn": _dqn_meter, "pqn": _pqn_meter}
 
 
 def apply_choice(settings: OptimizationSettings, batch_size: int | str, entry: dict[str, Any], where: str) -> Resolved:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -195,13 +196,39 @@ def play(
 
 @app.command()
 def plot(
-    run_dir: Annotated[Path, typer.Argument(help="A run folder written by sb3-snake train.")],
-    output: Annotated[Path | None, typer.Option(help="PNG to write (default: RUN_DIR/learning_curve.png).")] = None,
-    window: Annotated[int, typer.Option(min=1, help="Episodes in the moving average.")] = 100,
+    paths: Annotated[
+        list[str],
+        typer.Argument(
+            help="A run folder written by sb3-snake train; or benchmark-learning JSON files, each FILE or "
+            "LABEL=PATTERN (a glob whose files draw as one arm, LABEL), drawn together.",
+        ),
+    ],
+    output: Annotated[
+        Path | None,
+        typer.Option(help="PNG to write (default: RUN_DIR/learning_curve.png; needed for benchmark-learning files)."),
+    ] = None,
+    window: Annotated[int, typer.Option(min=1, help="Episodes in the moving average of a run folder's plot.")] = 100,
 ) -> None:
-    """Draw the learning curve: score per episode and its moving average, against env steps and time."""
-    from sb3_snake.training.plotting import plot_learning_curve
+    """Draw the learning curve: score per episode and its moving average, against env steps and time.
+
+    Given benchmark-learning JSON files instead, draws their runs' greedy scores together, one
+    colour per arm (a system, A or B, or the LABEL of LABEL=PATTERN), against wall-clock minutes
+    and env steps: seeds split over sessions or machines, or arms run in pairs, in one picture.
+    """
+    from sb3_snake.common.errors import UsageError
 
     with user_errors():
-        path = plot_learning_curve(run_dir, output, window)
-    typer.echo(f"saved {path}")
+        # .json files or LABEL=PATTERN (os.path: a name too long is no folder, not an error)
+        if any(path.endswith(".json") or ("=" in path and not os.path.isdir(path)) for path in paths):
+            from sb3_snake.benchmark.learning import plot_reports, report_files
+
+            if output is None:
+                raise UsageError("give --output, the PNG to draw the benchmark-learning files into")
+            picture = plot_reports(report_files(paths), output)
+        elif len(paths) > 1:
+            raise UsageError(f"plot draws one run folder, got {len(paths)}; or give benchmark-learning JSON files")
+        else:
+            from sb3_snake.training.plotting import plot_learning_curve
+
+            picture = plot_learning_curve(Path(paths[0]), output, window)
+    typer.echo(f"saved {picture}")

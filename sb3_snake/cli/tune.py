@@ -12,6 +12,7 @@ from sb3_snake.cli.options import OPTIMIZATIONS, load_settings, parameters, sett
 from sb3_snake.common.errors import UsageError
 from sb3_snake.common.paths import check_writable_dir
 from sb3_snake.training.config import TrainConfig
+from sb3_snake.training.roles import ALGORITHMS, DEFAULT_LEARNER
 from sb3_snake.training.tuning.space import DEFAULT_TRIAL_MINUTES, PRUNERS, SAMPLERS, TuneConfig
 
 if TYPE_CHECKING:
@@ -23,8 +24,10 @@ TUNE = "Search"
 TRIAL = "One trial"
 Sampler = Enum("Sampler", {name: name for name in SAMPLERS}, type=str)
 Pruner = Enum("Pruner", {name: name for name in PRUNERS}, type=str)
+Algo = Enum("Algo", {name: name for name in ALGORITHMS}, type=str)
 #: The library's defaults, which the options show and pass on.
-SEARCH, RUN = TuneConfig(), TrainConfig(algo="dqn")  # tune searches SnakeDQN's space
+SEARCH, RUN = TuneConfig(), TrainConfig()
+DEFAULT_ALGO = Algo(DEFAULT_LEARNER)
 DEFAULT_SAMPLER, DEFAULT_PRUNER = Sampler(SEARCH.sampler), Pruner(SEARCH.pruner)
 
 
@@ -78,8 +81,11 @@ def tune(
             help=f"Minutes per trial (default {DEFAULT_TRIAL_MINUTES:g} without --timesteps).", rich_help_panel=TRIAL
         ),
     ] = None,
+    algo: Annotated[Algo, typer.Option(help="The learner trials train.", rich_help_panel=TRIAL)] = DEFAULT_ALGO,
     board_size: Annotated[int, typer.Option(help="Side of the board.", rich_help_panel=TRIAL)] = RUN.board_size,
-    n_envs: Annotated[int, typer.Option(help="Games stepped together.", rich_help_panel=TRIAL)] = RUN.n_envs,
+    n_envs: Annotated[
+        int | None, typer.Option(help="Games stepped together (default: the learner's).", rich_help_panel=TRIAL)
+    ] = None,
     **options: Any,
 ) -> None:
     """Hyperparameter search on Optuna: one machine by default, many with the same --storage URL."""
@@ -89,7 +95,8 @@ def tune(
     with user_errors():
         _reject_batch_size(batch_size)
         settings = load_settings(env_file, options)
-        trial = trial_config(timesteps, time_limit, board_size=board_size, n_envs=n_envs)
+        games = {"n_envs": n_envs} if n_envs is not None else {}
+        trial = trial_config(timesteps, time_limit, algo=algo.value, board_size=board_size, **games)
         config = TuneConfig(
             study_name=study_name,
             storage=storage,

@@ -14,6 +14,7 @@ Design notes: docs/design-notes.md, "sb3_snake/common/paths.py".
 from __future__ import annotations
 
 import errno
+import json
 import os
 import secrets
 import stat
@@ -21,6 +22,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import platformdirs
 
@@ -143,6 +145,23 @@ def check_regular_file(path: Path, what: str = "file") -> None:
     problem = regular_file_problem(Path(path))
     if problem:
         raise UsageError(f"{what} {path} {problem}; pass a regular file")
+
+
+def read_json(path: Path, fix: str, what: str = "JSON", kind: str = "file") -> Any:
+    """The JSON value in ``path``; a UsageError naming ``path`` and ending with ``fix`` when it does
+    not exist, is not a regular file (``kind`` names what it should be), cannot be read, or is
+    not JSON (``what`` names the JSON expected)."""
+    if not os.path.exists(path):
+        raise UsageError(f"{path} does not exist; {fix}")
+    problem = regular_file_problem(Path(path))
+    if problem:
+        raise UsageError(f"{kind} {path} {problem}; {fix}")
+    try:
+        return json.loads(Path(path).read_bytes().decode("utf-8"))
+    except OSError as error:
+        raise UsageError(f"{path} cannot be read ({error.strerror or error})") from None
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):  # RecursionError: nested too deep
+        raise UsageError(f"{path} is not {what}; {fix}") from None
 
 
 @contextmanager

@@ -134,13 +134,23 @@ def one_line(error: BaseException) -> str:
 
 def _load_trusted(path: Path, optimizations: OptimizationSettings | None, env: Any, device: Any) -> Model:
     try:
-        if _described_algorithm(path) == "PQN":
-            # an older file's network named as it was built (SB3's loader reads the pickled kwargs)
-            kwargs = described_policy_kwargs(read_metadata(path))
-            return PQN.load(path, env=env, device=device, custom_objects={"policy_kwargs": kwargs})
-        return SnakeDQN.load(path, env=env, device=device, optimizations=optimizations)
+        return _TRUSTED_LOADERS[_described_algorithm(path)](path, optimizations, env, device)
     except Exception as error:  # noqa: BLE001 - any failure to read the zip is a bad model file
         raise UsageError(f"model file {path} cannot be loaded ({one_line(error)})") from None
+
+
+def _load_trusted_pqn(path: Path, optimizations: OptimizationSettings | None, env: Any, device: Any) -> PQN:
+    # an older file's network named as it was built (SB3's loader reads the pickled kwargs)
+    kwargs = described_policy_kwargs(read_metadata(path))
+    return PQN.load(path, env=env, device=device, custom_objects={"policy_kwargs": kwargs})
+
+
+def _load_trusted_dqn(path: Path, optimizations: OptimizationSettings | None, env: Any, device: Any) -> SnakeDQN:
+    return SnakeDQN.load(path, env=env, device=device, optimizations=optimizations)
+
+
+#: SB3's own (pickle-reading) loader of each learner, by the name its files give it.
+_TRUSTED_LOADERS = {"PQN": _load_trusted_pqn, "SnakeDQN": _load_trusted_dqn}
 
 
 def _described_algorithm(path: Path) -> str:
@@ -179,6 +189,47 @@ def _check_snake_model(model: Model, path: Path) -> None:
         )
 
 
+def _rebuild_pqn(
+    policy: str,
+    env: Any,
+    device: Any,
+    optimizations: Any,
+    policy_kwargs: Any,
+    hyperparameters: dict,
+    for_training: bool,
+) -> PQN:
+    return PQN(policy, env, device=device, policy_kwargs=policy_kwargs, _init_setup_model=False, **hyperparameters)
+
+
+def _rebuild_dqn(
+    policy: str,
+    env: Any,
+    device: Any,
+    optimizations: Any,
+    policy_kwargs: Any,
+    hyperparameters: dict,
+    for_training: bool,
+) -> SnakeDQN:
+    train_freq = (hyperparameters.pop("train_freq"), hyperparameters.pop("train_freq_unit"))
+    if not for_training:
+        hyperparameters["buffer_size"] = 1  # a model that only acts keeps no replay buffer
+    return SnakeDQN(
+        policy,
+        env=env,
+        device=device,
+        optimizations=optimizations,
+        policy_kwargs=policy_kwargs,
+        train_freq=train_freq,
+        _init_setup_model=False,
+        **hyperparameters,
+    )
+
+
+#: Each learner's model rebuilt, unset up, from the arguments its file describes, by the name its
+#: files give it (a description without one was written by SnakeDQN before PQN existed).
+_REBUILDERS = {"PQN": _rebuild_pqn, "SnakeDQN": _rebuild_dqn}
+
+
 def _load_safely(
     path: Path,
     metadata: dict[str, Any],
@@ -190,29 +241,8 @@ def _load_safely(
     hyperparameters = dict(metadata["hyperparameters"])
     policy_kwargs = described_policy_kwargs(metadata)
     try:
-        if metadata.get("algorithm") == "PQN":
-            model: Model = PQN(
-                metadata["policy"],
-                env,
-                device=device,
-                policy_kwargs=policy_kwargs,
-                _init_setup_model=False,
-                **hyperparameters,
-            )
-        else:
-            train_freq = (hyperparameters.pop("train_freq"), hyperparameters.pop("train_freq_unit"))
-            if not for_training:
-                hyperparameters["buffer_size"] = 1
-            model = SnakeDQN(
-                metadata["policy"],
-                env=env,
-                device=device,
-                optimizations=optimizations,
-                policy_kwargs=policy_kwargs,
-                train_freq=train_freq,
-                _init_setup_model=False,
-                **hyperparameters,
-            )
+        rebuild = _REBUILDERS[metadata.get("algorithm", "SnakeDQN")]
+        model = rebuild(metadata["policy"], env, device, optimizations, policy_kwargs, hyperparameters, for_training)
     except (TypeError, ValueError) as error:
         raise UsageError(f"model file {path} has a malformed {METADATA_ENTRY}: {error}") from None
     if env is None:

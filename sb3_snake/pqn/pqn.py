@@ -60,7 +60,7 @@ class PQN(BaseAlgorithm):
     """Parallelised Q-Network: epsilon-greedy rollouts of many games, Q(lambda) targets, no
     replay buffer, no target network.
 
-    The defaults, measured on 10x10 Snake (docs/benchmarks.md, "PQN"), are the paper's MinAtar
+    The defaults, measured on 10x10 Snake (docs/benchmarks.md, "PQN, the default learner"), are the paper's MinAtar
     ones: 32 moves of each game per rollout (128 games: 4,096 samples), two passes of 32
     minibatches of 128 (two gradient samples per env step, in 64 steps), lambda 0.65, lr 5e-4;
     the greedy policy plays weights averaged over a half-life of 100,000 env steps.
@@ -81,7 +81,7 @@ class PQN(BaseAlgorithm):
     :param exploration_final_eps: epsilon after ``exploration_steps``.
     :param exploration_steps: env steps (all games together) over which epsilon falls linearly
         (each game draws its own exploration every move); short, as PQN learns only from the
-        games it plays (docs/benchmarks.md, "PQN's exploration").
+        games it plays (docs/research-log.md, "PQN's exploration").
     :param max_grad_norm: the gradients' norm is clipped to this.
     :param food_shaping: scale of potential-based reward shaping towards the food in the
         targets (:mod:`sb3_snake.q_learning.targets`; 0: off); needs Snake boards.

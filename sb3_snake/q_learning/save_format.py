@@ -15,7 +15,7 @@ import json
 import os
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import torch
@@ -58,12 +58,22 @@ METADATA_FORMAT = "sb3-snake model"
 #: (a version-1 PQN file of that policy naming no extractor was built on ``SnakeAttentionExtractor``).
 METADATA_VERSION = 2
 
-#: The learners a description may name (a learner's ``description_name``), with the names of the
-#: policies each takes and its counters (a description without ``algorithm`` was written by
-#: SnakeDQN before PQN existed).
-ALGORITHMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "SnakeDQN": (DQN_POLICIES, COUNTERS),
-    "PQN": (PQN_POLICIES, PQN_COUNTERS),
+
+class FileSchema(NamedTuple):
+    """What one learner's files hold: the policies it takes, its counters, and its
+    hyperparameters' ranges with those every file of it has held."""
+
+    policies: tuple[str, ...]
+    counters: tuple[str, ...]
+    hyperparameters: dict[str, Any]
+    required: tuple[str, ...]
+
+
+#: The learners a description may name (a learner's ``description_name``), and each one's
+#: :class:`FileSchema` (a description without ``algorithm`` was written by SnakeDQN before PQN existed).
+ALGORITHMS: dict[str, FileSchema] = {
+    "SnakeDQN": FileSchema(DQN_POLICIES, COUNTERS, HYPERPARAMETER_SCHEMA, REQUIRED_HYPERPARAMETERS),
+    "PQN": FileSchema(PQN_POLICIES, PQN_COUNTERS, PQN_HYPERPARAMETER_SCHEMA, PQN_REQUIRED_HYPERPARAMETERS),
 }
 
 #: The largest board a model file may describe (the head view alone grows with its square).
@@ -142,7 +152,7 @@ def metadata(model: Any) -> dict[str, Any]:
         "n_envs": model.n_envs,
         "policy_kwargs": encode_policy_kwargs(model.policy_kwargs),
         "hyperparameters": model.hyperparameters(),
-        "counters": {name: getattr(model, name) for name in ALGORITHMS[algorithm][1]},
+        "counters": {name: getattr(model, name) for name in ALGORITHMS[algorithm].counters},
     }
 
 
@@ -261,7 +271,8 @@ def metadata_problem(described: Any) -> str:
     algorithm = described.get("algorithm", "SnakeDQN")
     if algorithm not in ALGORITHMS:
         return f"algorithm {algorithm!r} is not one of {', '.join(ALGORITHMS)}"
-    aliases = ALGORITHMS[algorithm][0]
+    schema = ALGORITHMS[algorithm]
+    aliases = schema.policies
     if described.get("policy") not in aliases:
         return f"policy {described.get('policy')!r} is not one of {', '.join(aliases)}"
     if described.get("policy_kwargs") is None:
@@ -273,14 +284,9 @@ def metadata_problem(described: Any) -> str:
             return f"{section} hold values that are not plain numbers"
     if type(described.get("n_envs")) is not int or not 1 <= described["n_envs"] <= MAX_ENVS:
         return f"n_envs is not an integer from 1 to {MAX_ENVS}"
-    schema, required = (
-        (PQN_HYPERPARAMETER_SCHEMA, PQN_REQUIRED_HYPERPARAMETERS)
-        if algorithm == "PQN"
-        else (HYPERPARAMETER_SCHEMA, REQUIRED_HYPERPARAMETERS)
-    )
-    counters = {name: COUNTER_SCHEMA[name] for name in ALGORITHMS[algorithm][1]}
+    counters = {name: COUNTER_SCHEMA[name] for name in schema.counters}
     return (
-        section_problem("hyperparameters", described["hyperparameters"], schema, required)
+        section_problem("hyperparameters", described["hyperparameters"], schema.hyperparameters, schema.required)
         or section_problem("counters", described["counters"], counters, ())
         or policy_kwargs_problem(described["policy_kwargs"])
     )

@@ -32,6 +32,7 @@ from sb3_snake.training.evaluation import MAX_SEED
 from sb3_snake.training.roles import (
     ALGORITHM,
     ALGORITHMS,
+    BATCHES_FROM,
     BOARD,
     DEFAULT_LEARNER,
     DQN_RUN_OPTION,
@@ -293,7 +294,7 @@ class TrainConfig:
                 f"embed_dim must be an even number (2 attention heads) from 2 to {MAX_WIDTH}, got {self.embed_dim}",
             ),
             (
-                self.algo == "dqn" or self.batch_size == AUTO or self.rollout_samples % self.batch_size == 0,
+                not self.batches_from_rollout or self.batch_size == AUTO or self.rollout_samples % self.batch_size == 0,
                 f"batch_size must divide PQN's rollout of {self.rollout_samples} samples ({self.n_envs} games x "
                 f"{self.rollout_steps} moves) into minibatches of one size, got {self.batch_size}: "
                 f"use a divisor such as {divisors_near(self.rollout_samples, self.batch_size)}, "
@@ -318,6 +319,12 @@ class TrainConfig:
         return self.sources.get(name, "default")
 
     @property
+    def batches_from_rollout(self) -> bool:
+        """Whether the learner cuts its batches from the rollout it played (PQN), rather than
+        drawing them from a replay buffer (:data:`~sb3_snake.training.roles.BATCHES_FROM`)."""
+        return BATCHES_FROM[self.algo] == "rollout"
+
+    @property
     def rollout_samples(self) -> int:
         """The samples of one PQN rollout: every game's ``rollout_steps`` moves."""
         return self.n_envs * self.rollout_steps
@@ -325,14 +332,14 @@ class TrainConfig:
     @property
     def max_batch_size(self) -> int:
         """The largest batch the learner can draw: the replay buffer's size (dqn), a rollout (pqn)."""
-        return self.rollout_samples if self.algo == "pqn" else self.buffer_size
+        return self.rollout_samples if self.batches_from_rollout else self.buffer_size
 
     @property
     def planned_batch_size(self) -> int:
         """The batch size a run plans for before ``auto`` is measured: the largest it may choose."""
         if self.batch_size != AUTO:
             return self.batch_size
-        return max(batch_candidates(self.max_batch_size, divides=self.algo == "pqn"))
+        return max(batch_candidates(self.max_batch_size, divides=self.batches_from_rollout))
 
     def batch(self) -> int:
         if self.batch_size == AUTO:

@@ -6,17 +6,25 @@ program's file), a file that is not what training writes is one UsageError namin
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from sb3_snake.common.errors import UsageError
-from sb3_snake.common.paths import atomic_write, check_writable_file
+from sb3_snake.common.paths import atomic_write, check_writable_file, read_json
 
 #: The lists of ``episodes.json`` that the plot draws, one number per finished episode.
 PLOTTED = ("scores", "env_steps", "wall_seconds")
+
+
+def save_png(figure: Any, output: Path) -> None:
+    """Lay ``figure`` out and write it to ``output`` as a PNG, atomically: a failed write leaves
+    no partial image."""
+    figure.tight_layout()
+    with atomic_write(output) as temporary:
+        figure.savefig(temporary, dpi=100, format="png")
 
 
 def moving_average(values: np.ndarray, window: int) -> np.ndarray:
@@ -39,16 +47,7 @@ def read_episodes(source: Path) -> dict[str, np.ndarray]:
     """The :data:`PLOTTED` lists of an ``episodes.json``, checked: one UsageError naming ``source``
     for a file that is not a JSON object of equally long lists of finite numbers."""
     fix = "plot a run folder written by sb3-snake train"
-    if not source.exists():
-        raise UsageError(f"{source} does not exist; {fix}")
-    if not source.is_file():
-        raise UsageError(f"{source} is not a regular file; {fix}")
-    try:
-        record = json.loads(source.read_bytes().decode("utf-8"))
-    except OSError as error:
-        raise UsageError(f"{source} cannot be read ({error.strerror or error})") from None
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):  # RecursionError: nested too deep
-        raise UsageError(f"{source} is not the JSON that training writes; {fix}") from None
+    record = read_json(source, fix, what="the JSON that training writes")
     if not isinstance(record, dict):
         raise UsageError(f"{source} holds a JSON {type(record).__name__}, not an object of episode lists; {fix}")
     columns = {}
@@ -103,9 +102,7 @@ def plot_learning_curve(run_dir: Path, output: Path | None = None, window: int =
         axes[0].set_ylabel("food eaten")
         axes[0].legend(loc="upper left")
         figure.suptitle(f"{Path(run_dir).name}: {len(scores)} episodes, final mean {average[-1]:.2f}")
-        figure.tight_layout()
-        with atomic_write(output) as temporary:
-            figure.savefig(temporary, dpi=100, format="png")
+        save_png(figure, output)
     finally:
         plt.close(figure)
     return output

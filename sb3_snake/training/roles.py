@@ -19,7 +19,7 @@ LEARNER, DQN, PQN_GROUP = "Learner (both)", "DQN hyperparameters (--algo dqn)", 
 #: Q(lambda), no replay buffer), both through the optimization layer.
 ALGORITHMS = ("dqn", "pqn")
 #: The learner ``sb3-snake train`` trains when ``--algo`` is not given: the one that plays best at
-#: the quick start, at one minute and at fifteen (docs/benchmarks.md, "Which learner trains").
+#: the quick start, at one minute and at fifteen (docs/benchmarks.md, "One system that wins").
 DEFAULT_LEARNER = "pqn"
 #: Why it is, as a run's summary says (the measurements: docs/benchmarks.md).
 DEFAULT_LEARNER_REASON = (
@@ -46,7 +46,7 @@ PQN_SNAKE_DEFAULTS = {"n_epochs": 4}
 #: epsilon decay (beside :data:`PQN_SNAKE_DEFAULTS`) and two that make its exploring games
 #: Snake's: safe exploration, which PQN's class leaves off as it reads Snake boards only (on Snake
 #: it won far more games per env step), and a final epsilon of 0.005, under which the exploring
-#: games score within a few food of the greedy ones (docs/benchmarks.md, "PQN's levers").
+#: games score within a few food of the greedy ones (docs/research-log.md, "PQN's levers per env step, 10x10").
 LEARNER_DEFAULTS = {
     "dqn": {
         "policy": "attention",
@@ -68,12 +68,17 @@ LEARNER_DEFAULTS = {
         "symmetry_augmentation": PQN_DEFAULTS["symmetry_augmentation"],
         "learning_rate_half_life": PQN_DEFAULTS["learning_rate_half_life"],
         "safe_exploration": True,
-        # On for Snake here, off in PQN's class, which takes any VecEnv (docs/benchmarks.md, "PQN's fatal moves").
+        # On for Snake here, off in PQN's class, which takes any VecEnv
+        # (docs/research-log.md, "PQN's fatal moves and stalls in the package").
         "fatal_move_targets": True,
         "stall_as_death": True,
         "averaging_half_life": PQN_DEFAULTS["averaging_half_life"],
     },
 }
+
+#: Where each learner draws its batches from: a replay buffer, or the rollout it just played
+#: (whose samples a batch size must then divide). The config needs it before any model exists.
+BATCHES_FROM = {"dqn": "replay buffer", "pqn": "rollout"}
 
 #: Where a value the learner's default gave says it came from (a config's ``sources``).
 LEARNER_DEFAULT_SOURCES = {algo: f"{algo}'s default" for algo in LEARNER_DEFAULTS}

@@ -26,7 +26,7 @@ from sb3_snake.acceleration.description import summary_lines
 from sb3_snake.acceleration.settings import OptimizationSettings
 from sb3_snake.autotune import resolve_auto
 from sb3_snake.common.console import plain_console
-from sb3_snake.common.errors import OutputError, TrainingDiverged, UsageError
+from sb3_snake.common.errors import OutputError, TrainingDiverged
 from sb3_snake.common.paths import check_writable_dir
 from sb3_snake.common.system import capabilities, resolve_device
 from sb3_snake.dqn.snake_dqn import SnakeDQN
@@ -34,23 +34,19 @@ from sb3_snake.envs import BatchedSnakeVecEnv
 from sb3_snake.persistence import (
     legacy_replay_buffer_path,
     load_model,
-    load_replay_buffer,
     replay_buffer_path,
     write_json,
 )
 from sb3_snake.pqn import PQN
 from sb3_snake.training.callbacks import EpisodeRecord, RunCallbacks, RunCancelled, StopRequest
 from sb3_snake.training.config import MAX_TIMESTEPS, POLICY_ALIASES_BY_OPTION, TrainConfig
+from sb3_snake.training.learners import learner
 from sb3_snake.training.memory import check_memory
-from sb3_snake.training.resume import apply_config, apply_pqn_config
 from sb3_snake.training.roles import DEFAULT_LEARNER
 from sb3_snake.training.run_directory import claim_run_directory
 from sb3_snake.training.run_files import PROGRESS_NAME, ProgressCSV, check_run_files
 from sb3_snake.training.summary import Outcome, batch_size_source, build_summary, save_run, trained_hyperparameters
 from sb3_snake.training.tracking import WandbOptions, WandbOutput, WandbRun, resolve_mode
-
-#: PQN rollouts between SB3's log lines (PQN's own default: 40,960 env steps with its 128 games).
-PQN_LOG_INTERVAL = 10
 
 
 def train(
@@ -138,8 +134,7 @@ def check_before_measuring(config: TrainConfig) -> None:
     """Refuse a batch the buffer cannot hold, or a run that cannot fit in memory (with the largest
     batch ``auto`` could choose), before anything is measured (a PQN batch that does not divide
     the rollout is the config's own refusal)."""
-    if config.algo == "dqn":
-        config.check_batch_size()
+    learner(config.algo).check(config)
     check_memory(config)
 
 
@@ -152,19 +147,17 @@ def resolve_settings(
     :func:`sb3_snake.autotune.resolve_auto`; the batch size's source says how."""
     notify = (lambda line: console.print(line, highlight=False, soft_wrap=True)) if console else (lambda line: None)
     device = resolve_device(config.device)
-    pqn = config.algo == "pqn"
-    policy_kwargs = {"policy": POLICY_ALIASES_BY_OPTION[config.policy], **config.pqn_policy_kwargs()} if pqn else None
     settings, batch_size, batch_source = resolve_auto(
         settings,
         config.batch_size,
         device,
-        policy_kwargs or config.policy_kwargs(),
+        learner(config.algo).network(config),
         config.board_size,
         max_batch_size=config.max_batch_size,
         countdown=config.countdown,
         progress=notify,
         learner=config.algo,
-        rollout=(config.n_envs, config.rollout_steps),
+        rollout=(config.n_envs, config.rollout_steps) if config.batches_from_rollout else None,
         allow_measure=allow_measure,
     )
     if batch_source is not None:
@@ -196,22 +189,11 @@ def build_model(
     device = resolve_device(config.device)
     config, settings = resolve_settings(config, settings)
     env = build_env(config)
-    if config.algo == "pqn":
-        if resume is not None:
-            model = load_model(resume, settings, trusted=trusted, env=env, device=device, for_training=True)
-            apply_pqn_config(model, config)
-            return model
-        policy = POLICY_ALIASES_BY_OPTION[config.policy]
-        kwargs = config.pqn_kwargs()
-        return PQN(
-            policy, env, optimizations=settings, device=device, policy_kwargs=config.pqn_policy_kwargs(), **kwargs
-        )
     if resume is None:
-        kwargs = config.dqn_kwargs()
-        return SnakeDQN("AttentionPolicy", env, optimizations=settings, device=device, **kwargs)
+        policy, kwargs = learner(config.algo).arguments(config)
+        return learner(config.algo).model_class(policy, env, optimizations=settings, device=device, **kwargs)
     model = load_model(resume, settings, trusted=trusted, env=env, device=device, for_training=True)
-    apply_config(model, config)
-    _load_saved_replay_buffer(model, Path(resume), trusted)
+    learner(config.algo).resume(model, config, Path(resume), trusted)
     return model
 
 
@@ -231,30 +213,13 @@ def build_env(config: TrainConfig, n_envs: int | None = None) -> BatchedSnakeVec
     )
 
 
-def _load_saved_replay_buffer(model: SnakeDQN, model_path: Path, trusted: bool) -> None:
-    buffer, legacy = replay_buffer_path(model_path), legacy_replay_buffer_path(model_path)
-    if buffer.is_file():
-        load_replay_buffer(model, buffer)
-    elif legacy.is_file():
-        if not trusted:
-            raise UsageError(
-                f"{legacy} is a pickled replay buffer, which can run code when loaded: move it away to resume "
-                "without it, or load it trusted",
-                fix={"trust_model": True},
-            )
-        try:
-            model.load_replay_buffer(legacy)
-        except Exception as error:  # noqa: BLE001 - a truncated or foreign pickle
-            raise UsageError(f"replay buffer {legacy} cannot be read ({type(error).__name__}: {error})") from None
-
-
 # ---------------------------------------------------------------------- what the run shows and logs
 
 
 def learner_line(config: TrainConfig) -> str:
     """The learner and its network in words, and whether it is the default: ``PQN (MlpPolicy; the
     default learner)``."""
-    name = {"dqn": "SnakeDQN", "pqn": "PQN"}[config.algo]
+    name = learner(config.algo).name
     why = "the default learner" if config.algo == DEFAULT_LEARNER else "--algo " + config.algo
     return f"{name} ({POLICY_ALIASES_BY_OPTION[config.policy]}; {why})"
 
@@ -349,7 +314,7 @@ def learn(
             callback=CallbackList(callbacks.all),
             reset_num_timesteps=not resumed,
             # SB3's count: episodes for DQN (one line per round of games), rollouts for PQN.
-            log_interval=max(1, config.n_envs) if config.algo == "dqn" else PQN_LOG_INTERVAL,
+            log_interval=learner(config.algo).log_interval(config),
         )
     except TrainingDiverged as error:
         diverged = error

@@ -14,10 +14,8 @@ from sb3_snake.pqn import PQN
 from sb3_snake.training.callbacks import EpisodeRecord, RunCallbacks
 from sb3_snake.training.config import MODEL_FIELDS, POLICY_ALIASES_BY_OPTION, PQN_ARGUMENTS, TrainConfig, fields_of
 from sb3_snake.training.evaluation import latest_evaluation
+from sb3_snake.training.learners import learner
 from sb3_snake.training.roles import DEFAULT_LEARNER, DEFAULT_LEARNER_REASON
-
-#: The option of each PQN argument that an option names otherwise (its rollout: ``rollout_steps``).
-PQN_OPTIONS = {argument: name for name, argument in PQN_ARGUMENTS.items() if argument != name}
 
 
 @dataclass(frozen=True)
@@ -31,8 +29,9 @@ class Outcome:
 
 
 def batch_size_source(config: TrainConfig) -> str:
-    """Where the batch size came from (the config's source); for PQN, also how it cuts a rollout."""
-    if config.algo == "pqn" and config.batch_size != "auto":
+    """Where the batch size came from (the config's source); for a learner whose batches are cut
+    from a rollout, also how it cuts it."""
+    if config.batches_from_rollout and config.batch_size != "auto":
         minibatches = config.rollout_samples // config.batch_size
         rollout = f"{config.rollout_steps} moves x {config.n_envs} games in {minibatches} minibatches"
         return f"{config.source('batch_size')}; {rollout}"
@@ -40,8 +39,8 @@ def batch_size_source(config: TrainConfig) -> str:
 
 
 def trained_hyperparameters(model: SnakeDQN | PQN, config: TrainConfig) -> dict[str, Any]:
-    """What the model really trains with (read from it), beside the run's own options (those of
-    the other learner left out: they were not used)."""
+    """What the model really trains with (read from it by its learner), beside the run's own
+    options (the learners' own options left out: the model's values stand for those it used)."""
     unused = (
         *MODEL_FIELDS,
         *PQN_ARGUMENTS,
@@ -49,28 +48,7 @@ def trained_hyperparameters(model: SnakeDQN | PQN, config: TrainConfig) -> dict[
         "sources",
     )
     run_options = {name: value for name, value in asdict(config).items() if name not in unused}
-    if isinstance(model, PQN):
-        trained = model.hyperparameters()
-        return {
-            **run_options,
-            **{PQN_OPTIONS.get(name, name): value for name, value in trained.items()},  # as the options name them
-            "policy": POLICY_ALIASES_BY_OPTION[config.policy],
-            "n_envs": model.n_envs,
-            "batch_size": model.batch_size,
-            "gradient_samples_per_env_step": model.n_epochs,
-        }
-    values = model.hyperparameters()
-    actual_ratio = values["batch_size"] * values["gradient_steps"] / (values["train_freq"] * model.n_envs)
-    return {
-        **run_options,
-        **values,
-        "policy": "AttentionPolicy",
-        "replay_buffer": type(model.replay_buffer).__name__,
-        "n_envs": model.n_envs,
-        "replay_ratio": actual_ratio,
-        "train_freq": values["train_freq"],
-        "gradient_steps": values["gradient_steps"],
-    }
+    return {**run_options, **learner(config.algo).hyperparameters(model)}
 
 
 def build_summary(

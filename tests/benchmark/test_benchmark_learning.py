@@ -25,6 +25,8 @@ from sb3_snake.benchmark.learning import (
     format_summary,
     paired_differences,
     plot_learning_benchmark,
+    plot_reports,
+    report_files,
     run_in_process,
     run_learning_benchmark,
     run_system,
@@ -32,6 +34,7 @@ from sb3_snake.benchmark.learning import (
     spread,
     summarize,
     time_to_score,
+    training_speed,
 )
 from sb3_snake.common.errors import UsageError
 
@@ -374,6 +377,9 @@ def test_every_system_trains_saves_on_the_clock_and_its_checkpoints_play(tmp_pat
         assert all(p["mean_score"] >= 0 and p["max_score"] >= p["median_score"] for p in curve)
         assert all(sum(p["ends"].values()) == 3 for p in curve)  # how each of the 3 games ended
         assert all(p["win_rate"] == p["ends"]["won"] / 3 and p["max_length"] >= p["mean_length"] for p in curve)
+        # The exploring games' mean, as learning left it at each checkpoint, once a game has ended: 6x6 scores.
+        assert [p["exploring_score"] for p in curve] == [c["exploring_score"] for c in run["checkpoints"]]
+        assert curve[-1]["exploring_score"] is not None and 0 <= curve[-1]["exploring_score"] <= 33
     assert runs[0]["batch_size"] == 32  # the file's batch size reached the run
     assert isinstance(DQN.load(runs[1]["checkpoints"][0]["path"]), DQN)
     assert isinstance(PPO.load(runs[2]["checkpoints"][0]["path"]), PPO)
@@ -814,6 +820,7 @@ def test_plain_sb3_ppo_and_pqn_train_to_a_budget_of_env_steps(tmp_path):
         assert all(c["env_steps"] >= c["due_env_steps"] for c in run["checkpoints"]) and run["threads"] == 1
         games = {"plain_sb3": 1, "sb3_ppo": 64, "pqn": 128}[system]  # the env steps of one move of every game
         assert run["checkpoints"][-1]["env_steps"] == run["env_steps"] < 1000 + games
+        assert 0 <= run["checkpoints"][-1]["exploring_score"] <= 22  # 5x5 games have ended while learning
 
 
 @pytest.mark.slow
@@ -857,3 +864,190 @@ def test_runs_side_by_side_learn_exactly_what_they_learn_one_after_another(tmp_p
     assert [seed for seed, _, _ in results[1]] == [0, 1]
     assert [len(curve) for _, curve, _ in results[1]] == [2, 2]
     assert results[2] == results[1]
+
+
+# --- the speed, the exploring games, and reports drawn together (sb3-snake plot FILE...) ---------
+
+
+def test_the_speed_is_the_env_steps_per_second_from_the_first_checkpoint_to_the_last():
+    curve = [
+        {"seconds": 30.0, "env_steps": 1000},
+        {"seconds": 60.0, "env_steps": 4000},
+        {"seconds": 90.0, "env_steps": 7000},
+    ]
+    assert training_speed(curve) == 100.0  # the 30 s of start-up and their 1,000 env steps left out
+    assert training_speed(curve[:1]) is None and training_speed([]) is None
+    runs = [fake_run("sb3_snake", seed, [5, 12, 22]) for seed in (0, 1)]
+    for run, rate in zip(runs, (100, 300), strict=True):
+        for point in run["curve"]:
+            point["env_steps"] = rate * point["seconds"]
+    summary = summarize(runs)
+    assert summary["sb3_snake"]["env_steps_per_second"] == pytest.approx({"median": 200, "min": 100, "max": 300})
+    table = format_summary({"summary": summary})
+    assert "speed of sb3_snake from its first checkpoint to its last: 200 env steps/s (100-300)" in table
+    assert "env_steps_per_second" not in summarize([fake_run("sb3_snake", 0, [5])])["sb3_snake"]
+
+
+def test_each_checkpoint_records_the_mean_score_of_the_last_exploring_games_from_standard_starts():
+    import numpy as np
+
+    clock = FakeClock()
+    callback, _, _ = checkpoints_on(clock, every=10.0, budget=35.0)
+
+    def finish(*games):
+        """``games`` (score, long start) end in this step; one more env's game goes on (score 99)."""
+        infos = [{"score": score, "long_start": long} for score, long in games] + [{"score": 99}]
+        callback.locals = {"dones": np.array([True] * len(games) + [False]), "infos": infos}
+
+    step(callback, clock, 10.0)  # a checkpoint before any game ended
+    finish((4, False), (30, True))  # a long start's score says little of the standard game
+    step(callback, clock, 10.0)
+    finish(*[(score, False) for score in range(200)])  # of more than 100 games, the last 100 count
+    step(callback, clock, 10.0)
+    assert [c["exploring_score"] for c in callback.saved] == [None, 4.0, 149.5]
+
+
+def learning_report(runs, cpu="AMD EPYC", episodes=100):
+    """A report shaped like benchmark-learning's files (benchmark_results/**/learning_*.json),
+    cut to what a picture reads: ``runs`` are (system, arm or None, seed, greedy scores a minute apart)."""
+    return {
+        "benchmark": "learning",
+        "system": {"cpu": cpu, "cpu_cores": 2, "torch": "2.13.0+cpu", "cpu_id": None},
+        "plan": {"minutes": 3.0, "every_seconds": 60.0, "seeds": [0], "episodes": episodes},
+        "runs": [
+            {
+                "system": system,
+                **({"arm": arm} if arm else {}),
+                "seed": seed,
+                "env_steps": 60_000 * len(scores),
+                "curve": [
+                    {"seconds": 60.0 * k, "due_seconds": 60.0 * k, "minutes": k, "env_steps": 60_000 * k}
+                    | {"mean_score": score, "win_rate": 0.0}
+                    for k, score in enumerate(scores, 1)
+                ],
+            }
+            for system, arm, seed, scores in runs
+        ],
+        "failed_runs": [],
+    }
+
+
+def write_pair(folder):
+    """Two settings run in pairs, a file per setting and seed, as the research log's endgame pair."""
+    for seed in (0, 1):
+        (folder / f"learning_x-old-seed{seed}.json").write_text(
+            json.dumps(learning_report([("sb3_snake", None, seed, [20, 28, 30])]))
+        )
+        (folder / f"learning_x-new-seed{seed}.json").write_text(
+            json.dumps(learning_report([("sb3_snake", None, seed, [25, 33, 38])]))
+        )
+
+
+def test_report_files_glob_a_labelled_pattern_and_take_a_file_as_it_is(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for name in ("learning_b-new.json", "learning_a-new.json", "lr=0.5.json"):
+        (tmp_path / name).write_text("{}")
+    assert report_files(["new=learning_*-new.json", "lr=0.5.json", "learning_*-new.json"]) == [
+        ("new", Path("learning_a-new.json")),
+        ("new", Path("learning_b-new.json")),
+        (None, Path("lr=0.5.json")),  # a file whose name holds '=' is a file
+        (None, Path("learning_a-new.json")),  # a glob the shell left alone
+        (None, Path("learning_b-new.json")),
+    ]
+
+
+def test_reports_drawn_together_take_their_arm_from_the_label_else_from_the_run(tmp_path, monkeypatch):
+    import sb3_snake.benchmark.learning.pictures as pictures
+
+    drawn = {}
+
+    def draw(panels, lines, legend, episodes, title, output):
+        drawn.update(panels=panels, arms=[arm for arm, _ in lines], legend=legend, episodes=episodes, title=title)
+        return output
+
+    monkeypatch.setattr(pictures, "_draw", draw)
+    write_pair(tmp_path)
+    both = [("sb3_snake", None, 0, [1]), ("plain_sb3", None, 0, [1])]
+    (tmp_path / "both.json").write_text(json.dumps(learning_report(both, cpu="Intel Xeon", episodes=200)))
+    old, new = f"old={tmp_path}/learning_*-old-*.json", f"new={tmp_path}/learning_*-new-*.json"
+    plot_reports(report_files([old, new, str(tmp_path / "both.json")]), tmp_path / "pair.png")
+    assert drawn["panels"] == ["minutes", "env_steps"]
+    assert drawn["arms"] == ["old", "old", "new", "new", "sb3_snake", "plain_sb3"]
+    legend = {"old": "old", "new": "new", "sb3_snake": "sb3-snake train", "plain_sb3": 'plain SB3 DQN("MlpPolicy")'}
+    assert drawn["legend"] == legend and drawn["episodes"] == "100/200"
+    assert drawn["title"] == "AMD EPYC, 2 cores, torch 2.13.0+cpu; Intel Xeon, 2 cores, torch 2.13.0+cpu"
+    plot_reports(report_files([f"mixed={tmp_path / 'both.json'}"]), tmp_path / "mixed.png")
+    assert drawn["arms"] == ["mixed: sb3_snake", "mixed: plain_sb3"]  # a label keeps a file's systems apart
+    # Seeds of one system split over files (--first-seed) are one arm without a label.
+    plot_reports(report_files(sorted(map(str, tmp_path.glob("learning_x-old-*.json")))), tmp_path / "seeds.png")
+    assert drawn["arms"] == ["sb3_snake", "sb3_snake"]
+
+
+def test_each_arm_has_a_colour_of_its_own_its_systems_where_still_free():
+    from sb3_snake.benchmark.learning.pictures import COLOURS, PALETTE, arm_colours
+
+    assert arm_colours(list(COLOURS)[:4]) == {system: COLOURS[system] for system in list(COLOURS)[:4]}
+    assert arm_colours(["A", "B", "A"]) == {"A": "tab:blue", "B": "tab:orange"}
+    colours = arm_colours(["old", "new", "sb3_snake", "B"])
+    assert colours["old"] == "tab:blue" and colours["new"] == "tab:orange" and len(set(colours.values())) == 4
+    assert len(set(arm_colours([f"arm {n}" for n in range(len(PALETTE))]).values())) == len(PALETTE)
+
+
+def test_plot_draws_benchmark_learning_files_into_one_picture_against_minutes_and_env_steps(tmp_path):
+    from PIL import Image
+    from typer.testing import CliRunner
+
+    from sb3_snake.cli import app
+
+    write_pair(tmp_path)
+    picture = tmp_path / "pair.png"
+    arms = [f"old defaults={tmp_path}/learning_*-old-*.json", f"endgame={tmp_path}/learning_*-new-*.json"]
+    result = CliRunner().invoke(app, ["plot", *arms, "--output", str(picture)])
+    assert result.exit_code == 0 and result.output == f"saved {picture}\n", result.output
+    image = Image.open(picture).convert("RGB")
+    assert image.size == (1600, 450)  # two panels side by side
+    pixels = set(image.getdata())
+    for red, green, blue in ((31, 119, 180), (255, 127, 14)):  # tab:blue and tab:orange, at alpha 0.8 over white
+        blended = (0.8 * red + 51, 0.8 * green + 51, 0.8 * blue + 51)
+        assert any(all(abs(a - b) <= 3 for a, b in zip(pixel, blended, strict=True)) for pixel in pixels)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["old.json"], "give --output, the PNG to draw the benchmark-learning files into"),
+        (["missing.json", "--output", "o.png"], "missing.json does not exist"),
+        (["old.json", "--output", "o.txt"], "plot output o.txt must end in .png"),
+        (["text.json", "--output", "o.png"], "text.json is not JSON"),
+        (["other.json", "--output", "o.png"], 'other.json is not a benchmark-learning report: it has no "benchmark"'),
+        (
+            ["nan.json", "--output", "o.png"],
+            "nan.json .* seed 0 lacks a number for one of mean_score, minutes, env_steps",
+        ),
+        (["failed.json", "--output", "o.png"], "the 1 file.s. hold no run to draw"),
+        (["=old.json", "--output", "o.png"], "an arm is LABEL=PATTERN, both non-empty"),
+        (["arm=nothing*.json", "--output", "o.png"], "no file matches nothing.*.json .the arm 'arm'."),
+        (["old.json", "runs", "--output", "o.png"], "benchmark-learning file runs is a folder"),
+        (["runs", "runs"], "plot draws one run folder, got 2"),
+    ],
+)
+def test_plot_refuses_what_is_not_benchmark_learning_files_in_one_line(tmp_path, monkeypatch, args, message):
+    import re
+
+    from typer.testing import CliRunner
+
+    from sb3_snake.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "old.json").write_text(json.dumps(learning_report([("sb3_snake", None, 0, [20])])))
+    (tmp_path / "text.json").write_text("mean score 20")
+    (tmp_path / "other.json").write_text(json.dumps({"benchmark": "gradient_step", "runs": []}))
+    nan = learning_report([("sb3_snake", None, 0, [20])])
+    nan["runs"][0]["curve"][0]["env_steps"] = float("nan")
+    (tmp_path / "nan.json").write_text(json.dumps(nan))
+    (tmp_path / "failed.json").write_text(json.dumps(learning_report([])))
+    result = CliRunner().invoke(app, ["plot", *args])
+    assert result.exit_code == 2, result.output
+    assert re.fullmatch(f"error: [^\n]*{message}[^\n]*\n", result.output), result.output
+    assert not list(tmp_path.glob("*.png")) and not list(tmp_path.glob("*.txt"))

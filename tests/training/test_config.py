@@ -23,8 +23,8 @@ from sb3_snake.training.config import (
     TrainConfig,
     option_values,
 )
+from sb3_snake.training.learners.dqn import EXTRACTOR_DEFAULTS
 from sb3_snake.training.memory import check_memory, memory_estimate
-from sb3_snake.training.resume import EXTRACTOR_DEFAULTS
 from sb3_snake.training.roles import DQN, ENVIRONMENT, LEARNER, PQN_DEFAULTS, PQN_GROUP, RUN, Role
 from sb3_snake.training.schedule import schedule_kwargs, update_schedule
 from tests.conftest import FAST, tiny_config

@@ -22,12 +22,12 @@ from sb3_snake.cli import app
 from sb3_snake.common.errors import UsageError
 from sb3_snake.training.config import TrainConfig
 from sb3_snake.training.hyperparameters import check_hyperparameters
+from sb3_snake.training.learners import LEARNERS
 from sb3_snake.training.tuning import (
     TUNE_SEED_OFFSET,
     TuneConfig,
     finish,
     load_study,
-    sample_hyperparameters,
     trial_config,
     tune,
     write_report,
@@ -39,7 +39,7 @@ TINY_TRIAL = TrainConfig(
     algo="dqn", episodes=None, timesteps=48, board_size=4, n_envs=4, learning_starts=16, buffer_size=2048, device="cpu"
 )
 #: The same tiny trial, as tune's options.
-TINY_OPTIONS = ["--timesteps", "48", "--board-size", "4", "--n-envs", "4", "--eval-episodes", "2"]
+TINY_OPTIONS = ["--algo", "dqn", "--timesteps", "48", "--board-size", "4", "--n-envs", "4", "--eval-episodes", "2"]
 TINY_OPTIONS += ["--n-evaluations", "2", "--no-compile", "--no-bf16", "--no-flash-attention", "--threads", "1"]
 runner = CliRunner()
 
@@ -63,7 +63,7 @@ def test_search_space_covers_the_documented_hyperparameters_and_fits_train():
         | {"food_shaping": 0.5, "countdown": True, "reachable": True, "num_layers": 0}
         | {"egocentric": True, "long_starts": 0.1, "stall_growth": 4}
     )
-    values = sample_hyperparameters(trial)
+    values = LEARNERS["dqn"].search_space(trial, TrainConfig(algo="dqn"))
     config_values = check_hyperparameters(values)
     assert config_values["batch_size"] == 256  # a learning value like the others, no longer a setting
     TrainConfig(algo="dqn", **config_values)  # every drawn value is a valid config value (tune searches dqn)
@@ -73,13 +73,52 @@ def test_search_space_covers_the_documented_hyperparameters_and_fits_train():
     assert {"egocentric", "long_starts", "stall_growth"} <= set(values)
 
 
+def test_pqn_search_space_fits_train_and_cuts_the_rollout_evenly():
+    base = TrainConfig(algo="pqn", n_envs=12)  # a rollout of 12 x 32 = 384 samples: 128 and 64 divide it
+    trial = optuna.trial.FixedTrial(
+        {"learning_rate": 3e-4, "gamma": 0.99, "q_lambda": 0.8, "n_epochs": 2, "batch_size": 64}
+        | {"exploration_steps": 10_000, "exploration_final_eps": 0.01, "averaging_half_life": 0}
+        | {"food_shaping": 0.5, "policy": "cnn"}
+    )
+    values = LEARNERS["pqn"].search_space(trial, base)
+    config = TrainConfig(algo="pqn", n_envs=12, **check_hyperparameters(values))
+    assert (config.n_epochs, config.q_lambda, config.policy, config.batch_size) == (2, 0.8, "cnn", 64)
+    assert config.pqn_kwargs()["n_minibatches"] == 6
+    assert {"learning_rate", "n_epochs", "q_lambda", "exploration_steps", "averaging_half_life"} <= set(values)
+    with pytest.raises(ValueError, match=r"256.* not in \(128, 64\)"):  # only divisors of 384 are choices
+        LEARNERS["pqn"].search_space(optuna.trial.FixedTrial({**trial.params, "batch_size": 256}), base)
+
+
+def test_tune_searches_pqn_and_its_best_file_trains_pqn(tmp_path):
+    trial = TrainConfig(algo="pqn", episodes=None, timesteps=256, board_size=4, n_envs=4, device="cpu")
+    config = tiny_tune(tmp_path, pruner="none", n_trials=1, trial=trial, n_evaluations=1)
+    study = tune(config, FAST, notify=lambda line: None)
+    assert [t.state.name for t in study.trials] == ["COMPLETE"], study.trials[0].user_attrs
+    assert study.user_attrs["algo"] == "pqn" and "n_epochs" in study.trials[0].params
+    summary = json.loads((config.folder / "trial_0000" / "summary.json").read_text())
+    assert summary["learner"]["name"] == "PQN"
+    assert summary["hyperparameters"]["n_epochs"] == study.trials[0].params["n_epochs"]
+    write_report(study, config.folder)
+    best = json.loads((config.folder / "best_hyperparameters.json").read_text())
+    assert best == {"algo": "pqn", "board_size": 4, "n_envs": 4, **study.best_trial.params}
+    TrainConfig(**check_hyperparameters(best))  # train --hyperparams reads it as a PQN run
+
+
+def test_a_study_keeps_its_learner(tmp_path):
+    tune(tiny_tune(tmp_path, pruner="none", n_trials=1), FAST, notify=lambda line: None)  # a dqn study
+    trial = TrainConfig(algo="pqn", episodes=None, timesteps=256, board_size=4, n_envs=4, device="cpu")
+    with pytest.raises(UsageError, match="study t searches the dqn learner's space.*use --algo dqn"):
+        tune(tiny_tune(tmp_path, n_trials=1, trial=trial), FAST, notify=lambda line: None)
+
+
 def scripted_evaluations(monkeypatch, values):
     values = iter(values)
     monkeypatch.setattr(evaluation, "evaluate", lambda *args, **kwargs: scripted_games(next(values)))
 
 
 def test_a_trial_without_a_budget_trains_the_default_minutes():
-    assert trial_config() == TrainConfig(algo="dqn", episodes=None, time_limit_minutes=2.0) == TuneConfig().trial
+    assert trial_config() == TrainConfig(episodes=None, time_limit_minutes=2.0) == TuneConfig().trial
+    assert trial_config().algo == "pqn"  # the default learner's space, unless --algo says otherwise
     steps = trial_config(timesteps=500, board_size=6)
     assert (steps.timesteps, steps.time_limit_minutes, steps.episodes, steps.board_size) == (500, None, None, 6)
     both = trial_config(timesteps=500, time_limit_minutes=1.0)
@@ -144,13 +183,13 @@ def test_a_bad_trial_is_pruned_by_the_median_pruner(tmp_path, monkeypatch):
 
 
 def test_a_failing_trial_is_recorded_with_its_reason_and_the_study_goes_on(tmp_path, monkeypatch):
-    real = trial_run.sample_hyperparameters
+    real = LEARNERS["dqn"]
     draws = iter([{"batch_size": 4096}, {}, {}])  # the first cannot fit the 2048-transition buffer
 
-    def sample(trial):
-        return {**real(trial), **next(draws)}
+    def sample(trial, base):
+        return {**real.search_space(trial, base), **next(draws)}
 
-    monkeypatch.setattr(trial_run, "sample_hyperparameters", sample)
+    monkeypatch.setattr(trial_run, "learner", lambda algo: replace(real, search_space=sample))
     study = tune(tiny_tune(tmp_path, pruner="none"), FAST, notify=lambda line: None)
     assert [trial.state.name for trial in study.trials] == ["FAIL", "COMPLETE", "COMPLETE"]
     assert "batch size 4096 is larger than the replay buffer" in study.trials[0].user_attrs["failure"]
@@ -519,7 +558,7 @@ def test_the_trial_of_a_killed_worker_fails_and_the_next_worker_runs_it_again(tm
     journal = Path(storage)
     started = (lambda: _trial_running(journal)) if kind == "journal" else (lambda: _heartbeat_written(storage))
     command = [sys.executable, "-c", "from sb3_snake.cli import main; main()", "tune", "--storage", storage]
-    command += ["--study-name", "t", "--time-limit", "1", "--board-size", "4", "--n-envs", "4"]
+    command += ["--study-name", "t", "--time-limit", "1", "--algo", "dqn", "--board-size", "4", "--n-envs", "4"]
     command += ["--no-compile", "--threads", "1"]
     process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

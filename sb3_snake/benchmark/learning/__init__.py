@@ -6,13 +6,14 @@ saving taken off the clock (:class:`Stopwatch`, :mod:`.clock`); after all traini
 ``episodes`` greedy games on the same evaluation seeds (:mod:`.plan`). Systems (:data:`SYSTEMS`): ``sb3_snake``
 through :func:`sb3_snake.training.run.train`, SB3's DQN and PPO as their users run them, and the package's PQN.
 The report (:mod:`.summary`): time to each of :data:`SCORE_THRESHOLDS`, the score at :data:`SCORE_AT_SECONDS`,
-the final score. The research loop (:class:`LearningPlan`): env-step budgets (:class:`Checkpoints`),
-``parallel`` runs (:mod:`.schedule`), two arms seed by seed (:func:`paired_differences`), a final evaluation
-(:mod:`.evaluation`). Design notes: docs/design-notes.md, "sb3_snake/benchmark/learning/__init__.py".
+the final score, the speed; pictures (:mod:`.pictures`). The research loop (:class:`LearningPlan`): env-step
+budgets (:class:`Checkpoints`), ``parallel`` runs (:mod:`.schedule`), arms seed by seed (:func:`paired_differences`),
+a final evaluation (:mod:`.evaluation`). Design notes: docs/design-notes.md, "sb3_snake/benchmark/learning/__init__.py".
 """
 
 from sb3_snake.benchmark.learning.clock import BUDGET_UNITS, Checkpoints, Stopwatch
 from sb3_snake.benchmark.learning.evaluation import evaluate_checkpoints, judge_run
+from sb3_snake.benchmark.learning.pictures import plot_learning_benchmark, plot_reports, read_report, report_files
 from sb3_snake.benchmark.learning.plan import (
     ARMS,
     DEFAULT_SYSTEMS,
@@ -41,11 +42,11 @@ from sb3_snake.benchmark.learning.summary import (
     format_comparison,
     format_summary,
     paired_differences,
-    plot_learning_benchmark,
     score_at,
     spread,
     summarize,
     time_to_score,
+    training_speed,
 )
 
 __all__ = [
@@ -72,6 +73,9 @@ __all__ = [
     "judge_run",
     "paired_differences",
     "plot_learning_benchmark",
+    "plot_reports",
+    "read_report",
+    "report_files",
     "run_in_process",
     "run_in_turn",
     "run_learning_benchmark",
@@ -82,4 +86,5 @@ __all__ = [
     "stop_runs",
     "summarize",
     "time_to_score",
+    "training_speed",
 ]

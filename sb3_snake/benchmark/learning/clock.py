@@ -1,15 +1,18 @@
 """The benchmark's clock: counted seconds that leave checkpoint saving out, and the callback that
-saves the model on that clock, or every so many env steps, and stops learning at the budget."""
+saves the model on that clock, or every so many env steps, stops learning at the budget, and
+keeps the exploring games' scores, which each checkpoint records beside its greedy games."""
 
 from __future__ import annotations
 
 import contextlib
 import math
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 
 
@@ -34,6 +37,8 @@ class Stopwatch:
 
 #: What a budget and its checkpoints count: counted seconds (:class:`Stopwatch`) or env steps.
 BUDGET_UNITS = ("seconds", "env_steps")
+#: The exploring games whose mean score a checkpoint records: the last 100, as ``sb3-snake train``'s mean.
+EXPLORING_GAMES = 100
 
 
 class Checkpoints(BaseCallback):
@@ -49,6 +54,11 @@ class Checkpoints(BaseCallback):
     budget is reached, a last checkpoint is saved (due at the budget, recorded when the step
     that reached it ended, so that a step running past a time budget, such as a compile that
     stops training, shows as late) and ``learn`` stops.
+
+    Each checkpoint also records ``exploring_score``: the mean score of the last
+    :data:`EXPLORING_GAMES` games the run finished while learning, from standard starts (as
+    ``sb3-snake train``'s exploring mean; None before the first), which shows how far the
+    greedy games are ahead of the exploring ones.
     """
 
     def __init__(
@@ -66,8 +76,10 @@ class Checkpoints(BaseCallback):
         self.by = by
         self.saved: list[dict[str, Any]] = []  #: counted seconds, env steps, due point and file of each checkpoint
         self._passed = 0  #: the points passed so far (point k falls at k * every)
+        self.exploring: deque[int] = deque(maxlen=EXPLORING_GAMES)  #: the last exploring games' scores
 
     def _on_step(self) -> bool:
+        self._record_games()
         seconds = self.stopwatch.elapsed()
         now = seconds if self.by == "seconds" else self.num_timesteps
         finished = now >= self.budget
@@ -77,6 +89,17 @@ class Checkpoints(BaseCallback):
             self._passed = passed
             self.checkpoint(seconds, self.budget if finished else due)
         return not finished
+
+    def _record_games(self) -> None:
+        """The scores of the games that ended in this step (each env's ``info`` holds its
+        ``score``), but those of long starts, whose scores say little of the standard game."""
+        dones, infos = self.locals.get("dones"), self.locals.get("infos")
+        if dones is None or infos is None:
+            return
+        for index in np.flatnonzero(dones):
+            info = infos[index]
+            if "score" in info and not info.get("long_start", False):
+                self.exploring.append(int(info["score"]))
 
     def _points_by(self, now: float) -> int:
         """How many points ``k * every`` (k >= 1) lie at or before ``now``: counted by a division,
@@ -94,4 +117,6 @@ class Checkpoints(BaseCallback):
             path = self.directory / f"t{len(self.saved):04d}.zip"
             self.save(self.model, path)
             taken = {"seconds": seconds, "env_steps": int(self.num_timesteps)}
-            self.saved.append({**taken, f"due_{self.by}": taken[self.by] if due is None else due, "path": str(path)})
+            exploring = sum(self.exploring) / len(self.exploring) if self.exploring else None
+            due_point = {f"due_{self.by}": taken[self.by] if due is None else due}
+            self.saved.append({**taken, **due_point, "path": str(path), "exploring_score": exploring})

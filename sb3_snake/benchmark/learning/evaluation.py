@@ -28,12 +28,13 @@ def evaluate_checkpoints(run: dict[str, Any], episodes: int, settings: Any = Non
         else:
             model = DQN.load(checkpoint["path"], device="cpu")
         result = evaluate(model, episodes, seed=0)
-        due = {key: checkpoint[key] for key in ("due_env_steps",) if key in checkpoint}
+        # The due env steps of a budget of them; the exploring games' mean when learning (Checkpoints) kept it.
+        kept = {key: checkpoint[key] for key in ("due_env_steps", "exploring_score") if key in checkpoint}
         curve.append(
             {
                 "seconds": checkpoint["seconds"],
                 "due_seconds": checkpoint.get("due_seconds", checkpoint["seconds"]),
-                **due,
+                **kept,
                 "minutes": checkpoint["seconds"] / 60,
                 "env_steps": checkpoint["env_steps"],
                 **{

@@ -1,15 +1,12 @@
 """From curves to the report: time (or env steps) to each score, the score at a time, median and
-spread over seeds per system or arm, the paired differences of a comparison's arms, the tables
-printed at the end, and the picture."""
+spread over seeds per system or arm, the paired differences of a comparison's arms, and the tables
+printed at the end (the pictures: :mod:`.pictures`)."""
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
-
-from sb3_snake.common.system import cpu_description
 
 #: Greedy mean scores whose time to reach the report gives.
 SCORE_THRESHOLDS = (10, 20, 25, 30)
@@ -44,6 +41,17 @@ def score_at(curve: Sequence[dict[str, Any]], seconds: float) -> dict[str, Any] 
     return points[-1] if points else None
 
 
+def training_speed(curve: Sequence[dict[str, Any]]) -> float | None:
+    """Env steps per counted second from a run's first checkpoint to its last: its speed once
+    going, the process's start, imports and model build left out (a compile still under way at
+    the first checkpoint is in it), so that a setting's speed is read beside its learning. None
+    where fewer than two checkpoints, or no counted time, lie between."""
+    timed = [point for point in curve if "env_steps" in point and "seconds" in point]
+    if len(timed) < 2 or timed[-1]["seconds"] <= timed[0]["seconds"]:
+        return None
+    return (timed[-1]["env_steps"] - timed[0]["env_steps"]) / (timed[-1]["seconds"] - timed[0]["seconds"])
+
+
 def spread(values: Sequence[float | None]) -> dict[str, Any]:
     """Median, min and max over seeds; a seed that never got there counts as later than all.
 
@@ -65,7 +73,7 @@ def summarize(
 ) -> dict[str, Any]:
     """Per system (per arm in a comparison): time to each threshold (median and spread over
     seeds), the score at :data:`SCORE_AT_SECONDS`, the last checkpoint's score and the final
-    evaluation's.
+    evaluation's, and the speed between the first checkpoint and the last (:func:`training_speed`).
 
     :param by: the budget's unit: ``seconds`` gives ``seconds_to_score`` and ``mean_score_at``;
         ``env_steps`` gives ``env_steps_to_score`` and no score at a time.
@@ -100,6 +108,9 @@ def summarize(
         }
         if by != "seconds":
             del entry["mean_score_at"]
+        speeds = [speed for speed in map(training_speed, (run["curve"] for run in own)) if speed is not None]
+        if speeds:
+            entry["env_steps_per_second"] = _median_min_max(speeds)
         final_evaluations = [run["final"] for run in own if "final" in run]
         if final_evaluations:
             entry["final_evaluation"] = {
@@ -178,57 +189,10 @@ def _median_min_max(values: Sequence[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
-def plot_learning_benchmark(report: dict[str, Any], output: Path) -> Path:
-    """Greedy mean score against minutes (env steps, on a budget of env steps), one line per
-    seed, a colour per system (per arm in a comparison)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    colours = {"sb3_snake": "tab:orange", "plain_sb3": "tab:blue", "sb3_ppo": "tab:green", "pqn": "tab:red"}
-    colours |= {"A": "tab:blue"}
-    colours["B"] = "tab:orange"
-    labels = {
-        "sb3_snake": "sb3-snake train",
-        "plain_sb3": 'plain SB3 DQN("MlpPolicy")',
-        "sb3_ppo": "SB3 PPO, attention extractor, batched env",
-        "pqn": "sb3-snake PQN, LayerNorm MLP, 128 games",
-        "A": "A: sb3-snake train (its hyperparameters)",
-        "B": "B: the compared hyperparameters",
-    }
-    by_steps = report.get("budget", {}).get("unit") == "env_steps"
-    figure, axis = plt.subplots(figsize=(8, 4.5))
-    for index, run in enumerate(report["runs"]):
-        x = [0.0] + [point["env_steps" if by_steps else "minutes"] for point in run["curve"]]
-        scores = [0.0] + [point["mean_score"] for point in run["curve"]]
-        first = all(group(other) != group(run) for other in report["runs"][:index])
-        axis.plot(
-            x,
-            scores,
-            color=colours.get(group(run), "tab:gray"),
-            alpha=0.8,
-            label=labels.get(group(run), group(run)) if first else None,
-        )
-    for threshold in SCORE_THRESHOLDS:
-        axis.axhline(threshold, color="gray", linewidth=0.5, linestyle=":")
-    system = report["system"]
-    axis.set_xlabel("env steps" if by_steps else "wall-clock minutes (imports and compilation included)")
-    axis.set_ylabel(f"greedy mean score ({report['plan']['episodes']} games)")
-    cpu = cpu_description(system["cpu"], system.get("cpu_id"))
-    axis.set_title(f"{cpu}, {system['cpu_cores']} cores, torch {system['torch']}", fontsize=9)
-    axis.grid(alpha=0.3)
-    axis.legend(loc="upper left")
-    figure.tight_layout()
-    figure.savefig(output, dpi=100)
-    plt.close(figure)
-    return output
-
-
 def format_summary(report: dict[str, Any]) -> str:
     """The budget, then per system (per arm): the time (env steps, on a budget of env steps) to
     each score, the score at :data:`SCORE_AT_SECONDS` (on a budget of minutes) and at the end,
-    median over seeds and spread, and the final evaluation; then a comparison's paired table
+    median over seeds and spread, the speed and the final evaluation; then a comparison's paired table
     (:func:`format_comparison`) and the runs that failed."""
     by = report.get("budget", {}).get("unit", "seconds")
     at_times = SCORE_AT_SECONDS if by == "seconds" else ()
@@ -274,6 +238,12 @@ def format_summary(report: dict[str, Any]) -> str:
             "* checkpoints due by then but taken later, after a long step (such as a compile): " + "; ".join(late)
         )
     for name, entry in report["summary"].items():
+        if "env_steps_per_second" in entry:
+            speed = entry["env_steps_per_second"]
+            lines.append(
+                f"speed of {name} from its first checkpoint to its last: {speed['median']:,.0f} env steps/s "
+                f"({speed['min']:,.0f}-{speed['max']:,.0f})"
+            )
         if "final_evaluation" in entry:
             final = entry["final_evaluation"]
             lines.append(

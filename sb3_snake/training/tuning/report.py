@@ -13,7 +13,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from sb3_snake.training.tuning.space import ONE_RATIO
+from sb3_snake.training.learners import learner
 from sb3_snake.training.tuning.storage import retry_of
 
 
@@ -45,6 +45,14 @@ def best_line(study: optuna.Study) -> str:
 GAME_ATTRIBUTES = ("board_size", "n_envs")
 
 
+def studied_learner(study: optuna.Study) -> str | None:
+    """The learner whose space ``study`` searches (its user attribute ``algo``, set by ``tune``):
+    None for a new study, ``dqn`` for one begun before ``tune`` searched either learner."""
+    if "algo" in study.user_attrs:
+        return study.user_attrs["algo"]
+    return "dqn" if study.get_trials(deepcopy=False) else None
+
+
 def write_report(study: optuna.Study, folder: Path) -> list[Path]:
     """Best hyperparameters (JSON), every trial (CSV) and Optuna's plots (PNG) into ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -66,7 +74,9 @@ def write_report(study: optuna.Study, folder: Path) -> list[Path]:
         best = folder / "best_hyperparameters.json"
         # The learner and games the study was run on go with it, so train --hyperparams replays it as tuned.
         games = {name: study.user_attrs[name] for name in GAME_ATTRIBUTES if name in study.user_attrs}
-        best.write_text(json.dumps({"algo": "dqn", **games, **study.best_trial.params, **ONE_RATIO}, indent=2) + "\n")
+        algo = studied_learner(study) or "dqn"
+        fixed = learner(algo).search_fixed
+        best.write_text(json.dumps({"algo": algo, **games, **study.best_trial.params, **fixed}, indent=2) + "\n")
         written.append(best)
     written += _plots(study, folder)
     return written

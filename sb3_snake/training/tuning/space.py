@@ -1,18 +1,16 @@
-"""What a search is: the search space (every hyperparameter a trial draws, in one place), the
-base of every trial with its default budget, and :class:`TuneConfig`, the whole search."""
+"""What a search is: the base of every trial with its default budget, and :class:`TuneConfig`,
+the whole search. What a trial draws is its learner's search space, declared beside the learner
+(:mod:`sb3_snake.training.learners`)."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sb3_snake.common.errors import UsageError
 from sb3_snake.training.config import TrainConfig
-
-if TYPE_CHECKING:
-    import optuna
 
 #: Where studies without ``--storage`` keep their journal and their files.
 TUNE_DIR = Path("runs") / "tune"
@@ -22,46 +20,15 @@ PRUNERS = ("median", "halving", "none")
 #: rank hyperparameters by how fast they learn, short enough that a search runs many trials.
 DEFAULT_TRIAL_MINUTES = 2.0
 
-#: A trial trains its sampled replay ratio from the first update: a short trial would otherwise
-#: end inside ``sb3-snake train``'s early phase and never reach the ratio it was given.
-#: ``best_hyperparameters.json`` carries it too, so ``train --hyperparams`` trains as the trial did.
-ONE_RATIO = {"early_steps": 0}
-
-
-def sample_hyperparameters(trial: optuna.Trial) -> dict[str, Any]:
-    """The search space: every hyperparameter a trial draws, and its range (docs/tuning.md, "One machine,
-    then many", shows it as a table)."""
-    return {
-        "learning_rate": trial.suggest_float("learning_rate", 1e-4, 2e-3, log=True),
-        "gamma": trial.suggest_categorical("gamma", [0.95, 0.98, 0.99, 0.995]),
-        "batch_size": trial.suggest_categorical("batch_size", [128, 256, 512, 1024]),
-        "replay_ratio": trial.suggest_categorical("replay_ratio", [8.0, 16.0, 32.0, 64.0]),
-        "target_update_interval": trial.suggest_categorical("target_update_interval", [250, 500, 1000, 2000, 4000]),
-        "exploration_steps": trial.suggest_categorical("exploration_steps", [2_000, 5_000, 10_000, 20_000]),
-        "exploration_final_eps": trial.suggest_float("exploration_final_eps", 0.0, 0.05),
-        "n_steps": trial.suggest_categorical("n_steps", [1, 3, 5]),
-        "double_dqn": trial.suggest_categorical("double_dqn", [False, True]),
-        "dueling": trial.suggest_categorical("dueling", [False, True]),
-        "symmetry_augmentation": trial.suggest_categorical("symmetry_augmentation", [False, True]),
-        "food_shaping": trial.suggest_categorical("food_shaping", [0.0, 0.5, 1.0, 2.0]),
-        "countdown": trial.suggest_categorical("countdown", [False, True]),
-        "reachable": trial.suggest_categorical("reachable", [False, True]),
-        "egocentric": trial.suggest_categorical("egocentric", [False, True]),
-        "long_starts": trial.suggest_categorical("long_starts", [0.0, 0.1, 0.25]),
-        "stall_growth": trial.suggest_categorical("stall_growth", [0, 2, 4]),
-        "embed_dim": trial.suggest_categorical("embed_dim", [16, 32, 64]),
-        "num_layers": trial.suggest_categorical("num_layers", [0, 1, 2]),
-        "head_view_dim": trial.suggest_categorical("head_view_dim", [32, 64, 128]),
-    }
-
 
 def trial_config(timesteps: int | None = None, time_limit_minutes: float | None = None, **changes: Any) -> TrainConfig:
     """The base of every trial: no episode limit, and the budget given (env steps, minutes or
     both), or :data:`DEFAULT_TRIAL_MINUTES` when neither is. ``changes`` are other
-    :class:`TrainConfig` fields (board size, games)."""
+    :class:`TrainConfig` fields: the learner (``algo``, whose search space the trials draw from:
+    :class:`~sb3_snake.training.learners.Learner`'s ``search_space``; the default learner's by
+    default), the board size, the games."""
     if timesteps is None and time_limit_minutes is None:
         time_limit_minutes = DEFAULT_TRIAL_MINUTES
-    changes = {"algo": "dqn", **changes}  # the learner whose space :func:`suggest` searches
     return TrainConfig(episodes=None, timesteps=timesteps, time_limit_minutes=time_limit_minutes, **changes)
 
 

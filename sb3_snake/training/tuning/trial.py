@@ -17,13 +17,14 @@ from rich.console import Console
 from sb3_snake.acceleration.optimizations import threads_for
 from sb3_snake.acceleration.settings import AUTO, OptimizationSettings
 from sb3_snake.common.console import plain_console
-from sb3_snake.common.errors import TrainingDiverged
+from sb3_snake.common.errors import TrainingDiverged, UsageError
 from sb3_snake.common.interrupts import uninterrupted
 from sb3_snake.training.evaluation import GreedyEvaluation
 from sb3_snake.training.hyperparameters import check_hyperparameters
+from sb3_snake.training.learners import learner
 from sb3_snake.training.run import train
-from sb3_snake.training.tuning.report import GAME_ATTRIBUTES, best_line, describe
-from sb3_snake.training.tuning.space import ONE_RATIO, TuneConfig, sample_hyperparameters
+from sb3_snake.training.tuning.report import GAME_ATTRIBUTES, best_line, describe, studied_learner
+from sb3_snake.training.tuning.space import TuneConfig
 from sb3_snake.training.tuning.storage import (
     GRACE_PERIOD,
     HEARTBEAT_INTERVAL,
@@ -78,11 +79,12 @@ class TrialFailed(RuntimeError):
 def run_trial(trial: optuna.Trial, config: TuneConfig, settings: OptimizationSettings, console: Console) -> float:
     """Train one trial's sampled hyperparameters and return its final greedy mean score."""
     with uninterrupted():  # writes to the study's storage
-        sampled = sample_hyperparameters(trial)
+        searched = learner(config.trial.algo)
+        sampled = searched.search_space(trial, config.trial)
     config_values = check_hyperparameters(sampled)
     # The trial's own evaluations judge it; train's evaluations on the clock would only cost time.
     run_config = replace(
-        config.trial, **config_values, **ONE_RATIO, eval_every_minutes=0, sources={"batch_size": "trial"}
+        config.trial, **config_values, **searched.search_fixed, eval_every_minutes=0, sources={"batch_size": "trial"}
     )
     evaluations = TrialEvaluation.for_budget(trial, config)
     folder = config.folder / f"trial_{trial.number:04d}"
@@ -120,6 +122,13 @@ def tune(
     """
     study = load_study(config, heartbeat_interval=heartbeat_interval, grace_period=grace_period)
     with uninterrupted():  # writes to the study's storage
+        studied = studied_learner(study)
+        if studied is not None and studied != config.trial.algo:
+            raise UsageError(
+                f"study {config.study_name} searches the {studied} learner's space, and this run asks for "
+                f"--algo {config.trial.algo}: use --algo {studied}, or another --study-name"
+            )
+        study.set_user_attr("algo", config.trial.algo)
         for name in GAME_ATTRIBUTES:  # what best_hyperparameters.json needs to replay the study's games
             study.set_user_attr(name, getattr(config.trial, name))
     console = console or plain_console(quiet=True)

@@ -7,8 +7,8 @@ buffer, a few untimed steps warm it up, then ``--rounds`` timed calls of ``--ste
 the line holds each call's rate and their median. The before/after of the package layout
 (benchmark_results/amd_zen2_20261124_layout/), three rounds of:
 
-    python scripts/eager_step_rate.py --label before --output eager_step_ab.jsonl  # at 4d60a20
-    python scripts/eager_step_rate.py --label after --output eager_step_ab.jsonl
+    python tools/eager_step_rate.py --label before --output eager_step_ab.jsonl  # at 4d60a20
+    python tools/eager_step_rate.py --label after --output eager_step_ab.jsonl
 """
 
 from __future__ import annotations

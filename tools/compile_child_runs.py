@@ -10,8 +10,8 @@ records the exit code, whether the process died of a signal or printed a native 
 any process of it was left, the summary's compile decision, and from it how long the child took
 and how long training paused.
 
-    python scripts/compile_child_runs.py --runs 20 --terminate 10 --neighbour --output runs.json
-    python scripts/compile_child_runs.py --runs 3 --warm --output warm.json -- --time-limit 2
+    python tools/compile_child_runs.py --runs 20 --terminate 10 --neighbour --output runs.json
+    python tools/compile_child_runs.py --runs 3 --warm --output warm.json -- --time-limit 2
 """
 
 from __future__ import annotations

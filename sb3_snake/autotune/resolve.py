@@ -64,14 +64,14 @@ def resolve_auto(
     value measured fastest on this machine.
 
     A cached choice for the same key is used as is. Without one, the candidates are measured
-    (``measure``, by default a :class:`GradientStepMeter` on ``device`` with the policy of
-    ``policy_kwargs``) and the choice cached; with ``allow_measure=False`` (acting, or a report
-    that must not spend the time) the unmeasured values stand in
-    (:data:`~sb3_snake.acceleration.settings.UNMEASURED`), and the sources say so.
-    ``max_batch_size`` (the replay buffer's size) bounds the batch sizes tried; ``countdown``
-    says whether the boards carry the countdown channel. ``learner`` (``"dqn"`` or ``"pqn"``) is
-    the learner whose own step is measured (:data:`METERS`, on ``policy_kwargs``); ``rollout =
-    (n_envs, n_steps)``, given for a learner that cuts its batches from it, makes them divide it.
+    (``measure``, by default the learner's meter of :data:`METERS` on ``device``) and the choice
+    cached; with ``allow_measure=False`` (acting, or a report that must not spend the time) the
+    unmeasured values stand in (:data:`~sb3_snake.acceleration.settings.UNMEASURED`), and the
+    sources say so. ``max_batch_size`` (the replay buffer's size, or the rollout's) bounds the
+    batch sizes tried; ``countdown`` says whether the boards carry the countdown channel.
+    ``learner`` (``"dqn"`` or ``"pqn"``) is the learner whose own step is measured (:data:`METERS`,
+    on ``policy_kwargs``); ``rollout = (n_envs, n_steps)``, given for a learner that cuts its
+    batches from it, makes them divide it.
 
     A measurement during which other processes (or the host of a virtual machine) took
     :data:`CONTENDED_CORES` or more (``load_meter``, by default

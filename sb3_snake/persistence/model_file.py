@@ -133,8 +133,12 @@ def one_line(error: BaseException) -> str:
 
 
 def _load_trusted(path: Path, optimizations: OptimizationSettings | None, env: Any, device: Any) -> Model:
+    name = _described_algorithm(path)
+    loader = TRUSTED_LOADERS.get(name) if isinstance(name, str) else None
+    if loader is None:
+        raise UsageError(f"model file {path} names the learner {name!r}, which sb3-snake cannot load")
     try:
-        return _TRUSTED_LOADERS[_described_algorithm(path)](path, optimizations, env, device)
+        return loader(path, optimizations, env, device)
     except Exception as error:  # noqa: BLE001 - any failure to read the zip is a bad model file
         raise UsageError(f"model file {path} cannot be loaded ({one_line(error)})") from None
 
@@ -150,7 +154,7 @@ def _load_trusted_dqn(path: Path, optimizations: OptimizationSettings | None, en
 
 
 #: SB3's own (pickle-reading) loader of each learner, by the name its files give it.
-_TRUSTED_LOADERS = {"PQN": _load_trusted_pqn, "SnakeDQN": _load_trusted_dqn}
+TRUSTED_LOADERS = {"PQN": _load_trusted_pqn, "SnakeDQN": _load_trusted_dqn}
 
 
 def _described_algorithm(path: Path) -> str:
@@ -227,7 +231,7 @@ def _rebuild_dqn(
 
 #: Each learner's model rebuilt, unset up, from the arguments its file describes, by the name its
 #: files give it (a description without one was written by SnakeDQN before PQN existed).
-_REBUILDERS = {"PQN": _rebuild_pqn, "SnakeDQN": _rebuild_dqn}
+REBUILDERS = {"PQN": _rebuild_pqn, "SnakeDQN": _rebuild_dqn}
 
 
 def _load_safely(
@@ -241,7 +245,7 @@ def _load_safely(
     hyperparameters = dict(metadata["hyperparameters"])
     policy_kwargs = described_policy_kwargs(metadata)
     try:
-        rebuild = _REBUILDERS[metadata.get("algorithm", "SnakeDQN")]
+        rebuild = REBUILDERS[metadata.get("algorithm", "SnakeDQN")]
         model = rebuild(metadata["policy"], env, device, optimizations, policy_kwargs, hyperparameters, for_training)
     except (TypeError, ValueError) as error:
         raise UsageError(f"model file {path} has a malformed {METADATA_ENTRY}: {error}") from None

@@ -77,3 +77,14 @@ def test_a_seeded_run_trains_the_same_weights_as_before_the_registry(algo):
     for name, value in ours.items():
         assert torch.equal(value, theirs[name]), name
     assert any(not torch.equal(value, start[name]) for name, value in ours.items())  # the runs trained
+
+
+def test_the_tables_below_the_run_name_every_learner_and_no_other():
+    import importlib
+
+    from sb3_snake.training.learners import REGISTERED_ELSEWHERE
+
+    for dotted, key in REGISTERED_ELSEWHERE.items():
+        module, table = dotted.rsplit(".", 1)
+        keys = set(getattr(importlib.import_module(module), table))
+        assert keys == {getattr(declared, key) for declared in LEARNERS.values()}, dotted

@@ -63,7 +63,7 @@ def test_search_space_covers_the_documented_hyperparameters_and_fits_train():
         | {"food_shaping": 0.5, "countdown": True, "reachable": True, "num_layers": 0}
         | {"egocentric": True, "long_starts": 0.1, "stall_growth": 4}
     )
-    values = LEARNERS["dqn"].search_space(trial, TrainConfig(algo="dqn"))
+    values = LEARNERS["dqn"].search_space(trial)
     config_values = check_hyperparameters(values)
     assert config_values["batch_size"] == 256  # a learning value like the others, no longer a setting
     TrainConfig(algo="dqn", **config_values)  # every drawn value is a valid config value (tune searches dqn)
@@ -73,42 +73,78 @@ def test_search_space_covers_the_documented_hyperparameters_and_fits_train():
     assert {"egocentric", "long_starts", "stall_growth"} <= set(values)
 
 
-def test_pqn_search_space_fits_train_and_cuts_the_rollout_evenly():
-    base = TrainConfig(algo="pqn", n_envs=12)  # a rollout of 12 x 32 = 384 samples: 128 and 64 divide it
+def test_pqn_search_space_fits_train():
     trial = optuna.trial.FixedTrial(
         {"learning_rate": 3e-4, "gamma": 0.99, "q_lambda": 0.8, "n_epochs": 2, "batch_size": 64}
         | {"exploration_steps": 10_000, "exploration_final_eps": 0.01, "averaging_half_life": 0}
         | {"food_shaping": 0.5, "policy": "cnn"}
     )
-    values = LEARNERS["pqn"].search_space(trial, base)
+    values = LEARNERS["pqn"].search_space(trial)
     config = TrainConfig(algo="pqn", n_envs=12, **check_hyperparameters(values))
     assert (config.n_epochs, config.q_lambda, config.policy, config.batch_size) == (2, 0.8, "cnn", 64)
-    assert config.pqn_kwargs()["n_minibatches"] == 6
+    assert config.pqn_kwargs()["n_minibatches"] == 6  # 12 games x 32 moves in minibatches of 64
     assert {"learning_rate", "n_epochs", "q_lambda", "exploration_steps", "averaging_half_life"} <= set(values)
-    with pytest.raises(ValueError, match=r"256.* not in \(128, 64\)"):  # only divisors of 384 are choices
-        LEARNERS["pqn"].search_space(optuna.trial.FixedTrial({**trial.params, "batch_size": 256}), base)
+
+
+PQN_TRIAL = TrainConfig(algo="pqn", episodes=None, timesteps=256, board_size=4, n_envs=4, device="cpu")
 
 
 def test_tune_searches_pqn_and_its_best_file_trains_pqn(tmp_path):
-    trial = TrainConfig(algo="pqn", episodes=None, timesteps=256, board_size=4, n_envs=4, device="cpu")
-    config = tiny_tune(tmp_path, pruner="none", n_trials=1, trial=trial, n_evaluations=1)
+    config = tiny_tune(tmp_path, pruner="none", n_trials=1, trial=PQN_TRIAL, n_evaluations=1)
     study = tune(config, FAST, notify=lambda line: None)
     assert [t.state.name for t in study.trials] == ["COMPLETE"], study.trials[0].user_attrs
-    assert study.user_attrs["algo"] == "pqn" and "n_epochs" in study.trials[0].params
+    assert study.user_attrs["algo"] == "pqn"
+    params = study.trials[0].params
     summary = json.loads((config.folder / "trial_0000" / "summary.json").read_text())
     assert summary["learner"]["name"] == "PQN"
-    assert summary["hyperparameters"]["n_epochs"] == study.trials[0].params["n_epochs"]
+    trained = summary["hyperparameters"]
+    # Every drawn value trained, learners' defaults among them (policy, exploration, averaging).
+    for name in ("n_epochs", "q_lambda", "policy", "exploration_steps", "exploration_final_eps", "averaging_half_life"):
+        expected = {"mlp": "MlpPolicy", "cnn": "CnnPolicy", "attention": "AttentionPolicy"}.get(
+            params[name], params[name]
+        )
+        assert trained[name] == expected, name
     write_report(study, config.folder)
     best = json.loads((config.folder / "best_hyperparameters.json").read_text())
     assert best == {"algo": "pqn", "board_size": 4, "n_envs": 4, **study.best_trial.params}
     TrainConfig(**check_hyperparameters(best))  # train --hyperparams reads it as a PQN run
 
 
-def test_a_study_keeps_its_learner(tmp_path):
+def test_a_pqn_batch_that_does_not_divide_the_rollout_fails_its_trial_with_the_reason(tmp_path, monkeypatch):
+    real = LEARNERS["pqn"]
+    draws = iter([{"batch_size": 48}, {}])  # 48 does not divide 4 games x 32 moves
+
+    def sample(trial):
+        return {**real.search_space(trial), "policy": "mlp", **next(draws)}
+
+    monkeypatch.setattr(trial_run, "learner", lambda algo: replace(real, search_space=sample))
+    config = tiny_tune(tmp_path, pruner="none", n_trials=2, trial=PQN_TRIAL, n_evaluations=1)
+    study = tune(config, FAST, notify=lambda line: None)
+    assert [trial.state.name for trial in study.trials] == ["FAIL", "COMPLETE"]
+    assert "batch_size must divide PQN's rollout of 128 samples" in study.trials[0].user_attrs["failure"]
+
+
+def test_a_study_keeps_its_learner_and_its_games(tmp_path):
     tune(tiny_tune(tmp_path, pruner="none", n_trials=1), FAST, notify=lambda line: None)  # a dqn study
-    trial = TrainConfig(algo="pqn", episodes=None, timesteps=256, board_size=4, n_envs=4, device="cpu")
-    with pytest.raises(UsageError, match="study t searches the dqn learner's space.*use --algo dqn"):
-        tune(tiny_tune(tmp_path, n_trials=1, trial=trial), FAST, notify=lambda line: None)
+    with pytest.raises(UsageError, match="study t searches the dqn learner's space.*pqn \\(the default learner\\)"):
+        tune(tiny_tune(tmp_path, n_trials=1, trial=PQN_TRIAL), FAST, notify=lambda line: None)
+    with pytest.raises(UsageError, match="study t plays --n-envs 4, and this run asks for 8: use --n-envs 4"):
+        tune(tiny_tune(tmp_path, n_trials=1, trial=replace(TINY_TRIAL, n_envs=8)), FAST, notify=lambda line: None)
+
+
+def test_a_study_begun_before_tune_had_algo_is_a_dqn_study(tmp_path):
+    config = tiny_tune(tmp_path)
+    old = load_study(config)  # as an older tune left it: a trial, and no learner recorded
+    distribution = optuna.distributions.CategoricalDistribution([8.0, 16.0])
+    old.add_trial(
+        optuna.trial.create_trial(params={"replay_ratio": 8.0}, distributions={"replay_ratio": distribution}, value=1.0)
+    )
+    assert "algo" not in old.user_attrs
+    write_report(old, config.folder)
+    best = json.loads((config.folder / "best_hyperparameters.json").read_text())
+    assert best == {"algo": "dqn", "replay_ratio": 8.0, "early_steps": 0}
+    with pytest.raises(UsageError, match="searches the dqn learner's space"):
+        tune(tiny_tune(tmp_path, n_trials=1, trial=PQN_TRIAL), FAST, notify=lambda line: None)
 
 
 def scripted_evaluations(monkeypatch, values):
@@ -186,8 +222,8 @@ def test_a_failing_trial_is_recorded_with_its_reason_and_the_study_goes_on(tmp_p
     real = LEARNERS["dqn"]
     draws = iter([{"batch_size": 4096}, {}, {}])  # the first cannot fit the 2048-transition buffer
 
-    def sample(trial, base):
-        return {**real.search_space(trial, base), **next(draws)}
+    def sample(trial):
+        return {**real.search_space(trial), **next(draws)}
 
     monkeypatch.setattr(trial_run, "learner", lambda algo: replace(real, search_space=sample))
     study = tune(tiny_tune(tmp_path, pruner="none"), FAST, notify=lambda line: None)

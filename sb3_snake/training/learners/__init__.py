@@ -1,11 +1,10 @@
-"""The learners ``sb3-snake train`` trains, each declared once: its ``--algo`` name, the name its
-model files give, its class, its defaults and ``--help`` panel, and what the run needs of it (the
-model's arguments, the memory it holds, how a saved model resumes, what the summary reads back,
-the space ``tune`` searches). The run, resume, memory, summary and tune read a learner from
-:data:`LEARNERS` instead of switching on ``--algo``.
-
-Adding a learner: its class in a folder of its own (beside ``dqn/`` and ``pqn/``), its run-side
-functions in a module here, and one entry in :data:`LEARNERS`.
+"""The learners ``sb3-snake train`` trains, each declared once for the run: its ``--algo`` name,
+the name its model files give, its class, and what the run needs of it (the model's arguments,
+the memory it holds, how a saved model resumes, what the summary reads back, the space ``tune``
+searches). The run, resume, memory, summary and tune read a learner from :data:`LEARNERS`
+instead of switching on ``--algo``. What the layers below the run must know of a learner before
+any is built sits with them, keyed the same way (:data:`REGISTERED_ELSEWHERE`; a test holds
+their keys to :data:`LEARNERS`).
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ from sb3_snake.common.errors import UsageError
 from sb3_snake.dqn.snake_dqn import SnakeDQN
 from sb3_snake.pqn.pqn import PQN
 from sb3_snake.training.learners import dqn, pqn
-from sb3_snake.training.roles import DQN, LEARNER_DEFAULTS, PQN_GROUP
+from sb3_snake.training.roles import LEARNER_DEFAULTS
 
 
 @dataclass(frozen=True)
@@ -30,27 +29,25 @@ class Learner:
     :param algo: its ``--algo`` value.
     :param name: the name its model files give (``algorithm`` in their metadata) and the progress line shows.
     :param model_class: the SB3 algorithm class.
-    :param panel: the ``--help`` panel of its own options.
     :param arguments: ``config`` -> the policy alias and keyword arguments of ``model_class``.
-    :param network: ``config`` -> the policy and ``policy_kwargs`` ``auto`` measures its step on.
+    :param network: ``config`` -> the ``policy_kwargs`` ``auto`` measures its step on (PQN's
+        also name the policy, under ``policy``).
     :param check: ``config`` -> None, or UsageError for what this learner cannot run (before anything is measured).
-    :param memory: ``(config, observation_size, games_bytes)`` -> bytes by part, beyond the games.
+    :param memory: ``(config, observation_size, games_bytes)`` -> bytes by part, its games' among them.
     :param memory_fix: the option that lowers its largest part, named in a refusal.
     :param saved_config: a model file's metadata -> the TrainConfig values it trained with.
     :param resume: ``(model, config, path, trusted)`` -> None: apply ``config`` to the loaded
         model (refusing what cannot change) and load what it keeps beside its file.
     :param hyperparameters: ``model`` -> what it really trains with, as the summary records it.
     :param log_interval: ``config`` -> SB3's ``log_interval`` (its own unit per learner).
-    :param search_space: ``(trial, base)`` -> the hyperparameters ``tune`` draws for it (Optuna),
-        given the trial's base config.
+    :param search_space: ``trial`` -> the hyperparameters ``tune`` draws for it (Optuna; the
+        same choices for every trial of a study).
     :param search_fixed: what every trial of it sets beside what it draws (and the best trial's file keeps).
-    :param replay_buffer: whether it keeps a replay buffer that a checkpoint may save.
     """
 
     algo: str
     name: str
     model_class: type
-    panel: str
     arguments: Callable[[Any], tuple[str, dict[str, Any]]]
     network: Callable[[Any], dict[str, Any]]
     check: Callable[[Any], None]
@@ -60,9 +57,8 @@ class Learner:
     resume: Callable[[Any, Any, Path, bool], None]
     hyperparameters: Callable[[Any], dict[str, Any]]
     log_interval: Callable[[Any], int]
-    search_space: Callable[[Any, Any], dict[str, Any]]
+    search_space: Callable[[Any], dict[str, Any]]
     search_fixed: Mapping[str, Any]
-    replay_buffer: bool
 
     @property
     def defaults(self) -> Mapping[str, Any]:
@@ -72,8 +68,19 @@ class Learner:
 
 #: Every learner, by ``--algo``.
 LEARNERS = {
-    "dqn": Learner("dqn", "SnakeDQN", SnakeDQN, DQN, **dqn.RUN_SIDE),
-    "pqn": Learner("pqn", "PQN", PQN, PQN_GROUP, **pqn.RUN_SIDE),
+    "dqn": Learner("dqn", "SnakeDQN", SnakeDQN, **dqn.RUN_SIDE),
+    "pqn": Learner("pqn", "PQN", PQN, **pqn.RUN_SIDE),
+}
+#: Where else a learner is named, keyed by ``--algo`` (``algo``) or by its files' name (``name``):
+#: the options' defaults and where batches come from (the config reads them before a learner is
+#: chosen), the step ``auto`` measures, the model file's schema, and how a file is rebuilt.
+REGISTERED_ELSEWHERE = {
+    "sb3_snake.training.roles.LEARNER_DEFAULTS": "algo",
+    "sb3_snake.training.roles.BATCHES_FROM": "algo",
+    "sb3_snake.autotune.resolve.METERS": "algo",
+    "sb3_snake.q_learning.save_format.ALGORITHMS": "name",
+    "sb3_snake.persistence.model_file.REBUILDERS": "name",
+    "sb3_snake.persistence.model_file.TRUSTED_LOADERS": "name",
 }
 
 

@@ -192,7 +192,7 @@ def log_interval(config: TrainConfig) -> int:
 SEARCH_FIXED = {"early_steps": 0}
 
 
-def search_space(trial: optuna.Trial, base: TrainConfig) -> dict[str, Any]:
+def search_space(trial: optuna.Trial) -> dict[str, Any]:
     """What ``tune --algo dqn`` draws, and its range (docs/tuning.md shows it as a table)."""
     return {
         "learning_rate": trial.suggest_float("learning_rate", 1e-4, 2e-3, log=True),
@@ -231,5 +231,4 @@ RUN_SIDE = {
     "log_interval": log_interval,
     "search_space": search_space,
     "search_fixed": SEARCH_FIXED,
-    "replay_buffer": True,
 }

@@ -125,18 +125,17 @@ def log_interval(config: TrainConfig) -> int:
     return LOG_INTERVAL
 
 
-def search_space(trial: optuna.Trial, base: TrainConfig) -> dict[str, Any]:
+def search_space(trial: optuna.Trial) -> dict[str, Any]:
     """What ``tune --algo pqn`` draws, and its range (docs/tuning.md shows it as a table): the
-    levers of PQN's own measurements (passes per rollout, epsilon's decay, lambda, averaging) and
-    the batch sizes that divide the trial's rollout, largest first."""
-    rollout = base.rollout_samples
-    batches = [size for size in (512, 256, 128, 64) if rollout % size == 0] or [rollout]
+    levers of PQN's own measurements (passes per rollout, epsilon's decay, lambda, averaging).
+    The batch sizes are the same for every trial of a study (Optuna's choices may not change
+    within one); a size that does not divide a trial's rollout fails that trial with the reason."""
     return {
         "learning_rate": trial.suggest_float("learning_rate", 1e-4, 2e-3, log=True),
         "gamma": trial.suggest_categorical("gamma", [0.98, 0.99, 0.995]),
         "q_lambda": trial.suggest_categorical("q_lambda", [0.5, 0.65, 0.8, 0.9]),
         "n_epochs": trial.suggest_categorical("n_epochs", [2, 4, 8]),
-        "batch_size": trial.suggest_categorical("batch_size", batches),
+        "batch_size": trial.suggest_categorical("batch_size", [64, 128, 256, 512]),
         "exploration_steps": trial.suggest_categorical("exploration_steps", [10_000, 25_000, 50_000, 100_000]),
         "exploration_final_eps": trial.suggest_float("exploration_final_eps", 0.0, 0.02),
         "averaging_half_life": trial.suggest_categorical("averaging_half_life", [0, 25_000, 100_000]),
@@ -158,5 +157,4 @@ RUN_SIDE = {
     "log_interval": log_interval,
     "search_space": search_space,
     "search_fixed": {},
-    "replay_buffer": False,
 }

@@ -22,6 +22,7 @@ from sb3_snake.common.interrupts import uninterrupted
 from sb3_snake.training.evaluation import GreedyEvaluation
 from sb3_snake.training.hyperparameters import check_hyperparameters
 from sb3_snake.training.learners import learner
+from sb3_snake.training.roles import DEFAULT_LEARNER
 from sb3_snake.training.run import train
 from sb3_snake.training.tuning.report import GAME_ATTRIBUTES, best_line, describe, studied_learner
 from sb3_snake.training.tuning.space import TuneConfig
@@ -80,15 +81,17 @@ def run_trial(trial: optuna.Trial, config: TuneConfig, settings: OptimizationSet
     """Train one trial's sampled hyperparameters and return its final greedy mean score."""
     with uninterrupted():  # writes to the study's storage
         searched = learner(config.trial.algo)
-        sampled = searched.search_space(trial, config.trial)
-    config_values = check_hyperparameters(sampled)
-    # The trial's own evaluations judge it; train's evaluations on the clock would only cost time.
-    run_config = replace(
-        config.trial, **config_values, **searched.search_fixed, eval_every_minutes=0, sources={"batch_size": "trial"}
-    )
+        sampled = searched.search_space(trial)
     evaluations = TrialEvaluation.for_budget(trial, config)
     folder = config.folder / f"trial_{trial.number:04d}"
     try:
+        # Drawn values are the trial's own (a learner's default would otherwise take their place
+        # again); a draw that cannot work with the trial's games (a PQN batch that does not divide
+        # its rollout) fails the trial with its reason, as any other. The trial's own evaluations
+        # judge it: train's evaluations on the clock would only cost time.
+        drawn = {**check_hyperparameters(sampled), **searched.search_fixed}
+        sources = {**config.trial.sources, **dict.fromkeys(drawn, "trial")}
+        run_config = replace(config.trial, **drawn, eval_every_minutes=0, sources=sources)
         train(run_config, settings, folder, overwrite=True, callbacks=[evaluations], console=console)
         final = evaluations.mean_score()  # on the games after the last report's
     except (ValueError, TrainingDiverged, MemoryError, torch.OutOfMemoryError) as error:
@@ -122,15 +125,7 @@ def tune(
     """
     study = load_study(config, heartbeat_interval=heartbeat_interval, grace_period=grace_period)
     with uninterrupted():  # writes to the study's storage
-        studied = studied_learner(study)
-        if studied is not None and studied != config.trial.algo:
-            raise UsageError(
-                f"study {config.study_name} searches the {studied} learner's space, and this run asks for "
-                f"--algo {config.trial.algo}: use --algo {studied}, or another --study-name"
-            )
-        study.set_user_attr("algo", config.trial.algo)
-        for name in GAME_ATTRIBUTES:  # what best_hyperparameters.json needs to replay the study's games
-            study.set_user_attr(name, getattr(config.trial, name))
+        _claim(study, config)
     console = console or plain_console(quiet=True)
     if config.n_jobs > 1 and settings.num_threads == AUTO:
         # Concurrent trials share the process's thread count: none of them may change it.
@@ -164,6 +159,29 @@ def tune(
     if config.max_total_trials is not None and trials_left[0] > 0:
         notify(f"the study has {config.max_total_trials} trials (--max-total-trials); this worker stops")
     return study
+
+
+def _claim(study: optuna.Study, config: TuneConfig) -> None:
+    """Record the learner and games ``study`` searches (what best_hyperparameters.json replays),
+    or refuse, in one line, a worker that asks for others: its trials would not compare."""
+    studied = studied_learner(study)
+    if studied is not None and studied != config.trial.algo:
+        default = " (the default learner)" if config.trial.algo == DEFAULT_LEARNER else ""
+        raise UsageError(
+            f"study {config.study_name} searches the {studied} learner's space, and this run asks for "
+            f"--algo {config.trial.algo}{default}: use --algo {studied}, or another --study-name"
+        )
+    for name in GAME_ATTRIBUTES:
+        recorded, asked = study.user_attrs.get(name), getattr(config.trial, name)
+        if recorded is not None and recorded != asked:
+            flag = "--" + name.replace("_", "-")
+            raise UsageError(
+                f"study {config.study_name} plays {flag} {recorded}, and this run asks for {asked}: "
+                f"use {flag} {recorded}, or another --study-name"
+            )
+    study.set_user_attr("algo", config.trial.algo)
+    for name in GAME_ATTRIBUTES:
+        study.set_user_attr(name, getattr(config.trial, name))
 
 
 def finish(study: optuna.Study, trial: optuna.Trial, run: Callable[[], float], notify: Callable[[str], None]) -> None:

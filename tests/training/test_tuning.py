@@ -499,7 +499,10 @@ def test_sigterm_marks_the_running_trial_failed_and_exits_143(tmp_path):
     storage = tmp_path / "study.log"
     command = [sys.executable, "-c", "from sb3_snake.cli import main; main()", "tune", "--storage", str(storage)]
     command += ["--study-name", "term"]
-    command += ["--time-limit", "1", "--board-size", "4", "--n-envs", "4", "--no-compile", "--threads", "1"]
+    # SnakeDQN's space: every draw of it runs on these tiny games (some of PQN's batch sizes do not
+    # divide a 4-game rollout, and a trial that fails at once is not the running trial to stop).
+    command += ["--algo", "dqn", "--time-limit", "1", "--board-size", "4", "--n-envs", "4", "--no-compile"]
+    command += ["--threads", "1"]
     process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 120

@@ -188,12 +188,12 @@ def build_model(
     settings = settings if settings is not None else OptimizationSettings.load()
     device = resolve_device(config.device)
     config, settings = resolve_settings(config, settings)
-    env = build_env(config)
+    env, trains = build_env(config), learner(config.algo)
     if resume is None:
-        policy, kwargs = learner(config.algo).arguments(config)
-        return learner(config.algo).model_class(policy, env, optimizations=settings, device=device, **kwargs)
+        policy, kwargs = trains.arguments(config)
+        return trains.model_class(policy, env, optimizations=settings, device=device, **kwargs)
     model = load_model(resume, settings, trusted=trusted, env=env, device=device, for_training=True)
-    learner(config.algo).resume(model, config, Path(resume), trusted)
+    trains.resume(model, config, Path(resume), trusted)
     return model
 
 

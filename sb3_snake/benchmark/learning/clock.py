@@ -7,13 +7,14 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
+
+from sb3_snake.training.callbacks import EpisodeRecord
 
 
 class Stopwatch:
@@ -76,7 +77,7 @@ class Checkpoints(BaseCallback):
         self.by = by
         self.saved: list[dict[str, Any]] = []  #: counted seconds, env steps, due point and file of each checkpoint
         self._passed = 0  #: the points passed so far (point k falls at k * every)
-        self.exploring: deque[int] = deque(maxlen=EXPLORING_GAMES)  #: the last exploring games' scores
+        self.exploring = EpisodeRecord()  #: the scores of the games finished while learning
 
     def _on_step(self) -> bool:
         self._record_games()
@@ -92,14 +93,15 @@ class Checkpoints(BaseCallback):
 
     def _record_games(self) -> None:
         """The scores of the games that ended in this step (each env's ``info`` holds its
-        ``score``), but those of long starts, whose scores say little of the standard game."""
+        ``score``), and which began as long starts (their mean leaves those out: :class:`EpisodeRecord`)."""
         dones, infos = self.locals.get("dones"), self.locals.get("infos")
         if dones is None or infos is None:
             return
         for index in np.flatnonzero(dones):
             info = infos[index]
-            if "score" in info and not info.get("long_start", False):
-                self.exploring.append(int(info["score"]))
+            if "score" in info:
+                self.exploring.scores.append(int(info["score"]))
+                self.exploring.long_starts.append(bool(info.get("long_start", False)))
 
     def _points_by(self, now: float) -> int:
         """How many points ``k * every`` (k >= 1) lie at or before ``now``: counted by a division,
@@ -117,6 +119,7 @@ class Checkpoints(BaseCallback):
             path = self.directory / f"t{len(self.saved):04d}.zip"
             self.save(self.model, path)
             taken = {"seconds": seconds, "env_steps": int(self.num_timesteps)}
-            exploring = sum(self.exploring) / len(self.exploring) if self.exploring else None
+            standard = bool(self.exploring.standard_scores())
+            exploring = self.exploring.mean_score_last(EXPLORING_GAMES) if standard else None
             due_point = {f"due_{self.by}": taken[self.by] if due is None else due}
             self.saved.append({**taken, **due_point, "path": str(path), "exploring_score": exploring})

@@ -2,6 +2,7 @@
 
 import base64
 import json
+import re
 import zipfile
 
 import cloudpickle
@@ -139,6 +140,17 @@ def test_malformed_descriptions_are_one_line(saved, tmp_path, change, message):
     target = rewrite_metadata(path, tmp_path / "bad.zip", lambda metadata: {**metadata, **change})
     with pytest.raises(ValueError, match=message):
         load_model(target, FAST)
+
+
+@pytest.mark.parametrize("named", ["PPO", ["PQN"]])
+def test_a_trusted_load_of_a_file_naming_another_learner_is_one_line(saved, tmp_path, named):
+    _, path = saved
+    target = rewrite_metadata(path, tmp_path / "other.zip", lambda metadata: {**metadata, "algorithm": named})
+    with pytest.raises(
+        UsageError,
+        match=rf"^model file \S+other.zip names the learner {re.escape(repr(named))}, which sb3-snake cannot load$",
+    ):
+        load_model(target, FAST, trusted=True)
 
 
 def test_not_a_zip_and_missing_file(tmp_path):

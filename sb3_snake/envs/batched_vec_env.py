@@ -168,6 +168,19 @@ class BatchedSnakeVecEnv(VecEnv):
         reachable: bool = False,
     ):
         self.render_mode = check_render_mode(render_mode)
+        #: What :meth:`copy` builds other games with: every argument but the games' count and seed.
+        self._arguments = dict(
+            board_size=board_size,
+            device=device,
+            start_length=start_length,
+            dist_to_border=dist_to_border,
+            max_steps_without_food=max_steps_without_food,
+            countdown=countdown,
+            stall_growth=stall_growth,
+            egocentric=egocentric,
+            long_starts=long_starts,
+            reachable=reachable,
+        )
         self._games = build_games(
             num_envs,
             device,
@@ -186,6 +199,16 @@ class BatchedSnakeVecEnv(VecEnv):
         super().__init__(self._games.count, self.rules.observation_space, self.rules.action_space)
         self._actions: torch.Tensor | None = None
         self._t_start = time.time()
+
+    def copy(self, num_envs: int | None = None, seed: int | None = None, **changes: Any) -> BatchedSnakeVecEnv:
+        """Other games under the same rules and options: ``num_envs`` of them (default: as many as
+        here), seeded with ``seed``, with ``changes`` to the constructor's other arguments (say,
+        ``long_starts=0.0`` for standard starts only)."""
+        unknown = sorted(set(changes) - set(self._arguments))
+        if unknown:
+            raise TypeError(f"copy() takes the constructor's arguments, not {', '.join(unknown)}")
+        count = self.num_envs if num_envs is None else num_envs
+        return BatchedSnakeVecEnv(count, seed=seed, **{**self._arguments, **changes})
 
     # ------------------------------------------------------------------ tensor interface
 

@@ -17,6 +17,7 @@ import logging
 import sys
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -30,17 +31,20 @@ from stable_baselines3.common.utils import safe_mean
 
 from sb3_snake.acceleration.optimizations import ActiveOptimizations
 from sb3_snake.acceleration.settings import OptimizationSettings
-from sb3_snake.common.errors import TrainingDiverged, UsageError, divisors_near
+from sb3_snake.common.errors import TrainingDiverged, UsageError
 from sb3_snake.common.schedules import averaging_rate, half_life_factor, scale_learning_rate
 from sb3_snake.envs.action_masks import is_snake_board
+from sb3_snake.envs.batched_vec_env import BatchedSnakeVecEnv
 from sb3_snake.networks.attention import calls_sdpa
+from sb3_snake.pqn.checks import argument_problem
 from sb3_snake.pqn.gradient_step import PQNUpdate, Samples
 from sb3_snake.pqn.policies import PQN_POLICY_ALIASES, PQNPolicy
+from sb3_snake.pqn.population import POPULATION_ARGUMENTS, Population
 from sb3_snake.pqn.rollout import collect_rollout
 from sb3_snake.q_learning import save_format
 from sb3_snake.q_learning.averaging import q_networks
 from sb3_snake.q_learning.exploration import epsilon_greedy, linear_epsilon, random_moves
-from sb3_snake.q_learning.save_schema import MAX_EPOCHS, PQN_HYPERPARAMETERS
+from sb3_snake.q_learning.save_schema import PQN_HYPERPARAMETERS
 from sb3_snake.q_learning.symmetry import SymmetryAugmentation
 from sb3_snake.update.compile import Compile
 from sb3_snake.update.steps import StepChoice
@@ -103,6 +107,10 @@ class PQN(BaseAlgorithm):
     :param learning_rate_half_life: the learning rate (SB3's, from its schedule) halves every
         this many env steps (0: it does not), in eighths of a half-life, as SnakeDQN's does
         (:func:`~sb3_snake.common.schedules.half_life_factor`, without an early phase).
+    :param population: learners trained in turn, each on a copy of ``env``'s games (a
+        :class:`~sb3_snake.envs.BatchedSnakeVecEnv`), ranked by ``population_games`` greedy games
+        every ``population_interval`` env steps of each; the worst take the best one's weights,
+        and the best is what plays and is saved (:mod:`sb3_snake.pqn.population`; 1: one learner).
     :param optimizations: the optimization layer's settings (``None``:
         :meth:`OptimizationSettings.unmeasured`, nothing measured or compiled), applied as to
         SnakeDQN: every forward pass, acting and learning, in their context (bf16 autocast, the
@@ -138,6 +146,9 @@ class PQN(BaseAlgorithm):
         symmetry_augmentation: bool = False,
         averaging_half_life: int = 100_000,
         learning_rate_half_life: int = 0,
+        population: int = 1,
+        population_interval: int = 100_000,
+        population_games: int = 16,
         optimizations: OptimizationSettings | None = None,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
@@ -169,6 +180,9 @@ class PQN(BaseAlgorithm):
         self.fatal_move_targets, self.stall_as_death = fatal_move_targets, stall_as_death
         self.symmetry_augmentation = symmetry_augmentation
         self.averaging_half_life, self.learning_rate_half_life = averaging_half_life, learning_rate_half_life
+        self.population, self.population_interval = population, population_interval
+        self.population_games = population_games
+        self._population: Population | None = None
         self.optimizations = optimizations if optimizations is not None else OptimizationSettings.unmeasured()
         self.active_optimizations: ActiveOptimizations | None = None
         self.step_choice: StepChoice | None = None
@@ -181,7 +195,7 @@ class PQN(BaseAlgorithm):
             self._setup_model()
 
     def _setup_model(self) -> None:
-        problem = self._first_problem()
+        problem = argument_problem(self)
         if problem:
             raise UsageError(problem)
         snake_boards = is_snake_board(self.observation_space, self.action_space)
@@ -206,6 +220,10 @@ class PQN(BaseAlgorithm):
             self._augmentation = SymmetryAugmentation(width, self.device, egocentric=egocentric)
         self.active_optimizations = self._apply_optimizations(self.optimizations)
         self.step_choice = StepChoice(PQNUpdate(self))
+        if self.population > 1:
+            if not isinstance(self.env, BatchedSnakeVecEnv):
+                raise UsageError("population needs a BatchedSnakeVecEnv, whose games each member copies; set it to 1")
+            self._population = Population.build(self, self.population, self.population_interval, self.population_games)
 
     def _apply_optimizations(self, settings: OptimizationSettings) -> ActiveOptimizations:
         """What is really active with ``settings`` for this model (:meth:`ActiveOptimizations.decide`;
@@ -227,36 +245,6 @@ class PQN(BaseAlgorithm):
             network.forward_context = active.forward_context
         return active
 
-    def _first_problem(self) -> str:
-        samples = self.n_steps * self.n_envs if isinstance(self.n_steps, int) and self.n_envs else None
-        checks = [
-            (_whole(self.n_steps, 1), f"n_steps must be a positive integer, got {self.n_steps!r}"),
-            (
-                _whole(self.n_epochs, 1) and self.n_epochs <= MAX_EPOCHS,
-                f"n_epochs must be an integer from 1 to {MAX_EPOCHS}, got {self.n_epochs!r}",
-            ),
-            (
-                _whole(self.n_minibatches, 1) and (samples is None or samples % self.n_minibatches == 0),
-                f"n_minibatches must divide the rollout's {samples} samples (n_steps * n_envs) into minibatches "
-                f"of one size, got {self.n_minibatches!r}"
-                + (f" (divisors near it: {divisors_near(samples, self.n_minibatches)})" if samples else ""),
-            ),
-            (0 <= self.gamma <= 1, f"gamma must be from 0 to 1, got {self.gamma}"),
-            (0 <= self.q_lambda <= 1, f"q_lambda must be from 0 to 1, got {self.q_lambda}"),
-            (
-                0 <= self.exploration_final_eps <= 1 and 0 <= self.exploration_initial_eps <= 1,
-                "exploration_initial_eps and exploration_final_eps must be from 0 to 1, got "
-                f"{self.exploration_initial_eps} and {self.exploration_final_eps}",
-            ),
-            (_whole(self.exploration_steps, 0), f"exploration_steps must be 0 or more, got {self.exploration_steps!r}"),
-            (self.max_grad_norm > 0, f"max_grad_norm must be positive, got {self.max_grad_norm}"),
-            *(
-                (_whole(getattr(self, name), 0), f"{name} must be 0 or more env steps, got {getattr(self, name)!r}")
-                for name in ("averaging_half_life", "learning_rate_half_life")
-            ),
-        ]
-        return next((message for ok, message in checks if not ok), "")
-
     # ------------------------------------------------------------------ learning
 
     def learn(
@@ -275,22 +263,50 @@ class PQN(BaseAlgorithm):
             total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar
         )
         callback.on_training_start(locals(), globals())
-        iteration = 0
+        rollouts, population = 0, self._population
         try:
             while self.num_timesteps < total_timesteps:
-                rollout = self.collect_rollout(callback)
+                for member in range(self.population):  # one learner, or each of a population in turn
+                    with self._showing(member):
+                        rollout = self.collect_rollout(callback)
+                        if rollout is None:
+                            break
+                        rollouts += 1
+                        self._update_current_progress_remaining(self.num_timesteps, total_timesteps)
+                        if log_interval is not None and rollouts % log_interval == 0:
+                            self.dump_logs()
+                        try:
+                            self.train(rollout)
+                        except TrainingDiverged:  # a member that is not the leader takes the leader's weights
+                            if population is None or not population.recover(self, member, self.member_timesteps):
+                                raise
+                        self.policy.update_average(averaging_rate(self.n_steps * self.n_envs, self.averaging_half_life))
+                    if self.num_timesteps >= total_timesteps:
+                        break
                 if rollout is None:
                     break
-                iteration += 1
-                self._update_current_progress_remaining(self.num_timesteps, total_timesteps)
-                if log_interval is not None and iteration % log_interval == 0:
-                    self.dump_logs()
-                self.train(rollout)
-                self.policy.update_average(averaging_rate(self.n_steps * self.n_envs, self.averaging_half_life))
+                if population is not None and population.due(self.member_timesteps):
+                    population.rank(self, self.member_timesteps)
+            if population is not None and population.stale(self.member_timesteps):  # the last leader is the best now
+                population.rank(self, self.member_timesteps)
         finally:  # however it ends: a compile child still running is stopped and reaped
-            self.step_choice.close()
+            for step_choice in self._step_choices():
+                step_choice.close()
         callback.on_training_end()
         return self
+
+    @property
+    def member_timesteps(self) -> int:
+        """Env steps of the learner playing now: all of them, or a population member's share
+        (its exploration and learning-rate schedules run on its own games)."""
+        return self.num_timesteps if self._population is None else self._population.own_steps(self.num_timesteps)
+
+    def _showing(self, member: int) -> Any:
+        """The model shows ``member`` of its population inside, then its leader (nothing without one)."""
+        return nullcontext() if self._population is None else self._population.playing(self, member)
+
+    def _step_choices(self) -> list[StepChoice]:
+        return [self.step_choice] if self._population is None else self._population.step_choices(self)
 
     def collect_rollout(self, callback: BaseCallback) -> Samples | None:
         """``n_steps`` moves of every game, epsilon-greedy, and their Q(lambda) targets
@@ -351,7 +367,8 @@ class PQN(BaseAlgorithm):
         """As SB3's DQN: the greedy move, or, unless ``deterministic``, a random one with
         probability ``exploration_rate`` (one draw for the whole batch, as SB3 draws)."""
         if deterministic or np.random.rand() >= self.exploration_rate:
-            return self.policy.predict(observation, state, episode_start, deterministic)
+            leader = self.policy if self._population is None else self._population.leading_policy
+            return leader.predict(observation, state, episode_start, deterministic)
         if self.policy.is_vectorized_observation(observation):
             count = observation.shape[0]  # type: ignore[union-attr]
             return np.array([self.action_space.sample() for _ in range(count)]), state
@@ -375,7 +392,7 @@ class PQN(BaseAlgorithm):
     def _update_learning_rate(self, optimizers: list[torch.optim.Optimizer] | torch.optim.Optimizer) -> None:
         """SB3's rate, times ``half_life_factor`` of the env steps (SnakeDQN's rule, no early phase)."""
         super()._update_learning_rate(optimizers)
-        rate = scale_learning_rate(optimizers, half_life_factor(self.num_timesteps, self.learning_rate_half_life))
+        rate = scale_learning_rate(optimizers, half_life_factor(self.member_timesteps, self.learning_rate_half_life))
         if rate is not None:
             self.logger.record("train/learning_rate", rate)
 
@@ -387,8 +404,9 @@ class PQN(BaseAlgorithm):
 
     @property
     def compile_state(self) -> Compile:
-        """What ``torch.compile`` compiles for this model, when, and how it went."""
-        return self.step_choice.compile
+        """What ``torch.compile`` compiles for this model, when, and how it went (a population's:
+        member 0's, which every member runs)."""
+        return self._step_choices()[0].compile
 
     def optimizations_in_effect(self) -> ActiveOptimizations:
         """``active_optimizations`` as they stand now: a compile still waiting for its gradient
@@ -416,17 +434,15 @@ class PQN(BaseAlgorithm):
     def save(self, path: Any, exclude: Any = None, include: Any = None) -> None:
         """SB3's ``save``, plus the plain-JSON description that ``sb3_snake.load_model`` reads
         without unpickling (:func:`~sb3_snake.q_learning.save_format.write_metadata`)."""
-        super().save(path, exclude=exclude, include=include)
-        save_format.write_metadata(self, path)
+        with nullcontext() if self._population is None else self._population.leading(self):
+            super().save(path, exclude=exclude, include=include)
+            save_format.write_metadata(self, path)
 
     def _excluded_save_params(self) -> list[str]:
         excluded = ["q_net", "_augmentation", "optimizations", "active_optimizations", "step_choice"]
-        excluded.append("update_interrupt")
+        # a saved PQN is one learner, its population's leader
+        excluded += ["update_interrupt", "_population", *POPULATION_ARGUMENTS]
         return [*super()._excluded_save_params(), *excluded]
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
         return ["policy", "policy.optimizer"], []
-
-
-def _whole(value: Any, low: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= low

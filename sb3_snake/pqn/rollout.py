@@ -91,7 +91,7 @@ def collect_rollout(model: BaseAlgorithm, callback: BaseCallback) -> Samples | N
     with torch.no_grad():
         q_values = model.q_net(obs)
         for _ in range(model.n_steps):
-            model.exploration_rate = model.epsilon(model.num_timesteps)
+            model.exploration_rate = model.epsilon(model.member_timesteps)
             safe = action_masks(obs, egocentric) if reads_moves else None
             action = model.explore(obs, q_values, safe)
             step = step_games(model.env, action, model.device)

@@ -2,8 +2,7 @@
 :func:`~sb3_snake.common.options.option` (value, one-line help, its
 :class:`~sb3_snake.training.roles.Role`, the values it takes, and for the batch size its ``.env``
 key), from which the CLI builds its options and the library sorts the fields. An option whose
-value a model file holds takes the file's range (:func:`option_values`). The memory a run will
-need is estimated in :mod:`sb3_snake.training.memory`."""
+value a model file holds takes the file's range (:func:`option_values`); a run's memory: :mod:`~.memory`."""
 
 from __future__ import annotations
 
@@ -229,6 +228,18 @@ class TrainConfig:
         None,
         "Learn a stall (too long without food) as a death, no bootstrap (default: off for dqn, on for pqn).",
         LEARNING,
+    )
+    population: int = option(
+        1,
+        "PQN learners side by side, ranked every --population-interval; the best is saved (1: one).",
+        PQN_LEARNING,
+        values=number(1, 64, integer=True),
+    )
+    population_interval: int = option(
+        100_000,
+        "Env steps of each --population member between the greedy rankings.",
+        PQN_LEARNING,
+        values=number(1, 2**63 - 1, integer=True),
     )
     checkpoint_every: int | None = option(
         None, "Episodes between atomic checkpoints (checkpoint.zip).", RUN_OPTION, values=number(1)

@@ -224,12 +224,21 @@ def learner_line(config: TrainConfig) -> str:
     return f"{name} ({POLICY_ALIASES_BY_OPTION[config.policy]}; {why})"
 
 
+def population_line(config: TrainConfig) -> str:
+    """``--population`` in words: its learners, their games, and when they are ranked."""
+    return (
+        f"{config.population} learners of {config.n_envs} games each, ranked every "
+        f"{config.population_interval:,} env steps of each; the best is saved"
+    )
+
+
 def print_configuration(model: SnakeDQN | PQN, config: TrainConfig, run_dir: Path, console: Console) -> None:
     """The configuration summary: each optimization as requested and as active, and the run."""
     extra = {
         "learner": learner_line(config),
         "batch size": f"{model.batch_size} (from {batch_size_source(config)})",
         "envs": config.n_envs,
+        **({"population": population_line(config)} if config.population > 1 else {}),
         "board size": f"{config.board_size}x{config.board_size}",
         "run folder": run_dir,
     }

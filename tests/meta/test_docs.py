@@ -136,6 +136,9 @@ SMALLER_SIZES = {
         ".learn(50_000)": ".learn(1_500)",
         ".learn(2_000_000,": ".learn(4096,",
         "episodes=100": "episodes=4",
+        "BatchedSnakeVecEnv(128, board_size=10, seed=1)": "BatchedSnakeVecEnv(8, board_size=6, seed=1)",
+        "population_interval=100_000": "population_interval=256",
+        ".learn(4_000_000)": ".learn(4 * 512)",
     },
 }
 

@@ -43,6 +43,8 @@ def test_the_arguments_are_those_the_run_gave_before_the_registry(algo):
     policy, kwargs = learner(algo).arguments(config)
     before = BEFORE[algo]
     assert policy == before["policy"]
+    if algo == "pqn":  # a population came later: one learner, the default, trains as before (test_population.py)
+        assert (kwargs.pop("population"), kwargs.pop("population_interval")) == (1, 100_000)
     assert {**kwargs, "policy_kwargs": kwargs["policy_kwargs"]} == {
         **before["kwargs"],
         "policy_kwargs": before["policy_kwargs"],

@@ -59,13 +59,15 @@ _FEATURES = {
 
 def memory(config: TrainConfig, observation: int, games: int) -> dict[str, int]:
     """Bytes a PQN run holds: its rollout (uint8 boards, and a few numbers a sample), its games,
-    one network with gradients and Adam's two moments, and one minibatch in float32."""
+    one network with gradients and Adam's two moments, and one minibatch in float32; each member
+    of a ``--population`` holds its own rollout, games and network."""
     features = _FEATURES[config.policy](config.board_size, observation)
     parameters = features * 256 + 256 * 256 + 8 * 256
+    members = config.population
     return {
-        "rollout": config.rollout_samples * (observation + 24),
-        "games": games,
-        "network": 4 * 4 * parameters,
+        "rollout": members * config.rollout_samples * (observation + 24),
+        "games": members * games,
+        "network": members * 4 * 4 * parameters,
         "one minibatch": 4 * 4 * config.planned_batch_size * (observation + 3 * 256),
     }
 
@@ -90,7 +92,13 @@ def saved_config(metadata: dict[str, Any]) -> dict[str, Any]:
 def resume(model: PQN, config: TrainConfig, path: Path, trusted: bool) -> None:
     """Make a loaded PQN train as ``config`` says: a new learning rate is taken; any other value
     that differs from the model's is refused (UsageError), since its rollout, minibatches, targets
-    and captured step were built for the values it has. PQN keeps nothing beside its file."""
+    and captured step were built for the values it has. PQN keeps nothing beside its file, and
+    the file holds one learner (a population's best), so a population cannot resume."""
+    if config.population > 1:
+        raise UsageError(
+            "--population cannot resume a saved model: the file holds one learner (its population's best); "
+            "leave --population out to continue it, or start a new run"
+        )
     wanted = config.pqn_kwargs()
     if wanted["learning_rate"] != model.learning_rate:
         model.learning_rate = wanted["learning_rate"]
@@ -117,6 +125,8 @@ def hyperparameters(model: PQN) -> dict[str, Any]:
         "n_envs": model.n_envs,
         "batch_size": model.batch_size,
         "gradient_samples_per_env_step": model.n_epochs,
+        "population": model.population,
+        "population_interval": model.population_interval,
     }
 
 

@@ -168,33 +168,19 @@ class BatchedSnakeVecEnv(VecEnv):
         reachable: bool = False,
     ):
         self.render_mode = check_render_mode(render_mode)
+        rules = dict(
+            board_size=board_size,
+            start_length=start_length,
+            dist_to_border=dist_to_border,
+            max_steps_without_food=max_steps_without_food,
+            countdown=countdown,
+            stall_growth=stall_growth,
+            egocentric=egocentric,
+            reachable=reachable,
+        )
+        self._games = build_games(num_envs, device, seed, long_starts, **rules)
         #: What :meth:`copy` builds other games with: every argument but the games' count and seed.
-        self._arguments = dict(
-            board_size=board_size,
-            device=device,
-            start_length=start_length,
-            dist_to_border=dist_to_border,
-            max_steps_without_food=max_steps_without_food,
-            countdown=countdown,
-            stall_growth=stall_growth,
-            egocentric=egocentric,
-            long_starts=long_starts,
-            reachable=reachable,
-        )
-        self._games = build_games(
-            num_envs,
-            device,
-            seed,
-            long_starts,
-            board_size=board_size,
-            start_length=start_length,
-            dist_to_border=dist_to_border,
-            max_steps_without_food=max_steps_without_food,
-            countdown=countdown,
-            stall_growth=stall_growth,
-            egocentric=egocentric,
-            reachable=reachable,
-        )
+        self._arguments = {**rules, "device": device, "long_starts": long_starts}
         self.rules, self.device = self._games.rules, self._games.device
         super().__init__(self._games.count, self.rules.observation_space, self.rules.action_space)
         self._actions: torch.Tensor | None = None

@@ -99,9 +99,7 @@ class Population:
         """``size`` members for ``model``: itself, and ``size - 1`` new policies (drawn from torch's
         seeded generator after the model's own) on copies of its games seeded apart, each with its
         own gradient steps, built while the model shows it (they run member 0's compile)."""
-        population = cls(
-            [Member(0, {name: getattr(model, name) for name in MEMBER_STATE})], interval, games, model.seed
-        )
+        population = cls([Member(0, shown_state(model))], interval, games, model.seed)
         for index in range(1, size):
             policy = model.policy_class(
                 model.observation_space, model.action_space, model.lr_schedule, **model.policy_kwargs
@@ -110,8 +108,7 @@ class Population:
                 network.forward_context = model.active_optimizations.forward_context
             seed = None if model.seed is None else model.seed + MEMBER_SEED_STRIDE * index
             env = model.env.copy(seed=seed)
-            state = {name: getattr(model, name) for name in MEMBER_STATE}
-            state |= {"policy": policy, "q_net": policy.q_net, "env": env, "_n_updates": 0}
+            state = shown_state(model) | {"policy": policy, "q_net": policy.q_net, "env": env, "_n_updates": 0}
             state["_last_obs"] = env.reset_tensors()
             population.members.append(Member(index, state))
             population.show(model, index)
@@ -135,10 +132,9 @@ class Population:
         """Keep the shown member's state, and give the model member ``index``'s."""
         if index == self.shown:
             return
-        self.members[self.shown].state = {name: getattr(model, name) for name in MEMBER_STATE}
-        for name, value in self.members[index].state.items():
-            setattr(model, name, value)
+        self.keep(model)
         self.shown = index
+        self.restore(model)
 
     @contextmanager
     def playing(self, model: PQN, index: int) -> Iterator[None]:
@@ -188,18 +184,17 @@ class Population:
 
     def keep(self, model: PQN) -> None:
         """Store what the model shows as its member's state (before reading members' states)."""
-        self.members[self.shown].state = {name: getattr(model, name) for name in MEMBER_STATE}
+        self.members[self.shown].state = shown_state(model)
 
     def restore(self, model: PQN) -> None:
         """Give the model the shown member's stored state again (after changing it there)."""
         for name, value in self.members[self.shown].state.items():
             setattr(model, name, value)
 
-    def step_choices(self, model: PQN) -> list[Any]:
-        """Every member's gradient steps, member 0's (which compiles) first."""
-        if self.shown == 0:
-            return [model.step_choice, *(member.state["step_choice"] for member in self.members[1:])]
-        self.keep(model)
+    @property
+    def step_choices(self) -> list[Any]:
+        """Every member's gradient steps, member 0's (which compiles) first: a member's stays the
+        one built for it, so its stored state names it whether or not it is shown."""
         return [member.state["step_choice"] for member in self.members]
 
     # ------------------------------------------------------------------ ranking and exploiting
@@ -264,6 +259,11 @@ class Population:
             {"env_steps_each": member_steps, "from": best.index, "to": worst.index, "learning_rate": learning_rate}
             | {"exploration_final_eps": epsilon, "scores": (best.score, worst.score)}
         )
+
+
+def shown_state(model: PQN) -> dict[str, Any]:
+    """The model's attributes that make up the member it shows (:data:`MEMBER_STATE`)."""
+    return {name: getattr(model, name) for name in MEMBER_STATE}
 
 
 def copy_learner(source: Any, target: Any) -> None:

@@ -306,7 +306,7 @@ class PQN(BaseAlgorithm):
         return nullcontext() if self._population is None else self._population.playing(self, member)
 
     def _step_choices(self) -> list[StepChoice]:
-        return [self.step_choice] if self._population is None else self._population.step_choices(self)
+        return [self.step_choice] if self._population is None else self._population.step_choices
 
     def collect_rollout(self, callback: BaseCallback) -> Samples | None:
         """``n_steps`` moves of every game, epsilon-greedy, and their Q(lambda) targets
